@@ -1,0 +1,234 @@
+"""RunConfig: the one config schema behind `run` and `sweep`.
+
+A config is a nested dict (YAML) with the sections below; ``resolve`` validates every key (an unknown
+key is an error naming it), fills every default — including the task's, mixer's and callbacks'
+constructor defaults — and returns the fully resolved RunConfig that each run saves beside its result.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import difflib
+import hashlib
+import inspect
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from benchmark import registry
+
+
+class ConfigError(ValueError):
+    """A config key or value the suite cannot accept; the message names it."""
+
+
+@dataclass
+class ModelConfig:
+    d_model: int = 64
+    n_layers: int = 1
+    mlp_ratio: int = 4
+
+
+@dataclass
+class OptimConfig:
+    lr: float = 1.0e-3
+    weight_decay: float = 0.01
+    warmup_steps: int = 0
+    schedule: str = "constant"  # constant | cosine | linear (decay to 0 at max_steps, after warmup)
+    grad_clip: float = 1.0  # 0 disables clipping
+    betas: tuple[float, float] = (0.9, 0.999)
+
+
+@dataclass
+class TrainerConfig:
+    max_steps: int = 1000
+    eval_every: int = 50
+    eval_batches: int = 4
+    log_every: int = 10
+    accelerator: str = "auto"  # auto | cpu | gpu
+
+
+DEFAULT_CALLBACKS = {"plateau": {}, "emergence": {}}
+
+
+@dataclass
+class RunConfig:
+    seed: int = 0
+    task: dict = field(default_factory=lambda: {"name": "linear_map"})
+    mixer: dict = field(default_factory=lambda: {"name": "transformer"})
+    model: ModelConfig = field(default_factory=ModelConfig)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    trainer: TrainerConfig = field(default_factory=TrainerConfig)
+    callbacks: dict = field(default_factory=lambda: copy.deepcopy(DEFAULT_CALLBACKS))
+
+    def to_dict(self) -> dict:
+        data = dataclasses.asdict(self)
+        data["optim"]["betas"] = list(data["optim"]["betas"])
+        return data
+
+    def run_id(self) -> str:
+        """A stable id: the same resolved config always gets the same id (so sweeps resume)."""
+        digest = hashlib.sha256(json.dumps(self.to_dict(), sort_keys=True).encode()).hexdigest()[:10]
+        return f"{self.task['name']}-{self.mixer['name']}-seed{self.seed}-{digest}"
+
+
+SECTIONS = {"model": ModelConfig, "optim": OptimConfig, "trainer": TrainerConfig}
+
+
+def _unknown_key(key: str, known) -> ConfigError:
+    close = difflib.get_close_matches(key.rsplit(".", 1)[-1], list(known), n=1)
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    return ConfigError(f"unknown config key {key!r}{hint}; valid keys here: {', '.join(sorted(known))}")
+
+
+def _check_type(key: str, value, default):
+    """Coerce ``value`` to the type of ``default`` where that is safe (int → float, list → tuple)."""
+    if default is None or default is inspect.Parameter.empty or value is None:
+        return value
+    if isinstance(default, bool):
+        if not isinstance(value, bool):
+            raise ConfigError(f"{key} must be true or false, got {value!r}")
+        return value
+    if isinstance(default, float) and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if isinstance(default, tuple) and isinstance(value, list):
+        return tuple(value)
+    if isinstance(default, (int, float, str, tuple)) and not isinstance(value, type(default)):
+        raise ConfigError(f"{key} must be a {type(default).__name__}, got {value!r}")
+    return value
+
+
+def _resolve_named(section: str, data: Any, reg: registry.Registry) -> dict:
+    """``{name: ..., **params}`` → the same with every constructor default filled in."""
+    if isinstance(data, str):
+        data = {"name": data}
+    if not isinstance(data, dict) or "name" not in data:
+        raise ConfigError(f"{section} must be a mapping with a 'name' key, got {data!r}")
+    params = reg.parameters(data["name"])
+    resolved = {"name": data["name"]}
+    for key, value in data.items():
+        if key == "name":
+            continue
+        if key not in params:
+            raise _unknown_key(f"{section}.{key}", params)
+        resolved[key] = _check_type(f"{section}.{key}", value, params[key])
+    for key, default in params.items():
+        if key not in resolved:
+            if default is inspect.Parameter.empty:
+                raise ConfigError(f"{section}.{key} is required for {section} {data['name']!r}")
+            resolved[key] = default
+    return resolved
+
+
+def _resolve_section(name: str, data: Any, cls):
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{name} must be a mapping, got {data!r}")
+    defaults = cls()
+    fields = {f.name for f in dataclasses.fields(cls)}
+    values = {}
+    for key, value in data.items():
+        if key not in fields:
+            raise _unknown_key(f"{name}.{key}", fields)
+        values[key] = _check_type(f"{name}.{key}", value, getattr(defaults, key))
+    return cls(**values)
+
+
+def _resolve_callbacks(data: Any) -> dict:
+    merged = copy.deepcopy(DEFAULT_CALLBACKS)
+    for name, params in (data or {}).items():
+        merged[name] = params
+    resolved = {}
+    for name, params in merged.items():
+        if params is None or params is False:  # `callbacks: {name: null}` switches one off
+            continue
+        if params is True:
+            params = {}
+        resolved[name] = {k: v for k, v in _resolve_named("callbacks." + name, {"name": name, **params},
+                                                           registry.callbacks).items() if k != "name"}
+    return resolved
+
+
+def resolve(data: dict | RunConfig | None = None) -> RunConfig:
+    """Validate a nested dict and return the fully resolved RunConfig."""
+    if isinstance(data, RunConfig):
+        data = data.to_dict()
+    data = copy.deepcopy(data or {})
+    top = {f.name for f in dataclasses.fields(RunConfig)}
+    for key in data:
+        if key not in top:
+            raise _unknown_key(key, top)
+    seed = data.get("seed", 0)
+    if not isinstance(seed, int) or isinstance(seed, bool):
+        raise ConfigError(f"seed must be an int, got {seed!r}")
+    config = RunConfig(
+        seed=seed,
+        task=_resolve_named("task", data.get("task", {"name": "linear_map"}), registry.tasks),
+        mixer=_resolve_named("mixer", data.get("mixer", {"name": "transformer"}), registry.mixers),
+        **{name: _resolve_section(name, data.get(name), cls) for name, cls in SECTIONS.items()},
+        callbacks=_resolve_callbacks(data.get("callbacks")),
+    )
+    _check_values(config)
+    return config
+
+
+def _check_values(config: RunConfig) -> None:
+    t, o, m = config.trainer, config.optim, config.model
+    for key, value, low in [
+        ("trainer.max_steps", t.max_steps, 1), ("trainer.eval_every", t.eval_every, 1),
+        ("trainer.eval_batches", t.eval_batches, 1), ("trainer.log_every", t.log_every, 1),
+        ("model.d_model", m.d_model, 1), ("model.n_layers", m.n_layers, 1),
+        ("model.mlp_ratio", m.mlp_ratio, 1), ("optim.warmup_steps", o.warmup_steps, 0),
+    ]:
+        if value < low:
+            raise ConfigError(f"{key} must be ≥ {low}, got {value}")
+    if o.lr <= 0:
+        raise ConfigError(f"optim.lr must be > 0, got {o.lr}")
+    if o.schedule not in ("constant", "cosine", "linear"):
+        raise ConfigError(f"optim.schedule must be constant, cosine or linear, got {o.schedule!r}")
+    if t.accelerator not in ("auto", "cpu", "gpu", "cuda"):
+        raise ConfigError(f"trainer.accelerator must be auto, cpu or gpu, got {t.accelerator!r}")
+
+
+# --- dotted keys ------------------------------------------------------------------------------
+def set_dotted(data: dict, key: str, value) -> None:
+    """``set_dotted(d, "task.state_size", 16)`` sets d["task"]["state_size"] (creating sections)."""
+    *parents, leaf = key.split(".")
+    node = data
+    for part in parents:
+        child = node.get(part)
+        if isinstance(child, str) and part in ("task", "mixer"):
+            child = {"name": child}
+        if child is None:
+            child = {}
+        if not isinstance(child, dict):
+            raise ConfigError(f"cannot set {key!r}: {part!r} is not a section")
+        node[part] = child
+        node = child
+    node[leaf] = value
+
+
+def parse_value(text: str):
+    """A command-line value as YAML: ``16`` → int, ``1e-3`` → float, ``[1, 2]`` → list."""
+    value = yaml.safe_load(text)
+    if isinstance(value, str):  # YAML reads 1e-3 as a string
+        try:
+            return float(value)
+        except ValueError:
+            return value
+    return value
+
+
+def load_yaml(path: str | Path) -> dict:
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"config file not found: {path}")
+    data = yaml.safe_load(path.read_text()) or {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path} must hold a mapping, got {type(data).__name__}")
+    return data

@@ -1,0 +1,69 @@
+"""SequenceModel: embeddings, n pre-norm blocks of (token mixer, MLP), final norm, linear head."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from benchmark import registry
+from mixers.base import MixerContext
+
+
+class Block(nn.Module):
+    """x [B, L, D] -> x + mixer(norm(x)) -> x + mlp(norm(x))."""
+
+    def __init__(self, mixer: nn.Module, d_model: int, mlp_ratio: int):
+        super().__init__()
+        self.norm_mixer = nn.LayerNorm(d_model)
+        self.mixer = mixer
+        self.norm_mlp = nn.LayerNorm(d_model)
+        self.mlp = nn.Sequential(
+            nn.Linear(d_model, mlp_ratio * d_model), nn.GELU(), nn.Linear(mlp_ratio * d_model, d_model)
+        )
+
+    def forward(self, x: torch.Tensor, ctx: MixerContext) -> torch.Tensor:
+        x = x + self.mixer(self.norm_mixer(x), ctx)
+        return x + self.mlp(self.norm_mlp(x))
+
+
+class SequenceModel(nn.Module):
+    """Next-token model: tokens [B, L] -> logits [B, L, vocab_size], with L ≤ max_len.
+
+    ``mixer`` is a resolved mixer config ``{name, **hparams}``; each layer gets its own instance.
+    """
+
+    def __init__(self, vocab_size: int, max_len: int, mixer: dict, d_model: int = 64,
+                 n_layers: int = 1, mlp_ratio: int = 4):
+        super().__init__()
+        mixer_cls = registry.mixers.get(mixer["name"])
+        hparams = {k: v for k, v in mixer.items() if k != "name"}
+        self.max_len = max_len
+        self.token_embedding = nn.Embedding(vocab_size, d_model)
+        self.position_embedding = nn.Embedding(max_len, d_model)
+        self.blocks = nn.ModuleList(
+            Block(mixer_cls(d_model=d_model, max_len=max_len, layer_idx=i, **hparams), d_model, mlp_ratio)
+            for i in range(n_layers)
+        )
+        self.norm = nn.LayerNorm(d_model)
+        self.head = nn.Linear(d_model, vocab_size)
+        self.apply(self._init_weights)
+
+    @staticmethod
+    def _init_weights(module: nn.Module) -> None:
+        # nanoGPT-style: small normal weights, zero biases (mixers may re-initialise their own).
+        if isinstance(module, (nn.Linear, nn.Embedding)):
+            nn.init.normal_(module.weight, std=0.02)
+        if isinstance(module, nn.Linear) and module.bias is not None:
+            nn.init.zeros_(module.bias)
+
+    @property
+    def mixers(self) -> list[nn.Module]:
+        return [block.mixer for block in self.blocks]
+
+    def forward(self, tokens: torch.Tensor, ctx: MixerContext | None = None) -> torch.Tensor:
+        ctx = ctx if ctx is not None else MixerContext()
+        positions = torch.arange(tokens.shape[1], device=tokens.device)
+        x = self.token_embedding(tokens) + self.position_embedding(positions)
+        for block in self.blocks:
+            x = block(x, ctx)
+        return self.head(self.norm(x))

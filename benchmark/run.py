@@ -1,0 +1,131 @@
+"""benchmark.run(config, out): one experiment from a config to a result.json.
+
+    DIR/<run_id>/config.yaml     the fully resolved config (re-run it with `emergence-bench run`)
+    DIR/<run_id>/tensorboard/    TensorBoard logs
+    DIR/<run_id>/result.json     the result row, written atomically at the end (ok | diverged | failed)
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import time
+import traceback
+import warnings
+from pathlib import Path
+
+import lightning as L
+import torch
+import yaml
+from lightning.pytorch.loggers import TensorBoardLogger
+
+from benchmark import registry
+from benchmark.config import RunConfig, resolve
+from benchmark.model import SequenceModel
+from benchmark.module import Diverged, EmergenceModule
+from benchmark.results import RESULT_FILE, SCHEMA_VERSION, versions, write_json
+from callbacks.progress import ProgressLine
+from callbacks.recorder import Recorder
+from tasks.base import SyntheticTask
+
+
+def quiet_lightning() -> None:
+    """Keep the terminal for the suite's own progress lines."""
+    logging.getLogger("lightning.pytorch").setLevel(logging.ERROR)
+    logging.getLogger("lightning.fabric").setLevel(logging.ERROR)
+    for message in (".*does not have many workers.*", ".*IterableDataset.*", ".*LightningDataModule.*hparams.*",
+                    ".*You called `self.log.*", ".*tensorboardX.*"):
+        warnings.filterwarnings("ignore", message=message)
+
+
+def build_task(config: RunConfig) -> SyntheticTask:
+    params = {k: v for k, v in config.task.items() if k != "name"}
+    task = registry.tasks.get(config.task["name"])(**params)
+    task.configure_streams(data_seed=config.seed, eval_batches=config.trainer.eval_batches)
+    return task
+
+
+def build_model(config: RunConfig, task: SyntheticTask) -> SequenceModel:
+    m = config.model
+    return SequenceModel(task.vocab_size, task.seq_len, config.mixer, m.d_model, m.n_layers, m.mlp_ratio)
+
+
+def check(config: dict | RunConfig) -> RunConfig:
+    """Resolve ``config`` and build its task and model (without allocating weights), so every bad
+    key or parameter raises here, before anything trains."""
+    config = resolve(config)
+    task = build_task(config)
+    with torch.device("meta"):
+        build_model(config, task)
+    return config
+
+
+def build_callbacks(config: RunConfig, task: SyntheticTask) -> list[L.Callback]:
+    return [registry.callbacks.get(name)(task=task, **params) for name, params in config.callbacks.items()]
+
+
+def run(config: dict | RunConfig, out: str | Path, progress: bool = False) -> dict:
+    """Train one config and write its result row under ``out/<run_id>/``; returns the row.
+
+    A NaN loss gives status ``diverged`` and any other error ``failed`` (with the traceback);
+    an interrupt (Ctrl-C; Lightning turns it into SystemExit) propagates and writes nothing, so a
+    resumed sweep runs it again.
+    """
+    config = check(config)
+    quiet_lightning()
+    run_id = config.run_id()
+    run_dir = Path(out) / run_id
+    if run_dir.exists():  # leftovers of an interrupted attempt
+        shutil.rmtree(run_dir)
+    run_dir.mkdir(parents=True)
+    (run_dir / "config.yaml").write_text(yaml.safe_dump(config.to_dict(), sort_keys=False))
+
+    record = {
+        "schema_version": SCHEMA_VERSION,
+        "run_id": run_id,
+        "status": "ok",
+        "error": None,
+        "seed": config.seed,
+        "config": config.to_dict(),
+        "backend": None,
+        "device": None,
+        "versions": versions(),
+        "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    }
+    trainer = module = None
+    recorder = Recorder()
+    try:
+        L.seed_everything(config.seed, verbose=False)
+        task = build_task(config)
+        model = build_model(config, task)
+        module = EmergenceModule(model, task, config.optim, config.trainer.max_steps)
+        callbacks = build_callbacks(config, task) + [recorder]
+        if progress:
+            callbacks.append(ProgressLine(prefix=f"[{run_id}] "))
+        t = config.trainer
+        trainer = L.Trainer(
+            accelerator=t.accelerator, devices=1, max_steps=t.max_steps,
+            val_check_interval=t.eval_every, check_val_every_n_epoch=None, limit_val_batches=t.eval_batches,
+            num_sanity_val_steps=0, log_every_n_steps=t.log_every,
+            gradient_clip_val=config.optim.grad_clip or None,
+            logger=TensorBoardLogger(save_dir=run_dir, name="", version="tensorboard", default_hp_metric=False),
+            callbacks=callbacks, enable_checkpointing=False, enable_progress_bar=False,
+            enable_model_summary=False,
+        )
+        trainer.fit(module, task)
+    except Diverged as error:
+        record.update(status="diverged", error=str(error))
+    except Exception as error:
+        record.update(status="failed", error=f"{type(error).__name__}: {error}\n{traceback.format_exc()}")
+    if module is not None:
+        record["backend"] = "+".join(sorted({getattr(m, "backend", "torch") for m in module.model.mixers}))
+        record["device"] = describe_device(module.device)
+    record.update(recorder.columns(trainer, module))
+    write_json(run_dir / RESULT_FILE, record)
+    return record
+
+
+def describe_device(device: torch.device) -> str:
+    if device.type == "cuda":
+        return f"cuda ({torch.cuda.get_device_name(device)})"
+    return device.type

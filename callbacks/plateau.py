@@ -1,0 +1,69 @@
+"""Plateau: when does the smoothed training loss leave the chance-level plateau?"""
+
+from __future__ import annotations
+
+import lightning as L
+
+from benchmark.registry import register_callback
+
+
+@register_callback("plateau")
+class Plateau(L.Callback):
+    """End step = first step whose smoothed train loss is below the threshold; censored if never.
+
+    The threshold is ``threshold`` when given (e.g. 1.3, as the paper uses for C=4), else
+    ``chance − frac·(chance − floor)``. Smoothing is a bias-corrected EMA with factor ``smoothing``.
+    Plateau spans are the maximal stretches where the smoothed loss falls by less than
+    ``tolerance·(chance − floor)`` over ``window`` steps. Steps count completed optimiser updates.
+    """
+
+    def __init__(self, task, frac: float = 0.1, threshold: float | None = None, smoothing: float = 0.9,
+                 window: int = 50, tolerance: float = 0.02):
+        if not 0 < frac < 1:
+            raise ValueError(f"plateau.frac must be in (0, 1), got {frac}")
+        if not 0 <= smoothing < 1:
+            raise ValueError(f"plateau.smoothing must be in [0, 1), got {smoothing}")
+        self.gap = task.chance_loss - task.floor_loss
+        self.threshold = float(threshold) if threshold is not None else task.chance_loss - frac * self.gap
+        self.smoothing, self.window, self.tolerance = smoothing, window, tolerance
+        self.steps: list[int] = []
+        self.smoothed: list[float] = []
+        self._ema = 0.0
+
+    def update(self, step: int, loss: float) -> None:
+        self._ema = self.smoothing * self._ema + (1 - self.smoothing) * loss
+        self.steps.append(step)
+        self.smoothed.append(self._ema / (1 - self.smoothing ** len(self.steps)))
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        self.update(trainer.global_step - 1, pl_module.last_train_loss)
+
+    def end_step(self) -> int | None:
+        return next((s for s, v in zip(self.steps, self.smoothed) if v < self.threshold), None)
+
+    def spans(self) -> list[list[int]]:
+        w, spans = self.window, []
+        for i in range(w, len(self.smoothed)):
+            if self.smoothed[i - w] - self.smoothed[i] < self.tolerance * self.gap:
+                start, end = self.steps[i - w], self.steps[i]
+                if spans and start <= spans[-1][1]:
+                    spans[-1][1] = end
+                else:
+                    spans.append([start, end])
+        return spans
+
+    def report(self) -> dict:
+        end = self.end_step()
+        return {
+            "threshold": self.threshold,
+            "end_step": end,
+            "censored": end is None,
+            "budget": self.steps[-1] + 1 if self.steps else 0,
+            "spans": self.spans(),
+        }
+
+    def state_dict(self) -> dict:
+        return {"steps": list(self.steps), "smoothed": list(self.smoothed), "ema": self._ema}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.steps, self.smoothed, self._ema = list(state["steps"]), list(state["smoothed"]), state["ema"]

@@ -1,0 +1,73 @@
+"""Recorder: timing, final metrics, and the merged report of every callback that has one."""
+
+from __future__ import annotations
+
+import math
+import time
+
+import lightning as L
+
+
+class Recorder(L.Callback):
+    """Collects the columns of a result row. Any callback with ``report() -> dict`` adds a section
+    under its registered name (so a plugin callback adds columns without touching the core)."""
+
+    def __init__(self):
+        self.steps = 0
+        self.train_seconds = 0.0
+        self.eval_seconds = 0.0
+        self._mark = None
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        self._mark = time.perf_counter()
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        self.train_seconds += time.perf_counter() - self._mark
+        self.steps = trainer.global_step
+
+    def on_validation_start(self, trainer, pl_module) -> None:
+        self._eval_mark = time.perf_counter()
+
+    def on_validation_end(self, trainer, pl_module) -> None:
+        self.eval_seconds += time.perf_counter() - self._eval_mark
+
+    def columns(self, trainer, module) -> dict:
+        last_eval = getattr(module, "last_eval", {}) if module is not None else {}
+        recent = list(getattr(module, "recent_train_losses", []))
+        columns = {
+            "timing": {
+                "steps": self.steps,
+                "train_seconds": round(self.train_seconds, 3),
+                "eval_seconds": round(self.eval_seconds, 3),
+                "steps_per_second": round(self.steps / self.train_seconds, 2) if self.train_seconds else None,
+            },
+            "metrics": {
+                "final_train_loss": sum(recent) / len(recent) if recent else None,
+                "final_eval_loss": last_eval.get("loss"),
+                "final_eval_accuracy": last_eval.get("accuracy"),
+                "final_eval_p_correct": last_eval.get("p_correct"),
+            },
+        }
+        for callback in trainer.callbacks if trainer is not None else []:
+            if callback is not self and callable(getattr(callback, "report", None)):
+                name = getattr(callback, "registered_name", type(callback).__name__.lower())
+                columns[name] = _finite(callback.report())
+        return columns
+
+    def state_dict(self) -> dict:
+        return {"steps": self.steps, "train_seconds": self.train_seconds, "eval_seconds": self.eval_seconds}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.steps, self.train_seconds, self.eval_seconds = (
+            state["steps"], state["train_seconds"], state["eval_seconds"])
+
+
+def _finite(value):
+    """NaN/inf → None, recursively, so the JSON is strict."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value

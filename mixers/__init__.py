@@ -1,0 +1,3 @@
+"""Token mixers: one module per mixer. Importing this package registers the built-ins."""
+
+from mixers import attention  # noqa: F401

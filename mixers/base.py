@@ -1,0 +1,78 @@
+"""The TokenMixer contract and the context a forward pass shares across layers.
+
+A mixer is an ``nn.Module`` built as ``cls(d_model=, max_len=, layer_idx=, **hparams)`` and called as
+``forward(x: [B, L, D], ctx: MixerContext) -> [B, L, D]``; it is always causal (output t depends on
+inputs ≤ t only). A mixer that exposes attention scores applies, in this order::
+
+    logits += ctx.bias_for(layer, logits)   # the intervention
+    probs = softmax(logits)
+    probs = ctx.patch_for(layer, probs)      # head patching
+    ctx.record(layer, probs)                 # when ctx.capture is set
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+import torch
+from torch import nn
+
+# Backend names recorded in results.
+TORCH = "torch"
+
+
+@dataclass
+class MixerContext:
+    """What one forward pass shares across layers, and the attention controls.
+
+    bias:    layer_idx -> additive logits bias broadcastable to [B, H, L, L]
+    patch:   layer_idx -> function(probs [B, H, L, L]) -> probs [B, H, L, L]
+    capture: record every attention layer's probabilities in ``attention``
+    shared:  free-form values passed between layers (e.g. a first layer's value)
+    """
+
+    bias: dict[int, torch.Tensor] = field(default_factory=dict)
+    patch: dict[int, Callable[[torch.Tensor], torch.Tensor]] = field(default_factory=dict)
+    capture: bool = False
+    attention: dict[int, torch.Tensor] = field(default_factory=dict)
+    shared: dict = field(default_factory=dict)
+
+    def intervenes_on(self, layer_idx: int) -> bool:
+        return self.capture or layer_idx in self.bias or layer_idx in self.patch
+
+    def bias_for(self, layer_idx: int, logits: torch.Tensor) -> torch.Tensor:
+        bias = self.bias.get(layer_idx)
+        return logits if bias is None else logits + bias.to(logits.dtype)
+
+    def patch_for(self, layer_idx: int, probs: torch.Tensor) -> torch.Tensor:
+        patch = self.patch.get(layer_idx)
+        return probs if patch is None else patch(probs)
+
+    def record(self, layer_idx: int, probs: torch.Tensor) -> None:
+        if self.capture:
+            self.attention[layer_idx] = probs.detach()
+
+
+class TokenMixer(nn.Module):
+    """Base class for built-in mixers; subclasses define ``forward(x, ctx)``. Plugins may subclass
+    it or just follow the contract.
+
+    Class-level facts the suite reads:
+      exposes_attention: whether ``ctx`` bias/patch/capture act on real attention probabilities
+      backends:          the backends this mixer has
+    """
+
+    exposes_attention: bool = False
+    backends: tuple[str, ...] = (TORCH,)
+
+    def __init__(self, d_model: int, max_len: int, layer_idx: int):
+        super().__init__()
+        self.d_model = d_model
+        self.max_len = max_len
+        self.layer_idx = layer_idx
+
+    @property
+    def backend(self) -> str:
+        """The backend this instance runs on now."""
+        return self.backends[0]

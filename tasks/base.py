@@ -1,0 +1,122 @@
+"""The Task contract: a LightningDataModule of synthetic sequences generated on the fly.
+
+A task produces token sequences ``[B, seq_len + 1]``; the model reads ``tokens[:, :-1]`` and the
+logit at query row p predicts ``tokens[:, p + 1]``. Everything a task says about positions is in
+query-row coordinates (length ``seq_len``), so the next-token shift lives here, once:
+
+    loss_mask                 [seq_len] bool   rows whose target is scored
+    output_cell               [seq_len] long   which output cell a scored row predicts (-1: unscored)
+    ground_truth_attention()  [seq_len, seq_len] 0/1, row p marks the keys that determine token p+1
+
+Batches are deterministic functions of (task seed, data seed, split, batch index): a resumed run sees
+the same stream, and train and eval streams never share a generator. The task instance (e.g. the
+matrix A) comes from the task seed alone, independent of the model seed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from abc import ABCMeta, abstractmethod
+from typing import Iterator
+
+import lightning as L
+import torch
+from torch.utils.data import DataLoader, IterableDataset
+
+
+def seeded_generator(*key) -> torch.Generator:
+    """A CPU generator seeded by a stable hash of ``key`` (any printable values)."""
+    digest = hashlib.sha256(repr(key).encode()).digest()
+    return torch.Generator().manual_seed(int.from_bytes(digest[:8], "little") >> 1)
+
+
+def check_range(name: str, value, low=None, high=None) -> None:
+    """Raise a ValueError naming ``name`` and its valid range unless low ≤ value ≤ high."""
+    if (low is not None and value < low) or (high is not None and value > high):
+        lo = "-inf" if low is None else low
+        hi = "inf" if high is None else high
+        raise ValueError(f"{name} must be in [{lo}, {hi}], got {value}")
+
+
+class TrainStream(IterableDataset):
+    """Endless train batches, starting at batch ``start`` (the global step on resume)."""
+
+    def __init__(self, task: "SyntheticTask", start: int = 0):
+        self.task, self.start = task, start
+
+    def __iter__(self) -> Iterator[torch.Tensor]:
+        index = self.start
+        while True:
+            yield self.task.batch("train", index)
+            index += 1
+
+
+class SyntheticTask(L.LightningDataModule, metaclass=ABCMeta):
+    """Subclasses set ``vocab_size`` and ``seq_len`` and implement ``generate``, ``loss_mask``,
+    ``output_cell`` and ``ground_truth_attention``; they validate their parameters in ``__init__``."""
+
+    vocab_size: int
+    seq_len: int
+
+    def __init__(self, batch_size: int, task_seed: int):
+        super().__init__()
+        check_range("batch_size", batch_size, 1)
+        self.batch_size = batch_size
+        self.task_seed = task_seed
+        self.data_seed = 0
+        self.eval_batches = 4
+
+    # --- what subclasses define -------------------------------------------------------------
+    @abstractmethod
+    def generate(self, generator: torch.Generator, batch_size: int) -> torch.Tensor:
+        """[batch_size, seq_len + 1] long tokens drawn with ``generator``."""
+
+    @property
+    @abstractmethod
+    def loss_mask(self) -> torch.Tensor:
+        """[seq_len] bool: the query rows whose target token is scored."""
+
+    @property
+    @abstractmethod
+    def output_cell(self) -> torch.Tensor:
+        """[seq_len] long: the output cell each scored row predicts, -1 on unscored rows."""
+
+    @abstractmethod
+    def ground_truth_attention(self) -> torch.Tensor:
+        """[seq_len, seq_len] 0/1: row p marks the key positions that determine token p + 1."""
+
+    @property
+    def chance_loss(self) -> float:
+        """Cross-entropy (nats) of a uniform guess over the vocabulary."""
+        return float(torch.log(torch.tensor(float(self.vocab_size))))
+
+    @property
+    def floor_loss(self) -> float:
+        """The lowest achievable loss on scored tokens (0 for deterministic targets)."""
+        return 0.0
+
+    @property
+    def num_cells(self) -> int:
+        return int(self.output_cell.max()) + 1
+
+    # --- streams ------------------------------------------------------------------------------
+    def configure_streams(self, data_seed: int, eval_batches: int) -> None:
+        """Set what the run decides: the train stream's seed and the eval set's size."""
+        self.data_seed = data_seed
+        self.eval_batches = eval_batches
+        self._eval_set = None
+
+    def batch(self, split: str, index: int) -> torch.Tensor:
+        """Batch ``index`` of ``split``: train streams depend on the data seed, the eval set does
+        not (every seed of a task is scored on the same sequences)."""
+        seed = self.data_seed if split == "train" else "shared"
+        return self.generate(seeded_generator(self.task_seed, seed, split, index), self.batch_size)
+
+    def train_dataloader(self) -> DataLoader:
+        start = self.trainer.global_step if self.trainer is not None else 0
+        return DataLoader(TrainStream(self, start), batch_size=None)
+
+    def val_dataloader(self) -> DataLoader:
+        if getattr(self, "_eval_set", None) is None:  # the same sequences at every eval
+            self._eval_set = [self.batch("eval", i) for i in range(self.eval_batches)]
+        return DataLoader(self._eval_set, batch_size=None)
