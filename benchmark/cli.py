@@ -1,0 +1,175 @@
+"""The `emergence-bench` command: list, run, sweep, leaderboard.
+
+Every config key can be given as a flag after the command, e.g.
+``emergence-bench run --task.state_size 16 --mixer.n_heads 4 --trainer.max_steps 2000``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import inspect
+import sys
+import warnings
+from pathlib import Path
+
+EXIT_BAD_INPUT = 2
+
+
+def _overrides(extra: list[str]) -> dict:
+    """``["--task.state_size", "16", "--seed=3"]`` → {"task.state_size": 16, "seed": 3}."""
+    from benchmark.config import ConfigError, parse_value
+
+    overrides, i = {}, 0
+    while i < len(extra):
+        arg = extra[i]
+        if not arg.startswith("--") or len(arg) == 2:
+            raise ConfigError(f"unexpected argument {arg!r}; config keys are given as --dotted.key VALUE")
+        if "=" in arg:
+            key, text = arg[2:].split("=", 1)
+            i += 1
+        else:
+            if i + 1 >= len(extra):
+                raise ConfigError(f"{arg} needs a value")
+            key, text = arg[2:], extra[i + 1]
+            i += 2
+        overrides[key] = parse_value(text)
+    return overrides
+
+
+def _describe(reg) -> list[str]:
+    lines = []
+    for name in reg.names():
+        cls = reg.get(name)
+        facts = [f"{cls.__module__}.{cls.__qualname__}"]
+        if reg.kind == "mixer":
+            facts.append("attention scores" if getattr(cls, "exposes_attention", False) else "no attention scores")
+            facts.append("backends: " + ", ".join(getattr(cls, "backends", ("torch",))))
+        lines.append(f"  {name}  ({'; '.join(facts)})")
+        params = reg.parameters(name)
+        shown = " ".join(f"{k}={'<required>' if v is inspect.Parameter.empty else v}" for k, v in params.items())
+        lines.append(f"      {shown or '(no parameters)'}")
+    for name, error in reg.broken.items():
+        lines.append(f"  {name}  (plugin failed to import: {error})")
+    return lines
+
+
+def cmd_list(args, extra) -> int:
+    from benchmark import registry
+    from benchmark.sweep import load_sweep, presets
+
+    lines = []
+    for title, reg in (("mixers", registry.mixers), ("tasks", registry.tasks), ("callbacks", registry.callbacks)):
+        lines.append(f"{title}:")
+        lines.extend(_describe(reg))
+    lines.append("presets:")
+    for name in presets():
+        sweep = load_sweep(name)
+        lines.append(f"  {name}  ({len(sweep.raw_configs())} runs) {sweep.description}".rstrip())
+    print("\n".join(lines))
+    return 0
+
+
+def cmd_run(args, extra) -> int:
+    from benchmark.config import load_yaml, set_dotted
+    from benchmark.run import check, run
+
+    data = load_yaml(args.config) if args.config else {}
+    for key, value in _overrides(extra).items():
+        set_dotted(data, key, value)
+    config = check(data)
+    print(f"run {config.run_id()} → {Path(args.out) / config.run_id()}", file=sys.stderr)
+    record = run(config, args.out, progress=True)
+    e, p, m = record.get("emergence") or {}, record.get("plateau") or {}, record.get("metrics") or {}
+    print(f"status {record['status']}" + (f": {record['error'].splitlines()[0]}" if record["error"] else ""))
+    if record["status"] != "failed":
+        print(f"emergence step {e.get('step')} (accuracy ≥ {e.get('threshold')})  "
+              f"plateau end {p.get('end_step')} (loss < {p.get('threshold', 0):.3f})  "
+              f"final eval loss {m.get('final_eval_loss')}  steps/s {record['timing']['steps_per_second']}")
+    print(f"result: {Path(args.out) / config.run_id() / 'result.json'}")
+    return 1 if record["status"] == "failed" else 0
+
+
+def cmd_sweep(args, extra) -> int:
+    from benchmark.sweep import load_sweep, presets, run_sweep
+
+    if args.list:
+        for name in presets():
+            sweep = load_sweep(name)
+            print(f"{name}  {len(sweep.raw_configs())} runs  {sweep.description}".rstrip())
+        return 0
+    if not args.sweep:
+        raise ValueError("give a preset name or sweep file (see `emergence-bench sweep --list`)")
+    sweep = load_sweep(args.sweep)
+    sweep.override(_overrides(extra))
+    if args.dry_run:
+        configs = sweep.configs()
+        for config in configs:
+            print(config.run_id())
+        print(f"{len(configs)} runs", file=sys.stderr)
+        return 0
+    out = args.out or str(Path("runs") / sweep.name)
+    try:
+        counts = run_sweep(sweep, out, workers=args.workers)
+    except KeyboardInterrupt:
+        print(f"\ninterrupted: finished results are kept in {out}; rerun the same command to resume",
+              file=sys.stderr)
+        return 130
+    print(f"[{sweep.name}] finished: {counts['ok']} ok, {counts['diverged']} diverged, {counts['failed']} failed, "
+          f"{counts['skipped']} skipped (already done). Results in {out}; "
+          f"see `emergence-bench leaderboard {out}`", file=sys.stderr)
+    return 1 if counts["failed"] else 0
+
+
+def cmd_leaderboard(args, extra) -> int:
+    from benchmark import leaderboard
+
+    if not Path(args.dir).is_dir():
+        raise ValueError(f"no such results directory: {args.dir}")
+    over = tuple(k.strip() for k in args.over.split(",") if k.strip())
+    table, markdown = leaderboard.write(args.dir, over)
+    print(markdown, end="")
+    print(f"\nwrote {Path(args.dir) / 'leaderboard.md'} and {Path(args.dir) / 'leaderboard.csv'} "
+          f"({len(table)} rows)", file=sys.stderr)
+    return 0
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="emergence-bench", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="command", required=True)
+    sub.add_parser("list", help="every mixer, task, callback and preset with its parameters")
+    run = sub.add_parser("run", help="run one experiment; any config key can follow as --dotted.key VALUE")
+    run.add_argument("--config", help="a run config YAML (default: the built-in defaults)")
+    run.add_argument("--out", default="runs", help="results directory (default: runs)")
+    sweep = sub.add_parser("sweep", help="run a preset or sweep file with local workers; resumes where it stopped")
+    sweep.add_argument("sweep", nargs="?", help="preset name or sweep YAML file")
+    sweep.add_argument("--out", help="results directory (default: runs/<sweep name>)")
+    sweep.add_argument("--workers", type=int, default=1, help="parallel worker processes (default 1)")
+    sweep.add_argument("--dry-run", action="store_true", help="list the run ids and exit")
+    sweep.add_argument("--list", action="store_true", help="list the presets with their run counts")
+    board = sub.add_parser("leaderboard", help="aggregate the results under DIR over seeds")
+    board.add_argument("dir")
+    board.add_argument("--over", default="seed",
+                       help="comma-separated config keys to aggregate over (default: seed)")
+    return p
+
+
+COMMANDS = {"list": cmd_list, "run": cmd_run, "sweep": cmd_sweep, "leaderboard": cmd_leaderboard}
+
+
+def main(argv: list[str] | None = None) -> int:
+    warnings.filterwarnings("ignore", message=".*LeafSpec.*")
+    args, extra = parser().parse_known_args(argv)
+    if extra and args.command in ("list", "leaderboard"):
+        parser().error(f"unrecognized arguments: {' '.join(extra)}")
+    from benchmark.registry import UnknownNameError
+
+    try:
+        return COMMANDS[args.command](args, extra)
+    except (ValueError, UnknownNameError) as error:  # ConfigError is a ValueError
+        print(f"error: {error}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+
+
+if __name__ == "__main__":
+    sys.exit(main())

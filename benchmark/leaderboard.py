@@ -1,0 +1,147 @@
+"""The leaderboard: result rows grouped over seeds into one row per configuration.
+
+A group is every run whose resolved config is equal except for the keys in ``over`` (default: the
+seed), i.e. one row per (task config, mixer config, intervention, other settings). Emergence and
+plateau times are Kaplan–Meier medians, with runs that never got there censored at their budget.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+
+from benchmark import registry
+from benchmark.results import load_records, write_json
+from benchmark.stats import kaplan_meier_median, wilson_interval
+
+MEASUREMENT_CALLBACKS = {"plateau", "emergence"}
+
+
+def _flatten(data: dict, prefix: str = "") -> dict:
+    flat = {}
+    for key, value in data.items():
+        if isinstance(value, dict) and value:
+            flat.update(_flatten(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
+
+
+def _label(flat: dict, prefix: str, varying: list[str]) -> str:
+    params = [f"{k[len(prefix):]}={flat[k]}" for k in varying if k.startswith(prefix) and k != prefix + "name"]
+    return " ".join([str(flat[prefix + "name"])] + params)
+
+
+def _intervention(config: dict) -> str:
+    names = [n for n in config.get("callbacks", {}) if n not in MEASUREMENT_CALLBACKS]
+    interventions = []
+    for name in sorted(names):
+        try:
+            cls = registry.callbacks.get(name)
+        except KeyError:
+            cls = None
+        if getattr(cls, "is_intervention", False):
+            params = ", ".join(f"{k}={v}" for k, v in config["callbacks"][name].items())
+            interventions.append(f"{name}({params})")
+    return " + ".join(interventions) or "none"
+
+
+def _time_to(records: list[dict], section: str, key: str) -> tuple[float | None, int]:
+    """KM median of ``record[section][key]``; censored at the run's step budget when missing."""
+    times, censored = [], []
+    for r in records:
+        value = (r.get(section) or {}).get(key)
+        budget = (r.get("timing") or {}).get("steps") or r["config"]["trainer"]["max_steps"]
+        times.append(value if value is not None else budget)
+        censored.append(value is None)
+    return kaplan_meier_median(times, censored), max(times) if times else 0
+
+
+def build(records: list[dict], over: tuple[str, ...] = ("seed",)) -> pd.DataFrame:
+    """One row per group of ``records`` (result dicts), aggregated over the ``over`` keys."""
+    if not records:
+        return pd.DataFrame()
+    flats = [_flatten(r["config"]) for r in records]
+    keys = sorted({k for f in flats for k in f} - set(over))
+    signature = [json.dumps([f.get(k) for k in keys], default=str) for f in flats]
+    varying = [k for k in keys if len({json.dumps(f.get(k), default=str) for f in flats}) > 1]
+    groups: dict[str, list[int]] = {}
+    for i, sig in enumerate(signature):
+        groups.setdefault(sig, []).append(i)
+
+    rows = []
+    for indices in groups.values():
+        members = [records[i] for i in indices]
+        flat = flats[indices[0]]
+        measured = [r for r in members if r["status"] in ("ok", "diverged")]
+        emerged = sum(1 for r in measured if (r.get("emergence") or {}).get("step") is not None)
+        low, high = wilson_interval(emerged, len(measured))
+        emergence, budget = _time_to(measured, "emergence", "step")
+        plateau, _ = _time_to(measured, "plateau", "end_step")
+        speeds = [r["timing"]["steps_per_second"] for r in members if (r.get("timing") or {}).get("steps_per_second")]
+        losses = [r["metrics"]["final_eval_loss"] for r in measured
+                  if (r.get("metrics") or {}).get("final_eval_loss") is not None]
+        other = [k for k in varying if not k.startswith(("task.", "mixer.", "callbacks."))]
+        rows.append({
+            "task": _label(flat, "task.", varying),
+            "mixer": _label(flat, "mixer.", varying),
+            "setting": " ".join(f"{k}={flat.get(k)}" for k in other) or "-",
+            "intervention": _intervention(members[0]["config"]),
+            "seeds": len(members),
+            "diverged": sum(r["status"] == "diverged" for r in members),
+            "failed": sum(r["status"] == "failed" for r in members),
+            "emerged": emerged,
+            "success_rate": emerged / len(measured) if measured else None,
+            "success_low": low,
+            "success_high": high,
+            "median_emergence_step": emergence,
+            "median_plateau_end": plateau,
+            "budget": budget,
+            "final_eval_loss": sum(losses) / len(losses) if losses else None,
+            "steps_per_second": sum(speeds) / len(speeds) if speeds else None,
+        })
+    table = pd.DataFrame(rows)
+    return table.sort_values(["task", "mixer", "setting", "intervention"], ignore_index=True)
+
+
+def _median_cell(value, budget) -> str:
+    return f">{budget}" if value is None or pd.isna(value) else f"{int(value)}"
+
+
+def to_markdown(table: pd.DataFrame) -> str:
+    """The human table: success with its 95% interval, medians ('>N' = not reached within N steps)."""
+    if table.empty:
+        return "(no results)\n"
+    header = ["task", "mixer", "setting", "intervention", "seeds", "success (95% CI)",
+              "median emergence", "median plateau end", "final loss", "steps/s"]
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    for row in table.to_dict("records"):
+        rate = "-" if row["success_rate"] is None or pd.isna(row["success_rate"]) else (
+            f"{row['emerged']}/{row['seeds'] - row['failed']} "
+            f"({row['success_low']:.2f}–{row['success_high']:.2f})")
+        notes = []
+        if row["diverged"]:
+            notes.append(f"{row['diverged']} diverged")
+        if row["failed"]:
+            notes.append(f"{row['failed']} failed")
+        seeds = f"{row['seeds']}" + (f" ({', '.join(notes)})" if notes else "")
+        loss = "-" if pd.isna(row["final_eval_loss"]) else f"{row['final_eval_loss']:.3g}"
+        speed = "-" if pd.isna(row["steps_per_second"]) else f"{row['steps_per_second']:.1f}"
+        cells = [row["task"], row["mixer"], row["setting"], row["intervention"], seeds, rate,
+                 _median_cell(row["median_emergence_step"], row["budget"]),
+                 _median_cell(row["median_plateau_end"], row["budget"]), loss, speed]
+        lines.append("| " + " | ".join(str(c) for c in cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def write(root: str | Path, over: tuple[str, ...] = ("seed",)) -> tuple[pd.DataFrame, str]:
+    """Build the leaderboard of every result under ``root``; write leaderboard.md/.csv/.json there."""
+    root = Path(root)
+    table = build(load_records(root), over)
+    markdown = to_markdown(table)
+    (root / "leaderboard.md").write_text(markdown)
+    table.to_csv(root / "leaderboard.csv", index=False)
+    write_json(root / "leaderboard.json", json.loads(table.to_json(orient="records")))
+    return table, markdown

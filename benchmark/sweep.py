@@ -1,0 +1,171 @@
+"""Sweeps: a base config plus a grid over dotted keys, run by local worker processes, resumable.
+
+A sweep file (or preset in ``benchmark/presets/``) is::
+
+    name: quick
+    description: ...
+    base: {seed: 0, task: {...}, mixer: {...}, ...}     # a run config
+    grid: {seed: [0, 1, 2], task.sparsity: [2, 3]}     # Cartesian product applied to base
+
+Every run has a stable id (a hash of its resolved config), so rerunning a sweep skips the runs whose
+result.json says ok or diverged, reruns failed and unfinished ones, and loses nothing finished.
+"""
+
+from __future__ import annotations
+
+import copy
+import difflib
+import itertools
+import multiprocessing
+import os
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from benchmark.config import ConfigError, RunConfig, load_yaml, set_dotted
+from benchmark.results import FINISHED, read_result
+
+PRESETS_DIR = Path(__file__).parent / "presets"
+
+
+@dataclass
+class Sweep:
+    name: str
+    base: dict
+    grid: dict[str, list] = field(default_factory=dict)
+    description: str = ""
+
+    def raw_configs(self) -> list[dict]:
+        keys = list(self.grid)
+        configs = []
+        for values in itertools.product(*(self.grid[k] for k in keys)):
+            config = copy.deepcopy(self.base)
+            for key, value in zip(keys, values):
+                set_dotted(config, key, copy.deepcopy(value))
+            configs.append(config)
+        return configs
+
+    def configs(self) -> list[RunConfig]:
+        """Every run of the sweep, resolved and checked (a bad grid point fails here, before any run)."""
+        from benchmark.run import check
+
+        return [check(raw) for raw in self.raw_configs()]
+
+    def override(self, overrides: dict) -> None:
+        """Apply command-line ``--dotted.key value`` pairs: a grid axis is narrowed to the value(s)
+        given, any other key is set on the base."""
+        for key, value in overrides.items():
+            if key in self.grid:
+                self.grid[key] = value if isinstance(value, list) else [value]
+            else:
+                set_dotted(self.base, key, value)
+
+
+def presets() -> dict[str, Path]:
+    return {p.stem: p for p in sorted(PRESETS_DIR.glob("*.yaml"))}
+
+
+def load_sweep(preset_or_file: str) -> Sweep:
+    """A preset name (see ``presets()``) or the path of a sweep YAML file."""
+    path = Path(preset_or_file)
+    if not path.is_file():
+        known = presets()
+        if preset_or_file not in known:
+            close = difflib.get_close_matches(preset_or_file, list(known), n=1)
+            hint = f" Did you mean {close[0]!r}?" if close else ""
+            raise ConfigError(f"no sweep file or preset named {preset_or_file!r}.{hint} "
+                              f"Presets: {', '.join(known)}")
+        path = known[preset_or_file]
+    data = load_yaml(path)
+    allowed = {"name", "description", "base", "grid"}
+    for key in data:
+        if key not in allowed:
+            raise ConfigError(f"unknown sweep key {key!r} in {path}; valid keys: {', '.join(sorted(allowed))}")
+    grid = data.get("grid") or {}
+    for key, values in grid.items():
+        if not isinstance(values, list) or not values:
+            raise ConfigError(f"grid.{key} must be a non-empty list, got {values!r}")
+    return Sweep(name=data.get("name", path.stem), base=data.get("base") or {}, grid=dict(grid),
+                 description=data.get("description", ""))
+
+
+# --- execution --------------------------------------------------------------------------------
+def _init_worker(threads: int) -> None:
+    import torch
+
+    torch.set_num_threads(threads)
+
+
+def _run_one(config: dict, out: str) -> dict:
+    from benchmark.run import run
+
+    started = time.perf_counter()
+    record = run(config, out)
+    return {
+        "run_id": record["run_id"],
+        "status": record["status"],
+        "error": (record["error"] or "").splitlines()[0] if record["error"] else None,
+        "emergence_step": (record.get("emergence") or {}).get("step"),
+        "seconds": time.perf_counter() - started,
+    }
+
+
+def _clock(seconds: float) -> str:
+    seconds = int(seconds)
+    return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
+
+
+class Progress:
+    """The one-line status after each run: done/total, failures, ETA."""
+
+    def __init__(self, name: str, total: int, skipped: int, workers: int, stream=sys.stderr):
+        self.name, self.total, self.workers, self.stream = name, total, workers, stream
+        self.done = self.skipped = skipped
+        self.counts = {"ok": 0, "diverged": 0, "failed": 0}
+        self.started = time.perf_counter()
+
+    def update(self, summary: dict) -> None:
+        self.done += 1
+        self.counts[summary["status"]] = self.counts.get(summary["status"], 0) + 1
+        elapsed = time.perf_counter() - self.started
+        ran = self.done - self.skipped
+        eta = elapsed / ran * (self.total - self.done)
+        emerged = summary["emergence_step"]
+        what = summary["status"] + (f", emerged at step {emerged}" if emerged is not None else "")
+        if summary["error"]:
+            what += f": {summary['error']}"
+        print(f"[{self.name}] {self.done}/{self.total} done · failed {self.counts['failed']} · "
+              f"diverged {self.counts['diverged']} · elapsed {_clock(elapsed)} · eta {_clock(eta)} · "
+              f"{summary['run_id']} {what}", file=self.stream, flush=True)
+
+
+def run_sweep(sweep: Sweep, out: str | Path, workers: int = 1, stream=sys.stderr) -> dict:
+    """Run every unfinished run of ``sweep`` under ``out``; returns counts by status."""
+    out = Path(out)
+    configs = sweep.configs()
+    pending = []
+    for config in configs:
+        previous = read_result(out / config.run_id())
+        if previous is None or previous["status"] not in FINISHED:
+            pending.append(config)
+    skipped = len(configs) - len(pending)
+    print(f"[{sweep.name}] {len(configs)} runs, {skipped} already finished, {len(pending)} to run "
+          f"with {workers} worker(s) → {out}", file=stream, flush=True)
+    progress = Progress(sweep.name, len(configs), skipped, workers, stream)
+    if workers <= 1:
+        for config in pending:
+            progress.update(_run_one(config.to_dict(), str(out)))
+    else:
+        threads = max(1, (os.cpu_count() or 1) // workers)
+        with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"),
+                                 initializer=_init_worker, initargs=(threads,)) as pool:
+            futures = {pool.submit(_run_one, c.to_dict(), str(out)): c.run_id() for c in pending}
+            for future in as_completed(futures):
+                try:
+                    progress.update(future.result())
+                except Exception as error:  # the worker died or the result could not be written
+                    progress.update({"run_id": futures[future], "status": "failed",
+                                     "error": f"{type(error).__name__}: {error}", "emergence_step": None})
+    return {"total": len(configs), "skipped": skipped, **progress.counts}
