@@ -98,7 +98,7 @@ def _check_type(key: str, value, default):
     if isinstance(default, tuple) and isinstance(value, list):
         return tuple(value)
     if isinstance(default, (int, float, str, tuple)) and not isinstance(value, type(default)):
-        raise ConfigError(f"{key} must be a {type(default).__name__}, got {value!r}")
+        raise ConfigError(f"{key} must be of type {type(default).__name__}, got {value!r}")
     return value
 
 

@@ -30,7 +30,8 @@ def _flatten(data: dict, prefix: str = "") -> dict:
 
 
 def _label(flat: dict, prefix: str, varying: list[str]) -> str:
-    params = [f"{k[len(prefix):]}={flat[k]}" for k in varying if k.startswith(prefix) and k != prefix + "name"]
+    params = [f"{k[len(prefix):]}={flat[k]}" for k in varying
+              if k.startswith(prefix) and k != prefix + "name" and k in flat]
     return " ".join([str(flat[prefix + "name"])] + params)
 
 

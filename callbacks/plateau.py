@@ -12,7 +12,8 @@ class Plateau(L.Callback):
     """End step = first step whose smoothed train loss is below the threshold; censored if never.
 
     The threshold is ``threshold`` when given (e.g. 1.3, as the paper uses for C=4), else
-    ``chance − frac·(chance − floor)``. Smoothing is a bias-corrected EMA with factor ``smoothing``.
+    ``chance − frac·(chance − floor)``. Smoothing is an EMA with factor ``smoothing`` that starts at
+    the chance loss (so early noise alone cannot end the plateau).
     Plateau spans are the maximal stretches where the smoothed loss falls by less than
     ``tolerance·(chance − floor)`` over ``window`` steps. Steps count completed optimiser updates.
     """
@@ -28,12 +29,12 @@ class Plateau(L.Callback):
         self.smoothing, self.window, self.tolerance = smoothing, window, tolerance
         self.steps: list[int] = []
         self.smoothed: list[float] = []
-        self._ema = 0.0
+        self._ema = task.chance_loss
 
     def update(self, step: int, loss: float) -> None:
         self._ema = self.smoothing * self._ema + (1 - self.smoothing) * loss
         self.steps.append(step)
-        self.smoothed.append(self._ema / (1 - self.smoothing ** len(self.steps)))
+        self.smoothed.append(self._ema)
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         self.update(trainer.global_step - 1, pl_module.last_train_loss)

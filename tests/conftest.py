@@ -1,0 +1,70 @@
+"""Shared helpers: tiny configs that train in seconds, and test-only mixers."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+
+from benchmark.registry import register_mixer
+from mixers.base import TokenMixer
+
+CLI = str(Path(sys.executable).parent / "emergence-bench")
+
+
+def tiny_config(**sections) -> dict:
+    """A linear-map config that trains in about a second; a section given with a ``name`` replaces
+    the default one, any other section is merged into it."""
+    config = {
+        "seed": 0,
+        "task": {"name": "linear_map", "state_size": 4, "sparsity": 2, "batch_size": 32},
+        "mixer": {"name": "transformer", "n_heads": 2, "head_dim": 4},
+        "model": {"d_model": 16, "n_layers": 1, "mlp_ratio": 2},
+        "trainer": {"max_steps": 20, "eval_every": 10, "eval_batches": 1, "accelerator": "cpu"},
+    }
+    for key, value in sections.items():
+        if isinstance(value, dict) and isinstance(config.get(key), dict) and "name" not in value:
+            config[key] = {**config[key], **value}
+        else:
+            config[key] = value
+    return config
+
+
+def cli(*args, env=None, cwd=None, timeout=300) -> subprocess.CompletedProcess:
+    """Run `emergence-bench ARGS` as a user types it."""
+    full_env = {**os.environ, **(env or {})}
+    return subprocess.run([CLI, *map(str, args)], capture_output=True, text=True, env=full_env,
+                          cwd=cwd, timeout=timeout)
+
+
+@register_mixer("test_nan_after")
+class NanAfter(TokenMixer):
+    """A linear token-wise mixer whose output turns NaN after ``steps`` training forwards."""
+
+    def __init__(self, d_model: int, max_len: int, layer_idx: int, steps: int = 5):
+        super().__init__(d_model, max_len, layer_idx)
+        self.proj = nn.Linear(d_model, d_model)
+        self.steps, self.calls = steps, 0
+
+    def forward(self, x, ctx):
+        self.calls += self.training
+        out = self.proj(x)
+        return out * float("nan") if self.calls > self.steps else out
+
+
+@register_mixer("test_broken")
+class Broken(TokenMixer):
+    """Raises in forward: a run that fails."""
+
+    def forward(self, x, ctx):
+        raise RuntimeError("this mixer is broken on purpose")
+
+
+@pytest.fixture(autouse=True)
+def _threads():
+    torch.set_num_threads(1)

@@ -1,0 +1,91 @@
+from types import SimpleNamespace
+
+import math
+
+from callbacks.emergence import Emergence
+from callbacks.plateau import Plateau
+
+TASK = SimpleNamespace(chance_loss=math.log(2), floor_loss=0.0)
+
+
+def scripted_plateau(**kwargs) -> Plateau:
+    """200 steps at chance, a drop to 0.1 over 50 steps, 150 steps flat at 0.1."""
+    plateau = Plateau(TASK, smoothing=0.0, window=20, **kwargs)
+    for step in range(400):
+        if step < 200:
+            loss = math.log(2)
+        elif step < 250:
+            loss = math.log(2) - (math.log(2) - 0.1) * (step - 199) / 50
+        else:
+            loss = 0.1
+        plateau.update(step, loss)
+    return plateau
+
+
+def test_plateau_end_step_from_relative_threshold():
+    report = scripted_plateau(frac=0.1).report()
+    # threshold = ln2 - 0.1 ln2; the ramp crosses it when (step-199)/50·(ln2-0.1) > 0.1·ln2
+    expected = next(s for s in range(200, 250) if math.log(2) - (math.log(2) - 0.1) * (s - 199) / 50 < 0.9 * math.log(2))
+    assert report["end_step"] == expected and not report["censored"]
+    assert report["threshold"] == 0.9 * math.log(2)
+    assert report["budget"] == 400
+
+
+def test_plateau_absolute_threshold_and_spans():
+    report = scripted_plateau(threshold=0.3).report()
+    expected = next(s for s in range(200, 250) if math.log(2) - (math.log(2) - 0.1) * (s - 199) / 50 < 0.3)
+    assert report["end_step"] == expected
+    # Flat at chance (0..~200) and flat at the floor (~250..399): two spans around the drop.
+    assert len(report["spans"]) == 2
+    first, second = report["spans"]
+    assert first[0] == 0 and 199 <= first[1] <= 205
+    assert 240 <= second[0] <= 270 and second[1] == 399
+
+
+def test_plateau_censored_when_never_crossed_and_smoothing_lags():
+    plateau = Plateau(TASK)
+    for step in range(100):
+        plateau.update(step, math.log(2))
+    assert plateau.report()["end_step"] is None and plateau.report()["censored"]
+    # Noise of ±0.1 around chance dips below the threshold on every other step; the EMA does not.
+    noisy = [math.log(2) + (0.1 if step % 2 else -0.1) for step in range(100)]
+    raw, smooth = Plateau(TASK, smoothing=0.0), Plateau(TASK, smoothing=0.9)
+    for step, loss in enumerate(noisy):
+        raw.update(step, loss)
+        smooth.update(step, loss)
+    assert raw.report()["end_step"] == 0
+    assert smooth.report()["censored"]
+
+
+def test_plateau_state_round_trip_continues_identically():
+    full = scripted_plateau(frac=0.1)
+    half = Plateau(TASK, smoothing=0.0, window=20, frac=0.1)
+    for step, value in zip(full.steps[:220], full.smoothed[:220]):
+        half.update(step, value)
+    restored = Plateau(TASK, smoothing=0.0, window=20, frac=0.1)
+    restored.load_state_dict(half.state_dict())
+    for step, value in zip(full.steps[220:], full.smoothed[220:]):
+        restored.update(step, value)
+    assert restored.report() == full.report()
+
+
+def test_emergence_overall_and_per_position():
+    emergence = Emergence(TASK, threshold=0.9)
+    curve = [(50, 0.5, [0.5, 0.5]), (100, 0.7, [0.95, 0.45]), (150, 0.92, [0.99, 0.85]), (200, 0.97, [1.0, 0.94])]
+    for step, acc, cells in curve[:2]:
+        emergence.update(step, acc, cells)
+    restored = Emergence(TASK, threshold=0.9)
+    restored.load_state_dict(emergence.state_dict())
+    for step, acc, cells in curve[2:]:
+        restored.update(step, acc, cells)
+    report = restored.report()
+    assert report["step"] == 150 and not report["censored"]
+    assert report["per_position"] == [100, 200]
+    assert report["history"][0] == [50, 0.5]
+
+
+def test_emergence_censored():
+    emergence = Emergence(TASK, threshold=0.95)
+    emergence.update(50, 0.94, [0.96, 0.9])
+    report = emergence.report()
+    assert report["step"] is None and report["censored"] and report["per_position"] == [50, None]

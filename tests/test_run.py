@@ -1,0 +1,64 @@
+import json
+
+import yaml
+
+from benchmark import leaderboard
+from benchmark.results import load
+from benchmark.run import run
+from benchmark.sweep import Sweep, run_sweep
+from conftest import tiny_config
+
+
+def test_result_schema_and_files(tmp_path):
+    record = run(tiny_config(), tmp_path)
+    run_dir = tmp_path / record["run_id"]
+    assert json.loads((run_dir / "result.json").read_text()) == record
+    assert yaml.safe_load((run_dir / "config.yaml").read_text()) == record["config"]
+    assert any((run_dir / "tensorboard").glob("events.out.tfevents.*"))
+    assert record["status"] == "ok" and record["error"] is None
+    assert record["backend"] == "torch" and record["device"] == "cpu"
+    assert record["versions"]["torch"] and record["versions"]["lightning"]
+    assert record["timing"]["steps"] == 20 and record["timing"]["steps_per_second"] > 0
+    assert set(record["metrics"]) >= {"final_train_loss", "final_eval_loss", "final_eval_accuracy"}
+    assert set(record["plateau"]) >= {"threshold", "end_step", "censored", "spans"}
+    assert set(record["emergence"]) >= {"threshold", "step", "censored", "per_position"}
+    assert [s for s, _ in record["emergence"]["history"]] == [10, 20]
+    assert len(record["emergence"]["per_position"]) == 4  # one per output cell of S=4
+    assert len(record["plateau"]) and record["plateau"]["budget"] == 20
+
+
+def test_same_seed_same_numbers_other_seed_other_numbers(tmp_path):
+    a = run(tiny_config(), tmp_path / "a")
+    b = run(tiny_config(), tmp_path / "b")
+    c = run(tiny_config(seed=1), tmp_path / "c")
+    for key in ("metrics", "plateau", "emergence"):
+        assert a[key] == b[key]
+    assert a["metrics"] != c["metrics"]
+
+
+def test_nan_loss_is_recorded_as_diverged(tmp_path):
+    record = run(tiny_config(mixer={"name": "test_nan_after", "steps": 5}), tmp_path)
+    assert record["status"] == "diverged" and "at step 5" in record["error"]
+    assert record["timing"]["steps"] == 5
+    assert json.loads((tmp_path / record["run_id"] / "result.json").read_text())["status"] == "diverged"
+
+
+def test_sweep_records_failures_and_continues_then_builds_a_leaderboard(tmp_path):
+    sweep = Sweep("t", base=tiny_config(), grid={
+        "seed": [0, 1], "mixer": [{"name": "transformer", "n_heads": 2, "head_dim": 4}, {"name": "test_broken"}]})
+    counts = run_sweep(sweep, tmp_path)
+    assert counts == {"total": 4, "skipped": 0, "ok": 2, "diverged": 0, "failed": 2}
+    frame = load(tmp_path)
+    assert len(frame) == 4 and set(frame["status"]) == {"ok", "failed"}
+    assert frame[frame.status == "failed"]["error"].str.contains("broken on purpose").all()
+    # Failed runs are retried on rerun, finished ones are not.
+    assert run_sweep(sweep, tmp_path)["skipped"] == 2
+    table, markdown = leaderboard.write(tmp_path)
+    assert len(table) == 2
+    broken = table[table.mixer.str.startswith("test_broken")].iloc[0]
+    assert broken["failed"] == 2 and broken["seeds"] == 2
+    good = table[table.mixer.str.startswith("transformer")].iloc[0]
+    assert good["seeds"] == 2 and good["failed"] == 0
+    assert (tmp_path / "leaderboard.md").read_text() == markdown
+    assert (tmp_path / "leaderboard.csv").read_text().startswith("task,mixer")
+    assert "2 failed" in markdown
