@@ -1,0 +1,147 @@
+"""The command line as a user types it (each call is a fresh process)."""
+
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import yaml
+
+from conftest import CLI, cli, tiny_config
+
+PLUGIN_MODULE = '''
+import torch
+from torch import nn
+
+
+class ShiftMixer(nn.Module):
+    """Each position sees the previous one: out_t = W x_{t-1}."""
+
+    def __init__(self, d_model, max_len, layer_idx, shift=1):
+        super().__init__()
+        self.shift = shift
+        self.proj = nn.Linear(d_model, d_model)
+
+    def forward(self, x, ctx):
+        shifted = torch.nn.functional.pad(x, (0, 0, self.shift, 0))[:, : x.shape[1]]
+        return self.proj(shifted)
+'''
+
+
+def fake_distribution(root: Path, entry_points: str) -> Path:
+    """An installed distribution `fake-mixers` (a dist-info folder) with the given entry points."""
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "fake_mixers.py").write_text(PLUGIN_MODULE)
+    info = root / "fake_mixers-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: fake-mixers\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text(entry_points)
+    return root
+
+
+def write_config(path: Path, **sections) -> Path:
+    path.write_text(yaml.safe_dump(tiny_config(**sections)))
+    return path
+
+
+def test_list_shows_mixers_tasks_parameters_and_presets():
+    result = cli("list")
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    assert "transformer" in out and "n_heads=8 head_dim=8" in out
+    assert "linear_map" in out and "state_size=8 sparsity=3 trajectory_length=2 task_seed=0 batch_size=128" in out
+    assert "plateau" in out and "emergence" in out and "quick" in out
+
+
+def test_plugin_mixer_is_listed_and_trains_and_a_broken_plugin_is_named(tmp_path):
+    site = fake_distribution(tmp_path / "site", "[emergence_bench.mixers]\nshift = fake_mixers:ShiftMixer\n"
+                             "broken = fake_mixers_missing:Nothing\n")
+    env = {"PYTHONPATH": str(site)}
+    listing = cli("list", env=env)
+    assert listing.returncode == 0, listing.stderr
+    assert "shift  (fake_mixers.ShiftMixer" in listing.stdout and "shift=1" in listing.stdout
+    assert "broken" in listing.stderr and "failed to import" in listing.stderr
+    assert "transformer" in listing.stdout  # everything else still works
+    config = write_config(tmp_path / "c.yaml")
+    result = cli("run", "--config", config, "--out", tmp_path / "runs", "--mixer", "{name: shift, shift: 2}", env=env)
+    assert result.returncode == 0, result.stderr
+    (record_path,) = (tmp_path / "runs").glob("*/result.json")
+    record = json.loads(record_path.read_text())
+    assert record["status"] == "ok" and record["config"]["mixer"] == {"name": "shift", "shift": 2}
+
+
+def test_run_with_flags_writes_the_result(tmp_path):
+    config = write_config(tmp_path / "c.yaml")
+    result = cli("run", "--config", config, "--out", tmp_path, "--task.state_size", "5", "--seed=3")
+    assert result.returncode == 0, result.stderr
+    assert "status ok" in result.stdout and "step     20/20" in result.stderr
+    (record_path,) = tmp_path.glob("*/result.json")
+    record = json.loads(record_path.read_text())
+    assert record["seed"] == 3 and record["config"]["task"]["state_size"] == 5
+
+
+def test_bad_input_exits_non_zero_with_a_clear_message(tmp_path):
+    config = write_config(tmp_path / "c.yaml")
+    cases = [
+        (["--mixer.name", "transfomer"], "Did you mean 'transformer'"),
+        (["--task.name", "linear"], "Known tasks: linear_map"),
+        (["--task.sparsity", "9"], "sparsity must be in [1, 4], got 9"),
+        (["--task.trajectory_length", "1"], "trajectory_length must be in [2, inf]"),
+        (["--trainer.max_stepz", "3"], "unknown config key 'trainer.max_stepz'"),
+    ]
+    for flags, message in cases:
+        result = cli("run", "--config", config, "--out", tmp_path / "runs", *flags)
+        assert result.returncode == 2, (flags, result.stderr)
+        assert message in result.stderr, (flags, result.stderr)
+    assert not (tmp_path / "runs").exists()  # nothing trained, nothing written
+    result = cli("sweep", "quik")
+    assert result.returncode == 2 and "Did you mean 'quick'" in result.stderr
+
+
+def test_sweep_killed_after_first_result_resumes_without_repeating_or_losing_runs(tmp_path):
+    sweep_file = tmp_path / "s.yaml"
+    base = tiny_config(trainer={"max_steps": 40})
+    sweep_file.write_text(yaml.safe_dump({"name": "kill", "base": base, "grid": {"seed": [0, 1, 2, 3]}}))
+    out = tmp_path / "out"
+    process = subprocess.Popen([CLI, "sweep", str(sweep_file), "--out", str(out)], stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, start_new_session=True)
+    deadline = time.time() + 120
+    while not list(out.glob("*/result.json")) and time.time() < deadline:
+        time.sleep(0.05)
+    os.killpg(process.pid, signal.SIGKILL)
+    process.wait()
+    first = {p.parent.name: p.stat().st_mtime_ns for p in out.glob("*/result.json")}
+    assert 1 <= len(first) < 4
+    result = cli("sweep", sweep_file, "--out", out)
+    assert result.returncode == 0, result.stderr
+    assert f"{len(first)} already finished, {4 - len(first)} to run" in result.stderr
+    after = {p.parent.name: p.stat().st_mtime_ns for p in out.glob("*/result.json")}
+    assert len(after) == 4
+    assert all(after[run_id] == mtime for run_id, mtime in first.items())  # not rerun
+    assert all(json.loads(p.read_text())["status"] == "ok" for p in out.glob("*/result.json"))
+    again = cli("sweep", sweep_file, "--out", out)
+    assert "4 already finished, 0 to run" in again.stderr
+    board = cli("leaderboard", out)
+    assert board.returncode == 0, board.stderr
+    assert "| linear_map | transformer | - | none | 4 |" in board.stdout
+    assert (out / "leaderboard.md").is_file() and (out / "leaderboard.csv").is_file()
+
+
+def test_sweep_with_two_workers_and_dry_run(tmp_path):
+    sweep_file = tmp_path / "s.yaml"
+    sweep_file.write_text(yaml.safe_dump({"name": "two", "base": tiny_config(), "grid": {"seed": [0, 1],
+                                                                                         "task.sparsity": [1, 2]}}))
+    dry = cli("sweep", sweep_file, "--dry-run", "--task.sparsity", "2")
+    assert dry.returncode == 0 and len(dry.stdout.split()) == 2  # the override narrowed the grid axis
+    result = cli("sweep", sweep_file, "--out", tmp_path / "out", "--workers", "2")
+    assert result.returncode == 0, result.stderr
+    assert "4/4 done" in result.stderr and "eta" in result.stderr
+    assert len(list((tmp_path / "out").glob("*/result.json"))) == 4
+
+
+def test_quick_preset_expands_to_its_runs():
+    result = cli("sweep", "quick", "--dry-run")
+    assert result.returncode == 0, result.stderr
+    assert len(result.stdout.split()) == 8
