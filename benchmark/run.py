@@ -68,8 +68,7 @@ def run(config: dict | RunConfig, out: str | Path, progress: bool = False) -> di
     """Train one config and write its result row under ``out/<run_id>/``; returns the row.
 
     A NaN loss gives status ``diverged`` and any other error ``failed`` (with the traceback);
-    an interrupt (Ctrl-C; Lightning turns it into SystemExit) propagates and writes nothing, so a
-    resumed sweep runs it again.
+    an interrupt (Ctrl-C) raises KeyboardInterrupt and writes nothing, so a resumed sweep runs it again.
     """
     config = check(config)
     quiet_lightning()
@@ -113,6 +112,8 @@ def run(config: dict | RunConfig, out: str | Path, progress: bool = False) -> di
             enable_model_summary=False,
         )
         trainer.fit(module, task)
+    except SystemExit:  # Lightning turns Ctrl-C into exit(1) after a graceful shutdown
+        raise KeyboardInterrupt(f"run {run_id} interrupted") from None
     except Diverged as error:
         record.update(status="diverged", error=str(error))
     except Exception as error:

@@ -93,9 +93,24 @@ def load_sweep(preset_or_file: str) -> Sweep:
 
 # --- execution --------------------------------------------------------------------------------
 def _init_worker(threads: int) -> None:
+    import signal
+
     import torch
 
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the driver's to handle
     torch.set_num_threads(threads)
+
+
+def _stop_workers(pool: ProcessPoolExecutor) -> None:
+    """Cancel what is queued and stop the workers now (their unfinished runs leave no result)."""
+    kill = getattr(pool, "kill_workers", None)  # Python ≥ 3.14
+    if kill is not None:
+        kill()
+        return
+    processes = list((pool._processes or {}).values())  # shutdown() forgets them
+    pool.shutdown(wait=False, cancel_futures=True)
+    for process in processes:
+        process.kill()  # SIGKILL: Lightning would turn SIGTERM into a failed run
 
 
 def _run_one(config: dict, out: str) -> dict:
@@ -120,8 +135,8 @@ def _clock(seconds: float) -> str:
 class Progress:
     """The one-line status after each run: done/total, failures, ETA."""
 
-    def __init__(self, name: str, total: int, skipped: int, workers: int, stream=sys.stderr):
-        self.name, self.total, self.workers, self.stream = name, total, workers, stream
+    def __init__(self, name: str, total: int, skipped: int, stream=sys.stderr):
+        self.name, self.total, self.stream = name, total, stream
         self.done = self.skipped = skipped
         self.counts = {"ok": 0, "diverged": 0, "failed": 0}
         self.started = time.perf_counter()
@@ -153,14 +168,15 @@ def run_sweep(sweep: Sweep, out: str | Path, workers: int = 1, stream=sys.stderr
     skipped = len(configs) - len(pending)
     print(f"[{sweep.name}] {len(configs)} runs, {skipped} already finished, {len(pending)} to run "
           f"with {workers} worker(s) → {out}", file=stream, flush=True)
-    progress = Progress(sweep.name, len(configs), skipped, workers, stream)
+    progress = Progress(sweep.name, len(configs), skipped, stream)
     if workers <= 1:
         for config in pending:
             progress.update(_run_one(config.to_dict(), str(out)))
     else:
         threads = max(1, (os.cpu_count() or 1) // workers)
-        with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"),
-                                 initializer=_init_worker, initargs=(threads,)) as pool:
+        pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"),
+                                   initializer=_init_worker, initargs=(threads,))
+        try:
             futures = {pool.submit(_run_one, c.to_dict(), str(out)): c.run_id() for c in pending}
             for future in as_completed(futures):
                 try:
@@ -168,4 +184,8 @@ def run_sweep(sweep: Sweep, out: str | Path, workers: int = 1, stream=sys.stderr
                 except Exception as error:  # the worker died or the result could not be written
                     progress.update({"run_id": futures[future], "status": "failed",
                                      "error": f"{type(error).__name__}: {error}", "emergence_step": None})
+        except BaseException:
+            _stop_workers(pool)
+            raise
+        pool.shutdown()
     return {"total": len(configs), "skipped": skipped, **progress.counts}
