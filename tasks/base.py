@@ -120,3 +120,43 @@ class SyntheticTask(L.LightningDataModule, metaclass=ABCMeta):
         if getattr(self, "_eval_set", None) is None:  # the same sequences at every eval
             self._eval_set = [self.batch("eval", i) for i in range(self.eval_batches)]
         return DataLoader(self._eval_set, batch_size=None)
+
+
+class StateTrajectoryTask(SyntheticTask):
+    """Trajectories of T states of S cells, flattened to S·T tokens: state 0 is random and unscored,
+    every later cell is scored and depends on some cells of the state before it.
+
+    Subclasses give ``source_cells()``: [S, S] 0/1, row i marks the cells of state t−1 that determine
+    cell i of state t. The mask, the output cells and the ground-truth pattern follow from it.
+    """
+
+    def __init__(self, state_size: int, trajectory_length: int, batch_size: int, task_seed: int):
+        check_range("state_size", state_size, 1)
+        check_range("trajectory_length", trajectory_length, 2)
+        super().__init__(batch_size, task_seed)
+        self.state_size = state_size
+        self.trajectory_length = trajectory_length
+        self.seq_len = state_size * trajectory_length - 1
+
+    @abstractmethod
+    def source_cells(self) -> torch.Tensor:
+        """[S, S] 0/1: row i marks the previous state's cells that cell i depends on."""
+
+    @property
+    def loss_mask(self) -> torch.Tensor:
+        # Row p predicts token p + 1; tokens S.. (states 1..T-1) are scored.
+        return torch.arange(self.seq_len) >= self.state_size - 1
+
+    @property
+    def output_cell(self) -> torch.Tensor:
+        cell = (torch.arange(self.seq_len) + 1) % self.state_size
+        return torch.where(self.loss_mask, cell, -1)
+
+    def ground_truth_attention(self) -> torch.Tensor:
+        S = self.state_size
+        sources = self.source_cells().long()
+        pattern = torch.zeros(self.seq_len, self.seq_len, dtype=torch.long)
+        for t in range(1, self.trajectory_length):
+            rows = t * S - 1 + torch.arange(S)  # the rows that predict state t's cells
+            pattern[rows, (t - 1) * S : t * S] = sources
+        return pattern

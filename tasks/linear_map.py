@@ -5,11 +5,11 @@ from __future__ import annotations
 import torch
 
 from benchmark.registry import register_task
-from tasks.base import SyntheticTask, check_range, seeded_generator
+from tasks.base import StateTrajectoryTask, check_range, seeded_generator
 
 
 @register_task("linear_map")
-class LinearMap(SyntheticTask):
+class LinearMap(StateTrajectoryTask):
     """Trajectories [x_0; x_1; ...; x_{T-1}] of S binary cells, flattened to S·T tokens.
 
     x_0 is uniform and unscored; every later cell is scored. Output cell i depends on the cells of the
@@ -29,15 +29,11 @@ class LinearMap(SyntheticTask):
     ):
         check_range("state_size", state_size, 1)
         check_range("sparsity", sparsity, 1, state_size)
-        check_range("trajectory_length", trajectory_length, 2)
-        super().__init__(batch_size, task_seed)
-        self.state_size = S = state_size
+        super().__init__(state_size, trajectory_length, batch_size, task_seed)
         self.sparsity = sparsity
-        self.trajectory_length = T = trajectory_length
-        self.seq_len = S * T - 1
-        g = seeded_generator(task_seed, "linear_map.A", S, sparsity)
-        columns = torch.rand(S, S, generator=g).argsort(dim=1)[:, :sparsity]
-        self.A = torch.zeros(S, S, dtype=torch.long).scatter_(1, columns, 1)
+        g = seeded_generator(task_seed, "linear_map.A", state_size, sparsity)
+        columns = torch.rand(state_size, state_size, generator=g).argsort(dim=1)[:, :sparsity]
+        self.A = torch.zeros(state_size, state_size, dtype=torch.long).scatter_(1, columns, 1)
 
     def generate(self, generator: torch.Generator, batch_size: int) -> torch.Tensor:
         state = torch.randint(0, 2, (batch_size, self.state_size), generator=generator)
@@ -47,20 +43,5 @@ class LinearMap(SyntheticTask):
             states.append(state)
         return torch.cat(states, dim=1)
 
-    @property
-    def loss_mask(self) -> torch.Tensor:
-        # Row p predicts token p + 1; tokens S.. (states 1..T-1) are scored.
-        return torch.arange(self.seq_len) >= self.state_size - 1
-
-    @property
-    def output_cell(self) -> torch.Tensor:
-        cell = (torch.arange(self.seq_len) + 1) % self.state_size
-        return torch.where(self.loss_mask, cell, -1)
-
-    def ground_truth_attention(self) -> torch.Tensor:
-        S = self.state_size
-        pattern = torch.zeros(self.seq_len, self.seq_len, dtype=torch.long)
-        for t in range(1, self.trajectory_length):
-            rows = t * S - 1 + torch.arange(S)  # rows predicting state t's cells
-            pattern[rows, (t - 1) * S : t * S] = self.A
-        return pattern
+    def source_cells(self) -> torch.Tensor:
+        return self.A
