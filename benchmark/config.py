@@ -52,7 +52,7 @@ class TrainerConfig:
     accelerator: str = "auto"  # auto | cpu | gpu
 
 
-DEFAULT_CALLBACKS = {"plateau": {}, "emergence": {}}
+DEFAULT_CALLBACKS = {"plateau": {}, "emergence": {}, "attention_probe": {}}
 
 
 @dataclass
@@ -97,7 +97,8 @@ def _check_type(key: str, value, default):
         return float(value)
     if isinstance(default, tuple) and isinstance(value, list):
         return tuple(value)
-    if isinstance(default, (int, float, str, tuple)) and not isinstance(value, type(default)):
+    # Strings like "all" may stand for lists; components check those themselves.
+    if isinstance(default, (int, float, tuple)) and not isinstance(value, type(default)):
         raise ConfigError(f"{key} must be of type {type(default).__name__}, got {value!r}")
     return value
 

@@ -28,7 +28,8 @@ class EmergenceModule(L.LightningModule):
     eval is kept in ``last_eval`` for callbacks: {loss, accuracy, p_correct, cell_accuracy [C],
     cell_loss [C]}.
 
-    ``train_bias`` (layer -> logits bias) is applied to training forwards; interventions set it.
+    ``attention_bias`` (layer -> logits bias) is applied to training and eval forwards; interventions
+    set it.
     """
 
     def __init__(self, model: SequenceModel, task: SyntheticTask, optim: OptimConfig, max_steps: int):
@@ -43,7 +44,7 @@ class EmergenceModule(L.LightningModule):
         self.accuracy = torchmetrics.classification.MulticlassAccuracy(
             num_classes=task.vocab_size, average="micro"
         )
-        self.train_bias: dict[int, torch.Tensor] = {}
+        self.attention_bias: dict[int, torch.Tensor] = {}
         self.recent_train_losses: deque[float] = deque(maxlen=50)
         self.last_train_loss = math.nan
         self.last_eval: dict = {}
@@ -55,7 +56,7 @@ class EmergenceModule(L.LightningModule):
         return logits[:, self.loss_mask], tokens[:, 1:][:, self.loss_mask]
 
     def training_step(self, tokens: torch.Tensor, batch_idx: int) -> torch.Tensor:
-        logits, targets = self.scored(tokens, MixerContext(bias=self.train_bias))
+        logits, targets = self.scored(tokens, MixerContext(bias=self.attention_bias))
         loss = F.cross_entropy(logits.flatten(0, 1), targets.flatten())
         value = loss.item()
         if not math.isfinite(value):
@@ -72,7 +73,7 @@ class EmergenceModule(L.LightningModule):
         self._sums = {"loss": zeros(), "correct": zeros(), "p_correct": zeros(), "count": zeros()}
 
     def validation_step(self, tokens: torch.Tensor, batch_idx: int) -> None:
-        logits, targets = self.scored(tokens)
+        logits, targets = self.scored(tokens, MixerContext(bias=self.attention_bias))
         loss = F.cross_entropy(logits.transpose(1, 2), targets, reduction="none")  # [B, N]
         predictions = logits.argmax(dim=-1)
         self.accuracy.update(predictions.flatten(), targets.flatten())
@@ -101,6 +102,7 @@ class EmergenceModule(L.LightningModule):
         self.log_dict({"eval/loss": e["loss"], "eval/accuracy": e["accuracy"], "eval/p_correct": e["p_correct"]})
         if self.num_cells <= 64:  # beyond that, per-cell scalars drown the dashboard
             self.log_dict({f"eval_cell_accuracy/{i}": float(a) for i, a in enumerate(e["cell_accuracy"])})
+            self.log_dict({f"eval_cell_loss/{i}": float(v) for i, v in enumerate(e["cell_loss"])})
 
     # --- optimiser ----------------------------------------------------------------------------
     def configure_optimizers(self):

@@ -57,6 +57,7 @@ def check(config: dict | RunConfig) -> RunConfig:
     task = build_task(config)
     with torch.device("meta"):
         build_model(config, task)
+    build_callbacks(config, task)
     return config
 
 

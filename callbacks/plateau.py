@@ -16,6 +16,9 @@ class Plateau(L.Callback):
     the chance loss (so early noise alone cannot end the plateau).
     Plateau spans are the maximal stretches where the smoothed loss falls by less than
     ``tolerance·(chance − floor)`` over ``window`` steps. Steps count completed optimiser updates.
+
+    Per output cell, the plateau ends at the first eval step whose eval loss on that cell is below
+    the same threshold (``per_position``), so a staircase of cells shows as distinct steps.
     """
 
     def __init__(self, task, frac: float = 0.1, threshold: float | None = None, smoothing: float = 0.9,
@@ -30,6 +33,7 @@ class Plateau(L.Callback):
         self.steps: list[int] = []
         self.smoothed: list[float] = []
         self._ema = task.chance_loss
+        self.cell_history: list[tuple[int, list[float]]] = []  # (eval step, eval loss per cell)
 
     def update(self, step: int, loss: float) -> None:
         self._ema = self.smoothing * self._ema + (1 - self.smoothing) * loss
@@ -38,6 +42,19 @@ class Plateau(L.Callback):
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         self.update(trainer.global_step - 1, pl_module.last_train_loss)
+
+    def on_validation_end(self, trainer, pl_module) -> None:
+        if not trainer.sanity_checking:
+            e = pl_module.last_eval
+            self.update_cells(e["step"], e["cell_loss"].tolist())
+
+    def update_cells(self, step: int, cell_loss: list[float]) -> None:
+        self.cell_history.append((step, [float(v) for v in cell_loss]))
+
+    def per_position(self) -> list[int | None]:
+        cells = len(self.cell_history[0][1]) if self.cell_history else 0
+        return [next((s for s, losses in self.cell_history if losses[i] < self.threshold), None)
+                for i in range(cells)]
 
     def end_step(self) -> int | None:
         return next((s for s, v in zip(self.steps, self.smoothed) if v < self.threshold), None)
@@ -61,10 +78,13 @@ class Plateau(L.Callback):
             "censored": end is None,
             "budget": self.steps[-1] + 1 if self.steps else 0,
             "spans": self.spans(),
+            "per_position": self.per_position(),
         }
 
     def state_dict(self) -> dict:
-        return {"steps": list(self.steps), "smoothed": list(self.smoothed), "ema": self._ema}
+        return {"steps": list(self.steps), "smoothed": list(self.smoothed), "ema": self._ema,
+                "cell_history": [list(h) for h in self.cell_history]}
 
     def load_state_dict(self, state: dict) -> None:
         self.steps, self.smoothed, self._ema = list(state["steps"]), list(state["smoothed"]), state["ema"]
+        self.cell_history = [(s, list(c)) for s, c in state.get("cell_history", [])]

@@ -1,3 +1,4 @@
 """Synthetic tasks: one LightningDataModule per module. Importing this package registers the built-ins."""
 
+from tasks import cellular_automata  # noqa: F401
 from tasks import linear_map  # noqa: F401

@@ -85,6 +85,11 @@ class SyntheticTask(L.LightningDataModule, metaclass=ABCMeta):
     def ground_truth_attention(self) -> torch.Tensor:
         """[seq_len, seq_len] 0/1: row p marks the key positions that determine token p + 1."""
 
+    def probe_keys(self) -> torch.Tensor:
+        """[seq_len, seq_len] bool: the keys over which a row's attention entropy is measured
+        (default: every key the row can see)."""
+        return torch.ones(self.seq_len, self.seq_len, dtype=torch.bool).tril()
+
     @property
     def chance_loss(self) -> float:
         """Cross-entropy (nats) of a uniform guess over the vocabulary."""
@@ -151,6 +156,14 @@ class StateTrajectoryTask(SyntheticTask):
     def output_cell(self) -> torch.Tensor:
         cell = (torch.arange(self.seq_len) + 1) % self.state_size
         return torch.where(self.loss_mask, cell, -1)
+
+    def probe_keys(self) -> torch.Tensor:
+        """Row predicting a cell of state t: the keys of state t − 1."""
+        S = self.state_size
+        keys = torch.zeros(self.seq_len, self.seq_len, dtype=torch.bool)
+        for t in range(1, self.trajectory_length):
+            keys[t * S - 1 : (t + 1) * S - 1, (t - 1) * S : t * S] = True
+        return keys
 
     def ground_truth_attention(self) -> torch.Tensor:
         S = self.state_size

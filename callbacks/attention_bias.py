@@ -1,0 +1,117 @@
+"""AttentionBias: add strength × (the task's ground-truth pattern) to attention logits during training."""
+
+from __future__ import annotations
+
+import lightning as L
+import torch
+
+from benchmark.registry import register_callback
+
+
+def _selection(name: str, value, count: int) -> list[int]:
+    """``"all"`` or a list of indices → the sorted indices, checked against ``count``."""
+    if value == "all":
+        return list(range(count))
+    chosen = [value] if isinstance(value, int) else list(value)
+    bad = [i for i in chosen if not isinstance(i, int) or not 0 <= i < count]
+    if bad or not chosen:
+        raise ValueError(f"attention_bias.{name} must be 'all' or a non-empty list of indices in "
+                         f"[0, {count - 1}], got {value!r}")
+    return sorted(set(chosen))
+
+
+@register_callback("attention_bias")
+class AttentionBias(L.Callback):
+    """logits += factor(step) · strength · M on the chosen layers and heads.
+
+    M [L, L] is ``task.ground_truth_attention()`` (rows that predict a scored token, keys that
+    determine it). factor is 1 before ``until_step`` (always, when it is null) and 0 after; with
+    ``anneal`` it falls linearly from 1 at step 0 to 0 at ``until_step`` (or at max_steps).
+    With ``in_eval`` (default) evals see the same bias as training at that step, so eval metrics
+    measure the model as it is trained; without it they measure the model alone. The attention
+    probe always measures the model's own attention, without the bias.
+    A mixer without attention scores gets nothing, and the report says so.
+    """
+
+    is_intervention = True
+
+    def __init__(self, task, strength: float = 5.0, layers="all", heads="all", until_step: int | None = None,
+                 anneal: bool = False, in_eval: bool = True):
+        if until_step is not None and until_step < 1:
+            raise ValueError(f"attention_bias.until_step must be ≥ 1 or null, got {until_step}")
+        for name, value in (("layers", layers), ("heads", heads)):
+            if value != "all" and not isinstance(value, (int, list, tuple)):
+                raise ValueError(f"attention_bias.{name} must be 'all' or a list of indices, got {value!r}")
+        self.task = task
+        self.strength, self.layers, self.heads = float(strength), layers, heads
+        self.until_step, self.anneal, self.in_eval = until_step, anneal, in_eval
+        self.applied: dict[int, list[int]] = {}  # layer -> heads actually biased
+        self.not_applicable: str | None = None
+        self.steps_applied = 0
+        self.first_step = self.last_step = None
+        self._bias: dict[int, torch.Tensor] = {}
+
+    def setup(self, trainer, pl_module, stage: str) -> None:
+        mixers = pl_module.model.mixers
+        pattern = self.task.ground_truth_attention().float()
+        layers = _selection("layers", self.layers, len(mixers))
+        skipped = [f"layer {i} ({type(mixers[i]).__name__})" for i in layers
+                   if not getattr(mixers[i], "exposes_attention", False)]
+        if skipped:
+            self.not_applicable = f"no attention scores in {', '.join(skipped)}"
+        for i in layers:
+            mixer = mixers[i]
+            if not getattr(mixer, "exposes_attention", False):
+                continue
+            heads = _selection("heads", self.heads, mixer.n_heads)
+            head_mask = torch.zeros(mixer.n_heads, 1, 1)
+            head_mask[heads] = 1.0
+            self._bias[i] = (self.strength * head_mask * pattern).unsqueeze(0).to(pl_module.device)
+            self.applied[i] = heads
+
+    def factor(self, step: int, max_steps: int) -> float:
+        if self.anneal:
+            end = self.until_step or max_steps
+            return max(0.0, 1.0 - step / end)
+        return 1.0 if self.until_step is None or step < self.until_step else 0.0
+
+    def current(self, step: int, max_steps: int) -> dict[int, torch.Tensor]:
+        """layer -> the bias to add at ``step`` (empty when the factor is 0)."""
+        factor = self.factor(step, max_steps)
+        return {i: bias * factor for i, bias in self._bias.items()} if factor else {}
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        step = trainer.global_step
+        pl_module.attention_bias = self.current(step, trainer.max_steps)
+        if pl_module.attention_bias:
+            self.steps_applied += 1
+            self.first_step = step if self.first_step is None else self.first_step
+            self.last_step = step
+
+    def on_validation_start(self, trainer, pl_module) -> None:
+        pl_module.attention_bias = self.current(trainer.global_step, trainer.max_steps) if self.in_eval else {}
+
+    def on_train_end(self, trainer, pl_module) -> None:
+        pl_module.attention_bias = {}
+
+    def report(self) -> dict:
+        return {
+            "applicable": bool(self.applied),
+            "not_applicable": self.not_applicable,
+            "strength": self.strength,
+            "anneal": self.anneal,
+            "until_step": self.until_step,
+            "in_eval": self.in_eval,
+            "layers": sorted(self.applied),
+            "heads": {str(layer): heads for layer, heads in self.applied.items()},
+            "steps_applied": self.steps_applied,
+            "first_step": self.first_step,
+            "last_step": self.last_step,
+        }
+
+    def state_dict(self) -> dict:
+        return {"steps_applied": self.steps_applied, "first_step": self.first_step, "last_step": self.last_step}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.steps_applied, self.first_step, self.last_step = (
+            state["steps_applied"], state["first_step"], state["last_step"])

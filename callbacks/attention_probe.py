@@ -1,0 +1,117 @@
+"""AttentionProbe: per layer and head, how diffuse is attention and how much of it sits on the truth?"""
+
+from __future__ import annotations
+
+import lightning as L
+import torch
+
+from benchmark.registry import register_callback
+from mixers.base import MixerContext
+
+
+def attention_stats(probs: torch.Tensor, pattern: torch.Tensor, keys: torch.Tensor, rows: torch.Tensor):
+    """Entropy and true-source mass of attention maps, averaged over sequences and probed rows.
+
+    probs [B, H, L, L] attention probabilities; pattern [L, L] 0/1 ground truth; keys [L, L] bool,
+    the keys entropy is measured over (renormalised there); rows [L] bool, the rows probed.
+    Returns (entropy [H] in nats, mass [H]: the attention each row puts on its true sources).
+    """
+    p = probs[:, :, rows].double()  # [B, H, R, L]
+    mass = (p * pattern[rows].double()).sum(-1).mean(dim=(0, 2))
+    within = p * keys[rows].double()
+    within = within / within.sum(-1, keepdim=True).clamp_min(1e-12)
+    entropy = -(within * within.clamp_min(1e-12).log()).sum(-1).mean(dim=(0, 2))
+    return entropy.float(), mass.float()
+
+
+@register_callback("attention_probe")
+class AttentionProbe(L.Callback):
+    """At each eval, runs the model on ``probe_size`` eval sequences with attention captured and
+    records per layer and head the entropy (on the scored rows, over ``task.probe_keys()``) and the
+    mass on the true sources. "Pattern found" = the first eval step where some head puts ≥
+    ``found_mass`` on the true sources. Logs TensorBoard scalars, and every ``image_every`` evals an
+    image per layer: each head's mean attention map beside the ground truth.
+    Mixers without attention scores are reported as not applicable.
+    """
+
+    def __init__(self, task, found_mass: float = 0.5, image_every: int = 10, probe_size: int = 64):
+        if not 0 < found_mass <= 1:
+            raise ValueError(f"attention_probe.found_mass must be in (0, 1], got {found_mass}")
+        self.task = task
+        self.found_mass, self.image_every, self.probe_size = found_mass, image_every, probe_size
+        self.history: list[dict] = []  # {step, entropy: [[per head] per layer], mass: [...]}
+        self.not_applicable: str | None = None
+        self._evals = 0
+
+    def setup(self, trainer, pl_module, stage: str) -> None:
+        mixers = pl_module.model.mixers
+        self.layers = [i for i, m in enumerate(mixers) if getattr(m, "exposes_attention", False)]
+        if not self.layers:
+            self.not_applicable = f"{type(mixers[0]).__name__} exposes no attention scores"
+            return
+        self.pattern = self.task.ground_truth_attention().to(pl_module.device)
+        self.keys = self.task.probe_keys().to(pl_module.device)
+        self.rows = (self.task.loss_mask.to(pl_module.device) & (self.pattern.sum(-1) > 0))
+
+    @torch.no_grad()
+    def measure(self, pl_module) -> tuple[list, list, dict]:
+        tokens = self.task.batch("eval", 0)[: self.probe_size].to(pl_module.device)
+        ctx = MixerContext(capture=True)
+        pl_module.model(tokens[:, :-1], ctx)
+        entropy, mass = [], []
+        for layer in self.layers:
+            e, m = attention_stats(ctx.attention[layer], self.pattern, self.keys, self.rows)
+            entropy.append(e.tolist())
+            mass.append(m.tolist())
+        return entropy, mass, ctx.attention
+
+    def on_validation_end(self, trainer, pl_module) -> None:
+        if trainer.sanity_checking or self.not_applicable:
+            return
+        entropy, mass, attention = self.measure(pl_module)
+        step = trainer.global_step
+        self.history.append({"step": step, "entropy": entropy, "mass": mass})
+        experiment = getattr(trainer.logger, "experiment", None)
+        if experiment is not None and hasattr(experiment, "add_scalar"):
+            for layer, e_heads, m_heads in zip(self.layers, entropy, mass):
+                for head, (e, m) in enumerate(zip(e_heads, m_heads)):
+                    experiment.add_scalar(f"probe_entropy/L{layer}H{head}", e, step)
+                    experiment.add_scalar(f"probe_mass/L{layer}H{head}", m, step)
+            if self._evals % self.image_every == 0:
+                for layer in self.layers:
+                    experiment.add_image(f"attention/L{layer}", self.image(attention[layer]), step)
+        self._evals += 1
+
+    def image(self, probs: torch.Tensor) -> torch.Tensor:
+        """[1, L, (H + 1)(L + 1)] grey image: each head's mean map, then the ground truth."""
+        maps = list(probs.mean(0).float().cpu()) + [self.pattern.float().cpu()]
+        gap = torch.ones(maps[0].shape[0], 1)
+        panels = [torch.cat([m / m.max().clamp_min(1e-12), gap], dim=1) for m in maps]
+        return torch.cat(panels, dim=1).unsqueeze(0)
+
+    def report(self) -> dict:
+        if self.not_applicable:
+            return {"applicable": False, "not_applicable": self.not_applicable}
+        found = next((h["step"] for h in self.history
+                      if max(max(m) for m in h["mass"]) >= self.found_mass), None)
+        last = self.history[-1] if self.history else {"entropy": [], "mass": []}
+        best = max(((m, layer, head) for layer, heads in zip(self.layers, last["mass"])
+                    for head, m in enumerate(heads)), default=(None, None, None))
+        return {
+            "applicable": True,
+            "layers": self.layers,
+            "found_mass": self.found_mass,
+            "pattern_found_step": found,
+            "censored": found is None,
+            "best_head": None if best[1] is None else {"layer": best[1], "head": best[2], "mass": best[0]},
+            "final_entropy": last["entropy"],
+            "final_mass": last["mass"],
+            "history": [[h["step"], max(max(m) for m in h["mass"]),
+                         min(min(e) for e in h["entropy"])] for h in self.history],
+        }
+
+    def state_dict(self) -> dict:
+        return {"history": self.history, "evals": self._evals}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.history, self._evals = list(state["history"]), state["evals"]
