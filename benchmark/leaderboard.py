@@ -35,18 +35,30 @@ def _label(flat: dict, prefix: str, varying: list[str]) -> str:
     return " ".join([str(flat[prefix + "name"])] + params)
 
 
-def _intervention(config: dict) -> str:
-    names = [n for n in config.get("callbacks", {}) if n not in MEASUREMENT_CALLBACKS]
-    interventions = []
-    for name in sorted(names):
+def _interventions(config: dict) -> list[str]:
+    """The configured callbacks that change training (``is_intervention``), sorted."""
+    names = []
+    for name in sorted(config.get("callbacks", {})):
         try:
             cls = registry.callbacks.get(name)
-        except KeyError:
+        except KeyError:  # a plugin that is not installed here
             cls = None
         if getattr(cls, "is_intervention", False):
-            params = ", ".join(f"{k}={v}" for k, v in config["callbacks"][name].items())
-            interventions.append(f"{name}({params})")
-    return " + ".join(interventions) or "none"
+            names.append(name)
+    return names
+
+
+def _intervention_label(config: dict) -> str:
+    labels = [f"{name}({', '.join(f'{k}={v}' for k, v in config['callbacks'][name].items())})"
+              for name in _interventions(config)]
+    return " + ".join(labels) or "none"
+
+
+def _without_interventions(config: dict, flat: dict) -> str:
+    """The group signature with the interventions left out: equal for a row and its baseline."""
+    prefixes = tuple(f"callbacks.{name}" for name in _interventions(config))
+    return json.dumps({k: v for k, v in sorted(flat.items()) if not k.startswith(prefixes)},
+                      default=str)
 
 
 def _time_to(records: list[dict], section: str, key: str) -> tuple[float | None, int]:
@@ -68,6 +80,7 @@ def build(records: list[dict], over: tuple[str, ...] = ("seed",)) -> pd.DataFram
     keys = sorted({k for f in flats for k in f} - set(over))
     signature = [json.dumps([f.get(k) for k in keys], default=str) for f in flats]
     varying = [k for k in keys if len({json.dumps(f.get(k), default=str) for f in flats}) > 1]
+    intervention_names = {n for r in records for n in _interventions(r["config"])}
     groups: dict[str, list[int]] = {}
     for i, sig in enumerate(signature):
         groups.setdefault(sig, []).append(i)
@@ -84,12 +97,13 @@ def build(records: list[dict], over: tuple[str, ...] = ("seed",)) -> pd.DataFram
         speeds = [r["timing"]["steps_per_second"] for r in members if (r.get("timing") or {}).get("steps_per_second")]
         losses = [r["metrics"]["final_eval_loss"] for r in measured
                   if (r.get("metrics") or {}).get("final_eval_loss") is not None]
-        other = [k for k in varying if not k.startswith(("task.", "mixer.", "callbacks."))]
+        other = [k for k in varying if not k.startswith(("task.", "mixer."))
+                 and not (k.startswith("callbacks.") and k.split(".")[1] in intervention_names)]
         rows.append({
             "task": _label(flat, "task.", varying),
             "mixer": _label(flat, "mixer.", varying),
             "setting": " ".join(f"{k}={flat.get(k)}" for k in other) or "-",
-            "intervention": _intervention(members[0]["config"]),
+            "intervention": _intervention_label(members[0]["config"]),
             "seeds": len(members),
             "diverged": sum(r["status"] == "diverged" for r in members),
             "failed": sum(r["status"] == "failed" for r in members),
@@ -102,9 +116,41 @@ def build(records: list[dict], over: tuple[str, ...] = ("seed",)) -> pd.DataFram
             "budget": budget,
             "final_eval_loss": sum(losses) / len(losses) if losses else None,
             "steps_per_second": sum(speeds) / len(speeds) if speeds else None,
+            "_baseline": _without_interventions(members[0]["config"], {k: v for k, v in flat.items()
+                                                                        if k not in over}),
         })
-    table = pd.DataFrame(rows)
-    return table.sort_values(["task", "mixer", "setting", "intervention"], ignore_index=True)
+    _plateau_ratios(rows)
+    table = pd.DataFrame(rows).drop(columns="_baseline")
+    # Each baseline ("none") sits right above its intervention rows.
+    table["_order"] = table["intervention"] != "none"
+    table = table.sort_values(["task", "mixer", "setting", "_order", "intervention"], ignore_index=True)
+    return table.drop(columns="_order")
+
+
+def _plateau_ratios(rows: list[dict]) -> None:
+    """Each intervention row's median plateau end over that of the same row without it.
+
+    ``plateau_ratio_bound`` is "=" for a ratio of two medians, "<" when the baseline's median was
+    not reached (so the ratio is below median / budget); the ratio is None when it cannot be told.
+    """
+    baselines = {row["_baseline"]: row for row in rows if row["intervention"] == "none"}
+    for row in rows:
+        row["plateau_ratio"], row["plateau_ratio_bound"] = None, None
+        base = baselines.get(row["_baseline"])
+        if row["intervention"] == "none" or base is None or row["median_plateau_end"] is None:
+            continue
+        if base["median_plateau_end"] is not None:
+            row["plateau_ratio"] = row["median_plateau_end"] / max(base["median_plateau_end"], 1)
+            row["plateau_ratio_bound"] = "="
+        else:
+            row["plateau_ratio"] = row["median_plateau_end"] / max(base["budget"], 1)
+            row["plateau_ratio_bound"] = "<"
+
+
+def _ratio_cell(row: dict) -> str:
+    if row["plateau_ratio"] is None or pd.isna(row["plateau_ratio"]):
+        return "-"
+    return ("<" if row["plateau_ratio_bound"] == "<" else "") + f"{row['plateau_ratio']:.2f}×"
 
 
 def _median_cell(value, budget) -> str:
@@ -116,7 +162,7 @@ def to_markdown(table: pd.DataFrame) -> str:
     if table.empty:
         return "(no results)\n"
     header = ["task", "mixer", "setting", "intervention", "seeds", "success (95% CI)",
-              "median emergence", "median plateau end", "final loss", "steps/s"]
+              "median emergence", "median plateau end", "plateau vs none", "final loss", "steps/s"]
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
     for row in table.to_dict("records"):
         rate = "-" if row["success_rate"] is None or pd.isna(row["success_rate"]) else (
@@ -132,7 +178,7 @@ def to_markdown(table: pd.DataFrame) -> str:
         speed = "-" if pd.isna(row["steps_per_second"]) else f"{row['steps_per_second']:.1f}"
         cells = [row["task"], row["mixer"], row["setting"], row["intervention"], seeds, rate,
                  _median_cell(row["median_emergence_step"], row["budget"]),
-                 _median_cell(row["median_plateau_end"], row["budget"]), loss, speed]
+                 _median_cell(row["median_plateau_end"], row["budget"]), _ratio_cell(row), loss, speed]
         lines.append("| " + " | ".join(str(c) for c in cells) + " |")
     return "\n".join(lines) + "\n"
 
