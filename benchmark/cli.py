@@ -64,7 +64,7 @@ def cmd_list(args, extra) -> int:
     lines.append("presets:")
     for name in presets():
         sweep = load_sweep(name)
-        lines.append(f"  {name}  ({len(sweep.raw_configs())} runs) {sweep.description}".rstrip())
+        lines.append(f"  {name}  ({len(sweep.raw_runs())} runs) {sweep.description}".rstrip())
     print("\n".join(lines))
     return 0
 
@@ -95,17 +95,21 @@ def cmd_sweep(args, extra) -> int:
     if args.list:
         for name in presets():
             sweep = load_sweep(name)
-            print(f"{name}  {len(sweep.raw_configs())} runs  {sweep.description}".rstrip())
+            groups = ", ".join(f"{g.name}" for g in sweep.groups)
+            print(f"{name}  {len(sweep.raw_runs())} runs  {sweep.description}".rstrip()
+                  + (f"\n    groups: {groups}" if groups else ""))
         return 0
     if not args.sweep:
         raise ValueError("give a preset name or sweep file (see `emergence-bench sweep --list`)")
     sweep = load_sweep(args.sweep)
+    if args.group:
+        sweep.select([g.strip() for g in args.group.split(",") if g.strip()])
     sweep.override(_overrides(extra))
     if args.dry_run:
-        configs = sweep.configs()
-        for config in configs:
-            print(config.run_id())
-        print(f"{len(configs)} runs", file=sys.stderr)
+        runs = sweep.runs()
+        for group, config in runs:
+            print(f"{group}/{config.run_id()}" if group else config.run_id())
+        print(f"{len(runs)} runs", file=sys.stderr)
         return 0
     out = args.out or str(Path("runs") / sweep.name)
     try:
@@ -145,6 +149,7 @@ def parser() -> argparse.ArgumentParser:
     sweep.add_argument("sweep", nargs="?", help="preset name or sweep YAML file")
     sweep.add_argument("--out", help="results directory (default: runs/<sweep name>)")
     sweep.add_argument("--workers", type=int, default=1, help="parallel worker processes (default 1)")
+    sweep.add_argument("--group", help="run only these groups of the sweep (comma-separated)")
     sweep.add_argument("--dry-run", action="store_true", help="list the run ids and exit")
     sweep.add_argument("--list", action="store_true", help="list the presets with their run counts")
     board = sub.add_parser("leaderboard", help="aggregate the results under DIR over seeds")

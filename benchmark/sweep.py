@@ -6,6 +6,11 @@ A sweep file (or preset in ``benchmark/presets/``) is::
     description: ...
     base: {seed: 0, task: {...}, mixer: {...}, ...}     # a run config
     grid: {seed: [0, 1, 2], task.sparsity: [2, 3]}     # Cartesian product applied to base
+    groups:                                            # optional: several experiments in one file
+      - {name: ca, base: {task: {name: cellular_automata}}, grid: {task.state_size: [4, 8]}}
+
+A group's base is merged into the sweep's base (a task or mixer with another name replaces it), its
+grid extends the sweep's grid, and its runs are written under ``DIR/<group name>/``.
 
 Every run has a stable id (a hash of its resolved config), so rerunning a sweep skips the runs whose
 result.json says ok or diverged, reruns failed and unfinished ones, and loses nothing finished.
@@ -30,37 +35,76 @@ from benchmark.results import FINISHED, read_result
 PRESETS_DIR = Path(__file__).parent / "presets"
 
 
+def merge(base: dict, override: dict) -> dict:
+    """``override`` deep-merged into a copy of ``base``; a task or mixer section with another
+    ``name`` replaces the base's section instead (its parameters would not apply)."""
+    merged = copy.deepcopy(base)
+    for key, value in override.items():
+        old = merged.get(key)
+        renamed = key in ("task", "mixer") and isinstance(value, dict) and isinstance(old, dict) \
+            and value.get("name", old.get("name")) != old.get("name")
+        if isinstance(value, dict) and isinstance(old, dict) and not renamed:
+            merged[key] = merge(old, value)
+        else:
+            merged[key] = copy.deepcopy(value)
+    return merged
+
+
+@dataclass
+class Group:
+    name: str
+    base: dict = field(default_factory=dict)
+    grid: dict[str, list] = field(default_factory=dict)
+
+
 @dataclass
 class Sweep:
     name: str
     base: dict
     grid: dict[str, list] = field(default_factory=dict)
     description: str = ""
+    groups: list[Group] = field(default_factory=list)
 
-    def raw_configs(self) -> list[dict]:
-        keys = list(self.grid)
-        configs = []
-        for values in itertools.product(*(self.grid[k] for k in keys)):
-            config = copy.deepcopy(self.base)
-            for key, value in zip(keys, values):
-                set_dotted(config, key, copy.deepcopy(value))
-            configs.append(config)
-        return configs
+    def raw_runs(self) -> list[tuple[str, dict]]:
+        """Every run as (group name, or "" without groups; raw config)."""
+        runs = []
+        for group in self.groups or [Group("")]:
+            base, grid = merge(self.base, group.base), {**self.grid, **group.grid}
+            for values in itertools.product(*grid.values()):
+                config = copy.deepcopy(base)
+                for key, value in zip(grid, values):
+                    set_dotted(config, key, copy.deepcopy(value))
+                runs.append((group.name, config))
+        return runs
 
-    def configs(self) -> list[RunConfig]:
-        """Every run of the sweep, resolved and checked (a bad grid point fails here, before any run)."""
+    def runs(self) -> list[tuple[str, RunConfig]]:
+        """Every run resolved and checked (a bad grid point fails here, before any run)."""
         from benchmark.run import check
 
-        return [check(raw) for raw in self.raw_configs()]
+        return [(group, check(raw)) for group, raw in self.raw_runs()]
+
+    def select(self, names: list[str]) -> None:
+        """Keep only the named groups."""
+        known = [g.name for g in self.groups]
+        unknown = [n for n in names if n not in known]
+        if unknown:
+            raise ConfigError(f"unknown group(s) {', '.join(unknown)} in sweep {self.name!r}; "
+                              f"groups: {', '.join(known) or '(none)'}")
+        self.groups = [g for g in self.groups if g.name in names]
 
     def override(self, overrides: dict) -> None:
         """Apply command-line ``--dotted.key value`` pairs: a grid axis is narrowed to the value(s)
-        given, any other key is set on the base."""
+        given, any other key is set on the base (and on each group's base that sets it)."""
         for key, value in overrides.items():
-            if key in self.grid:
-                self.grid[key] = value if isinstance(value, list) else [value]
-            else:
+            narrowed = False
+            for grid in [self.grid] + [g.grid for g in self.groups]:
+                if key in grid:
+                    grid[key] = value if isinstance(value, list) else [value]
+                    narrowed = True
+            if not narrowed:
                 set_dotted(self.base, key, value)
+                for group in self.groups:
+                    set_dotted(group.base, key, value)
 
 
 def presets() -> dict[str, Path]:
@@ -79,16 +123,27 @@ def load_sweep(preset_or_file: str) -> Sweep:
                               f"Presets: {', '.join(known)}")
         path = known[preset_or_file]
     data = load_yaml(path)
-    allowed = {"name", "description", "base", "grid"}
+    allowed = {"name", "description", "base", "grid", "groups"}
     for key in data:
         if key not in allowed:
             raise ConfigError(f"unknown sweep key {key!r} in {path}; valid keys: {', '.join(sorted(allowed))}")
-    grid = data.get("grid") or {}
+    groups = []
+    for i, group in enumerate(data.get("groups") or []):
+        extra = set(group) - {"name", "base", "grid"}
+        if "name" not in group or extra:
+            raise ConfigError(f"groups[{i}] in {path} needs a name and may have base and grid; "
+                              f"got keys {sorted(group)}")
+        groups.append(Group(group["name"], group.get("base") or {}, _grid(group.get("grid"), path)))
+    return Sweep(name=data.get("name", path.stem), base=data.get("base") or {}, grid=_grid(data.get("grid"), path),
+                 description=data.get("description", ""), groups=groups)
+
+
+def _grid(grid, path) -> dict[str, list]:
+    grid = dict(grid or {})
     for key, values in grid.items():
         if not isinstance(values, list) or not values:
-            raise ConfigError(f"grid.{key} must be a non-empty list, got {values!r}")
-    return Sweep(name=data.get("name", path.stem), base=data.get("base") or {}, grid=dict(grid),
-                 description=data.get("description", ""))
+            raise ConfigError(f"grid.{key} in {path} must be a non-empty list, got {values!r}")
+    return grid
 
 
 # --- execution --------------------------------------------------------------------------------
@@ -159,25 +214,22 @@ class Progress:
 def run_sweep(sweep: Sweep, out: str | Path, workers: int = 1, stream=sys.stderr) -> dict:
     """Run every unfinished run of ``sweep`` under ``out``; returns counts by status."""
     out = Path(out)
-    configs = sweep.configs()
-    pending = []
-    for config in configs:
-        previous = read_result(out / config.run_id())
-        if previous is None or previous["status"] not in FINISHED:
-            pending.append(config)
-    skipped = len(configs) - len(pending)
-    print(f"[{sweep.name}] {len(configs)} runs, {skipped} already finished, {len(pending)} to run "
+    runs = sweep.runs()
+    pending = [(out / group, config) for group, config in runs
+               if (read_result(out / group / config.run_id()) or {}).get("status") not in FINISHED]
+    skipped = len(runs) - len(pending)
+    print(f"[{sweep.name}] {len(runs)} runs, {skipped} already finished, {len(pending)} to run "
           f"with {workers} worker(s) → {out}", file=stream, flush=True)
-    progress = Progress(sweep.name, len(configs), skipped, stream)
+    progress = Progress(sweep.name, len(runs), skipped, stream)
     if workers <= 1:
-        for config in pending:
-            progress.update(_run_one(config.to_dict(), str(out)))
+        for run_out, config in pending:
+            progress.update(_run_one(config.to_dict(), str(run_out)))
     else:
         threads = max(1, (os.cpu_count() or 1) // workers)
         pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"),
                                    initializer=_init_worker, initargs=(threads,))
         try:
-            futures = {pool.submit(_run_one, c.to_dict(), str(out)): c.run_id() for c in pending}
+            futures = {pool.submit(_run_one, c.to_dict(), str(run_out)): c.run_id() for run_out, c in pending}
             for future in as_completed(futures):
                 try:
                     progress.update(future.result())
@@ -188,4 +240,4 @@ def run_sweep(sweep: Sweep, out: str | Path, workers: int = 1, stream=sys.stderr
             _stop_workers(pool)
             raise
         pool.shutdown()
-    return {"total": len(configs), "skipped": skipped, **progress.counts}
+    return {"total": len(runs), "skipped": skipped, **progress.counts}

@@ -1,0 +1,64 @@
+import pytest
+import yaml
+
+from benchmark.config import ConfigError
+from benchmark.sweep import load_sweep, merge, presets, run_sweep
+from conftest import tiny_config
+
+
+def test_merge_deep_merges_and_replaces_a_renamed_task():
+    base = {"task": {"name": "linear_map", "state_size": 8}, "trainer": {"max_steps": 10, "eval_every": 5}}
+    assert merge(base, {"trainer": {"max_steps": 20}}) == {
+        "task": {"name": "linear_map", "state_size": 8}, "trainer": {"max_steps": 20, "eval_every": 5}}
+    assert merge(base, {"task": {"name": "cellular_automata", "colors": 3}})["task"] == {
+        "name": "cellular_automata", "colors": 3}
+    assert merge(base, {"task": {"sparsity": 2}})["task"] == {"name": "linear_map", "state_size": 8, "sparsity": 2}
+    assert base["trainer"]["max_steps"] == 10  # the base is not modified
+
+
+def write_sweep(path, **data):
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def test_groups_expand_merge_and_select(tmp_path):
+    path = write_sweep(tmp_path / "s.yaml", name="g", base=tiny_config(), grid={"seed": [0, 1]}, groups=[
+        {"name": "lm", "grid": {"task.sparsity": [1, 2]}},
+        {"name": "ca", "base": {"task": {"name": "cellular_automata", "state_size": 4, "trajectory_length": 3,
+                                         "batch_size": 8}}},
+    ])
+    sweep = load_sweep(str(path))
+    runs = sweep.runs()
+    assert [g for g, _ in runs] == ["lm"] * 4 + ["ca"] * 2
+    assert {c.task["name"] for g, c in runs if g == "ca"} == {"cellular_automata"}
+    sweep.override({"seed": 5, "trainer.max_steps": 7})
+    assert [c.seed for _, c in sweep.runs()] == [5] * 3 and {c.trainer.max_steps for _, c in sweep.runs()} == {7}
+    sweep.select(["ca"])
+    assert len(sweep.runs()) == 1
+    with pytest.raises(ConfigError, match="unknown group"):
+        sweep.select(["nope"])
+
+
+def test_group_runs_are_written_under_the_group_folder_and_resume(tmp_path):
+    path = write_sweep(tmp_path / "s.yaml", name="g", base=tiny_config(trainer={"max_steps": 10}),
+                       groups=[{"name": "a", "grid": {"seed": [0, 1]}}, {"name": "b"}])
+    sweep = load_sweep(str(path))
+    assert run_sweep(sweep, tmp_path / "out")["ok"] == 3
+    assert len(list((tmp_path / "out" / "a").glob("*/result.json"))) == 2
+    assert len(list((tmp_path / "out" / "b").glob("*/result.json"))) == 1
+    assert run_sweep(sweep, tmp_path / "out")["skipped"] == 3
+
+
+def test_bad_sweep_files_are_named(tmp_path):
+    with pytest.raises(ConfigError, match="unknown sweep key 'grids'"):
+        load_sweep(str(write_sweep(tmp_path / "a.yaml", base={}, grids={})))
+    with pytest.raises(ConfigError, match=r"grid.seed .* must be a non-empty list"):
+        load_sweep(str(write_sweep(tmp_path / "b.yaml", base={}, grid={"seed": 3})))
+    with pytest.raises(ConfigError, match=r"groups\[0\]"):
+        load_sweep(str(write_sweep(tmp_path / "c.yaml", base={}, groups=[{"grid": {}}])))
+
+
+@pytest.mark.parametrize("name", sorted(presets()))
+def test_every_preset_resolves(name):
+    sweep = load_sweep(name)
+    assert len(sweep.runs()) == len(sweep.raw_runs()) > 0
