@@ -1,4 +1,4 @@
-"""The `emergence-bench` command: list, run, sweep, leaderboard.
+"""The `emergence-bench` command: list, run, sweep, leaderboard, speed.
 
 Every config key can be given as a flag after the command, e.g.
 ``emergence-bench run --task.state_size 16 --mixer.n_heads 4 --trainer.max_steps 2000``.
@@ -137,6 +137,15 @@ def cmd_leaderboard(args, extra) -> int:
     return 0
 
 
+def cmd_speed(args, extra) -> int:
+    from benchmark import speed
+
+    lengths = tuple(int(n) for n in args.lengths.split(","))
+    speed.main(args.out, lengths=lengths, repeats=args.repeats, quick=args.quick)
+    print(f"wrote {args.out}", file=sys.stderr)
+    return 0
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="emergence-bench", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -156,16 +165,22 @@ def parser() -> argparse.ArgumentParser:
     board.add_argument("dir")
     board.add_argument("--over", default="seed",
                        help="comma-separated config keys to aggregate over (default: seed)")
+    speed = sub.add_parser("speed", help="speed ratios measured side by side on this machine")
+    speed.add_argument("--out", default="speed.json", help="where to write the table as JSON")
+    speed.add_argument("--lengths", default="64,256", help="sequence lengths (comma-separated)")
+    speed.add_argument("--repeats", type=int, default=5, help="timed steps per measurement (median)")
+    speed.add_argument("--quick", action="store_true", help="a smoke run: one short length, one repeat")
     return p
 
 
-COMMANDS = {"list": cmd_list, "run": cmd_run, "sweep": cmd_sweep, "leaderboard": cmd_leaderboard}
+COMMANDS = {"list": cmd_list, "run": cmd_run, "sweep": cmd_sweep, "leaderboard": cmd_leaderboard,
+            "speed": cmd_speed}
 
 
 def main(argv: list[str] | None = None) -> int:
     warnings.filterwarnings("ignore", message=".*LeafSpec.*")
     args, extra = parser().parse_known_args(argv)
-    if extra and args.command in ("list", "leaderboard"):
+    if extra and args.command in ("list", "leaderboard", "speed"):
         parser().error(f"unrecognized arguments: {' '.join(extra)}")
     from benchmark.registry import UnknownNameError
 

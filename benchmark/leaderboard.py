@@ -94,6 +94,8 @@ def build(records: list[dict], over: tuple[str, ...] = ("seed",)) -> pd.DataFram
         low, high = wilson_interval(emerged, len(measured))
         emergence, budget = _time_to(measured, "emergence", "step")
         plateau, _ = _time_to(measured, "plateau", "end_step")
+        probed = [r for r in measured if (r.get("attention_probe") or {}).get("applicable")]
+        pattern, _ = _time_to(probed, "attention_probe", "pattern_found_step")
         speeds = [r["timing"]["steps_per_second"] for r in members if (r.get("timing") or {}).get("steps_per_second")]
         losses = [r["metrics"]["final_eval_loss"] for r in measured
                   if (r.get("metrics") or {}).get("final_eval_loss") is not None]
@@ -113,6 +115,8 @@ def build(records: list[dict], over: tuple[str, ...] = ("seed",)) -> pd.DataFram
             "success_high": high,
             "median_emergence_step": emergence,
             "median_plateau_end": plateau,
+            "median_pattern_found": pattern if probed else None,
+            "probed": bool(probed),
             "budget": budget,
             "final_eval_loss": sum(losses) / len(losses) if losses else None,
             "steps_per_second": sum(speeds) / len(speeds) if speeds else None,
@@ -162,7 +166,8 @@ def to_markdown(table: pd.DataFrame) -> str:
     if table.empty:
         return "(no results)\n"
     header = ["task", "mixer", "setting", "intervention", "seeds", "success (95% CI)",
-              "median emergence", "median plateau end", "plateau vs none", "final loss", "steps/s"]
+              "median emergence", "median plateau end", "plateau vs none", "median pattern found", "final loss",
+              "steps/s"]
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
     for row in table.to_dict("records"):
         rate = "-" if row["success_rate"] is None or pd.isna(row["success_rate"]) else (
@@ -178,7 +183,8 @@ def to_markdown(table: pd.DataFrame) -> str:
         speed = "-" if pd.isna(row["steps_per_second"]) else f"{row['steps_per_second']:.1f}"
         cells = [row["task"], row["mixer"], row["setting"], row["intervention"], seeds, rate,
                  _median_cell(row["median_emergence_step"], row["budget"]),
-                 _median_cell(row["median_plateau_end"], row["budget"]), _ratio_cell(row), loss, speed]
+                 _median_cell(row["median_plateau_end"], row["budget"]), _ratio_cell(row),
+                 _median_cell(row["median_pattern_found"], row["budget"]) if row["probed"] else "n/a", loss, speed]
         lines.append("| " + " | ".join(str(c) for c in cells) + " |")
     return "\n".join(lines) + "\n"
 

@@ -145,3 +145,18 @@ def test_quick_preset_expands_to_its_runs():
     result = cli("sweep", "quick", "--dry-run")
     assert result.returncode == 0, result.stderr
     assert len(result.stdout.split()) == 8
+
+
+def test_speed_command_prints_every_mixer_and_writes_json(tmp_path):
+    from benchmark import registry
+
+    out = tmp_path / "speed.json"
+    result = cli("speed", "--quick", "--out", out)
+    assert result.returncode == 0, result.stderr
+    report = json.loads(out.read_text())
+    names = {row["mixer"] for row in report["mixers"]}
+    assert names == {n for n in registry.mixers.names() if not n.startswith("test_")}
+    for name in names:
+        assert f"| {name} | 16 | cpu |" in result.stdout
+    transformer = next(r for r in report["mixers"] if r["mixer"] == "transformer")
+    assert transformer["vs_transformer"] > 0 and transformer["step_ms"] > 0
