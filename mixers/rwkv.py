@@ -183,9 +183,15 @@ class RWKV7TimeMix(TokenMixer):
 
     @torch.no_grad()
     def reset_parameters(self) -> None:
-        """The official RWKV-7 init, at the schedule of a stack's first layer for every layer (a mixer
-        does not know the depth of its model): per-channel ramps of token shift and decay, zeroed
-        low-rank down-projections, a zero output matrix (each block starts as the identity)."""
+        """The official RWKV-7 init (RWKV-LM's RWKV_Tmix_x070) with two changes.
+
+        1. Every layer gets the schedule of a stack's first layer: a mixer does not know its model's
+           depth, which the official per-layer ramps depend on.
+        2. The low-rank down-projections and the output matrix start small instead of zero, so that
+           every parameter gets a gradient from the first step (zero output would block all of them;
+           zero down-projections block their up-projections). The block still starts as nearly the
+           identity, as the official zero output intends.
+        """
         D, N = self.d_model, self.head_dim
         channel = torch.arange(D, dtype=torch.float)
         fraction = channel / D  # 0 .. (D-1)/D
@@ -199,22 +205,21 @@ class RWKV7TimeMix(TokenMixer):
         # Decays from ~0.9975 (long memory) on early channels to ~0.69 on late ones.
         self.decay_base.copy_(-6 + 6 * channel / max(D - 1, 1) + 0.5 + 2.5 * zigzag)
         self.iclr_base.copy_(-0.19 + 0.3 * zigzag + 0.4 * linear)
-        for down, up in [(self.decay_down, self.decay_up), (self.iclr_down, self.iclr_up),
-                         (self.gate_down, self.gate_up)]:
-            down.zero_()
-            nn.init.orthogonal_(up, gain=0.1)
+        bound = D ** -0.5
+        pairs = [(self.decay_down, self.decay_up), (self.iclr_down, self.iclr_up), (self.gate_down, self.gate_up)]
         if self.has_value_residual:
             self.value_mix_base.copy_(0.73 - 0.4 * linear)
-            self.value_mix_down.zero_()
-            nn.init.orthogonal_(self.value_mix_up, gain=0.1)
+            pairs.append((self.value_mix_down, self.value_mix_up))
+        for down, up in pairs:
+            down.uniform_(-0.1 * bound, 0.1 * bound)  # official: zero
+            nn.init.orthogonal_(up, gain=0.1)
         self.removal_key_scale.copy_(0.71 - 0.1 * linear)
         self.iclr_key_mix.fill_(1.02)
         self.bonus.fill_(-0.04)
-        bound = D ** -0.5
         self.receptance.uniform_(-0.5 * bound, 0.5 * bound)
         self.key.uniform_(-0.05 * bound, 0.05 * bound)
         self.value.uniform_(-0.5 * bound, 0.5 * bound)
-        self.output.zero_()
+        self.output.uniform_(-0.1 * bound, 0.1 * bound)  # official: zero
         self.out_norm.reset_parameters()
 
     @property
