@@ -93,7 +93,7 @@ def run(config: dict | RunConfig, out: str | Path, progress: bool = False) -> di
         "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
     trainer = module = None
-    recorder = Recorder()
+    recorder = Recorder(curve_every=config.trainer.log_every)
     try:
         L.seed_everything(config.seed, verbose=False)
         task = build_task(config)
@@ -109,7 +109,7 @@ def run(config: dict | RunConfig, out: str | Path, progress: bool = False) -> di
             num_sanity_val_steps=0, log_every_n_steps=t.log_every,
             gradient_clip_val=config.optim.grad_clip or None,
             logger=TensorBoardLogger(save_dir=run_dir, name="", version="tensorboard", default_hp_metric=False),
-            callbacks=callbacks, enable_checkpointing=False, enable_progress_bar=False,
+            callbacks=callbacks, default_root_dir=run_dir, enable_checkpointing=False, enable_progress_bar=False,
             enable_model_summary=False,
         )
         trainer.fit(module, task)

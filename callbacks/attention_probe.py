@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import lightning as L
 import torch
 
@@ -24,13 +27,18 @@ def attention_stats(probs: torch.Tensor, pattern: torch.Tensor, keys: torch.Tens
     return entropy.float(), mass.float()
 
 
+MAPS_FILE = "attention_maps.pt"
+
+
 @register_callback("attention_probe")
 class AttentionProbe(L.Callback):
     """At each eval, runs the model on ``probe_size`` eval sequences with attention captured and
     records per layer and head the entropy (on the scored rows, over ``task.probe_keys()``) and the
     mass on the true sources. "Pattern found" = the first eval step where some head puts ≥
     ``found_mass`` on the true sources. Logs TensorBoard scalars, and every ``image_every`` evals an
-    image per layer: each head's mean attention map beside the ground truth.
+    image per layer: each head's mean attention map beside the ground truth. At the end of training
+    it saves the last maps to ``<run dir>/attention_maps.pt`` ({"layers", "maps" [layer][H, L, L],
+    "ground_truth" [L, L], "step"}) for reports.
     Mixers without attention scores are reported as not applicable.
     """
 
@@ -69,6 +77,7 @@ class AttentionProbe(L.Callback):
         if trainer.sanity_checking or self.not_applicable:
             return
         entropy, mass, attention = self.measure(pl_module)
+        self._last_maps = [attention[layer].mean(0).float().cpu() for layer in self.layers]
         step = trainer.global_step
         self.history.append({"step": step, "entropy": entropy, "mass": mass})
         experiment = getattr(trainer.logger, "experiment", None)
@@ -81,6 +90,16 @@ class AttentionProbe(L.Callback):
                 for layer in self.layers:
                     experiment.add_image(f"attention/L{layer}", self.image(attention[layer]), step)
         self._evals += 1
+
+    def on_train_end(self, trainer, pl_module) -> None:
+        maps = getattr(self, "_last_maps", None)
+        if maps is None or not trainer.default_root_dir:
+            return
+        path = Path(trainer.default_root_dir) / MAPS_FILE
+        tmp = path.with_suffix(".tmp")
+        torch.save({"layers": self.layers, "maps": maps, "ground_truth": self.pattern.cpu(),
+                    "step": self.history[-1]["step"]}, tmp)
+        os.replace(tmp, path)  # atomic: a report never reads half a file
 
     def image(self, probs: torch.Tensor) -> torch.Tensor:
         """[1, L, (H + 1)(L + 1)] grey image: each head's mean map, then the ground truth."""

@@ -10,12 +10,20 @@ import lightning as L
 
 class Recorder(L.Callback):
     """Collects the columns of a result row. Any callback with ``report() -> dict`` adds a section
-    under its registered name (so a plugin callback adds columns without touching the core)."""
+    under its registered name (so a plugin callback adds columns without touching the core).
 
-    def __init__(self):
+    Also keeps the curves a report draws: the train loss averaged over every ``curve_every`` steps,
+    and eval loss and accuracy at every eval.
+    """
+
+    def __init__(self, curve_every: int = 10):
+        self.curve_every = curve_every
         self.steps = 0
         self.train_seconds = 0.0
         self.eval_seconds = 0.0
+        self.train_curve: list[list[float]] = []  # [step, mean train loss over the last curve_every]
+        self.eval_curve: list[list[float]] = []  # [step, eval loss, eval accuracy]
+        self._window: list[float] = []
         self._mark = None
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
@@ -24,12 +32,19 @@ class Recorder(L.Callback):
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         self.train_seconds += time.perf_counter() - self._mark
         self.steps = trainer.global_step
+        self._window.append(pl_module.last_train_loss)
+        if len(self._window) == self.curve_every:
+            self.train_curve.append([self.steps - 1, sum(self._window) / len(self._window)])
+            self._window = []
 
     def on_validation_start(self, trainer, pl_module) -> None:
         self._eval_mark = time.perf_counter()
 
     def on_validation_end(self, trainer, pl_module) -> None:
         self.eval_seconds += time.perf_counter() - self._eval_mark
+        if not trainer.sanity_checking:
+            e = pl_module.last_eval
+            self.eval_curve.append([e["step"], e["loss"], e["accuracy"]])
 
     def columns(self, trainer, module) -> dict:
         last_eval = getattr(module, "last_eval", {}) if module is not None else {}
@@ -47,6 +62,7 @@ class Recorder(L.Callback):
                 "final_eval_accuracy": last_eval.get("accuracy"),
                 "final_eval_p_correct": last_eval.get("p_correct"),
             },
+            "curves": {"train_loss": self.train_curve, "eval": self.eval_curve},
         }
         for callback in trainer.callbacks if trainer is not None else []:
             if callback is not self and callable(getattr(callback, "report", None)):
@@ -55,11 +71,13 @@ class Recorder(L.Callback):
         return columns
 
     def state_dict(self) -> dict:
-        return {"steps": self.steps, "train_seconds": self.train_seconds, "eval_seconds": self.eval_seconds}
+        return {"steps": self.steps, "train_seconds": self.train_seconds, "eval_seconds": self.eval_seconds,
+                "train_curve": self.train_curve, "eval_curve": self.eval_curve, "window": self._window}
 
     def load_state_dict(self, state: dict) -> None:
         self.steps, self.train_seconds, self.eval_seconds = (
             state["steps"], state["train_seconds"], state["eval_seconds"])
+        self.train_curve, self.eval_curve, self._window = state["train_curve"], state["eval_curve"], state["window"]
 
 
 def _finite(value):

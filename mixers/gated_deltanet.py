@@ -88,9 +88,14 @@ def gated_delta_rule_chunked(q, k, v, g, beta, scale: float | None = None, chunk
     q, k, v, g, beta = map(chunks, (q, k, v, g, beta))  # [B, H, N, C, K|V], g and beta [B, H, N, C]
     q = q * scale
     G = g.cumsum(-1)  # [B, H, N, C] log-decay from the chunk start through step i
-    on_or_below = torch.ones(C, C, dtype=torch.bool, device=q.device).tril()
-    # exp(G_i - G_j) for j ≤ i, else 0; mask before exp so the (positive) upper exponents never overflow.
-    decay = (G[..., :, None] - G[..., None, :]).masked_fill(~on_or_below, float("-inf")).exp()  # [B, H, N, C, C]
+    # decay[i, j] = exp(G_i - G_j) = exp(g_{j+1} + … + g_i) for j ≤ i, else 0. Summing each segment
+    # directly, rather than subtracting two cumulative sums, keeps it accurate when |G| is large (a
+    # fast-forgetting head reaches G ~ -1e3 inside a chunk, where float32's step is ~1e-4).
+    ones = torch.ones(C, C, dtype=torch.bool, device=q.device)
+    # steps[m, j] = g_m for m > j, so a cumulative sum down the rows gives segments[i, j] = Σ_{j<m≤i} g_m.
+    steps = g[..., :, None].expand(*g.shape, C).masked_fill(~ones.tril(-1), 0)  # [B, H, N, C, C]
+    # Mask above the diagonal with -inf before exp, so those entries are exact zeros.
+    decay = steps.cumsum(-2).masked_fill(~ones.tril(), float("-inf")).exp()  # [B, H, N, C, C]
 
     # A below its diagonal (zero above it); unitriangular=True reads only that part and takes the
     # diagonal as 1, so this solves (I + A) [U W] = rhs without forming I + A.
@@ -100,7 +105,7 @@ def gated_delta_rule_chunked(q, k, v, g, beta, scale: float | None = None, chunk
 
     scores = (q @ k.transpose(-1, -2)) * decay  # in-chunk q_i·k_j exp(G_i - G_j), j ≤ i  [B, H, N, C, C]
     q_from_start = q * G.exp()[..., None]  # reads the chunk's start state  [B, H, N, C, K]
-    k_to_end = k * (G[..., -1:] - G).exp()[..., None]  # carries each write to the chunk end  [B, H, N, C, K]
+    k_to_end = k * decay[..., -1, :, None]  # carries each write to the chunk end: exp(G_C - G_j)  [B, H, N, C, K]
     chunk_decay = G[..., -1].exp()[..., None, None]  # [B, H, N, 1, 1]
 
     h = q.new_zeros(B, H, K, V)

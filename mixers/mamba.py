@@ -73,43 +73,57 @@ def _scan_into(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, transpose: b
         torch.addcmul(b_odd[:-1], a_even[1:], out_even[1:], out=out[1:-1:2])  # out_2k+1 = a_2k+2 out_2k+2 + b_2k+1
 
 
-def _scan(a: torch.Tensor, b: torch.Tensor, transpose: bool = False) -> torch.Tensor:
-    out = torch.empty_like(b, memory_format=torch.contiguous_format)
+def linear_scan(a: torch.Tensor, b: torch.Tensor, transpose: bool = False, out=None) -> torch.Tensor:
+    """a, b [L, *S] -> h [L, *S] (see ``_scan_into``); no autograd. ``out`` may be ``b`` itself."""
+    out = torch.empty_like(b, memory_format=torch.contiguous_format) if out is None else out
     _scan_into(a, b, out, transpose)
     return out
 
 
-class LinearScan(torch.autograd.Function):
-    """h = scan(a, b) along dim 0, with a backward that is one transpose scan.
+# ----------------------------------------------------------------------------------------------
+# The selective scan: reference (parallel), step-by-step, and the mamba-ssm kernel.
 
-    With g_t = dLoss/dh_t through all later steps, g_t = grad_t + a_{t+1} g_{t+1}, and then
-    dLoss/db_t = g_t, dLoss/da_t = g_t h_{t-1}. Only (a, h) are saved.
+
+class SelectiveScan(torch.autograd.Function):
+    """The selective scan, time-major, with a hand-fused backward.
+
+    u, delta [L, b, d], A [d, n], B, C [L, b, n], D [d] -> y [L, b, d], all of one dtype.
+    Saves two [L, b, d, n] tensors (the decays and the states). The backward is one transpose scan
+    for g_t = dLoss/dh_t (through all later steps), then, with z_t = delta_t A the log-decay:
+    dLoss/dz_t = g_t h_{t-1} exp(z_t), and dLoss/d(delta_t u_t B_t) = g_t.
     """
 
     @staticmethod
-    def forward(ctx, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-        h = _scan(a, b)
-        ctx.save_for_backward(a, h)
-        return h
+    def forward(ctx, u, delta, A, B, C, D):
+        decay = torch.mul(delta.unsqueeze(-1), A).exp_()  # [L, b, d, n], in (0, 1]
+        delta_u = delta * u  # [L, b, d]
+        h = delta_u.unsqueeze(-1) * B.unsqueeze(2)  # the drive [L, b, d, n], scanned in place into h
+        linear_scan(decay, h, out=h)
+        y = torch.matmul(h, C.unsqueeze(-1)).squeeze(-1).addcmul_(u, D)  # [L, b, d]
+        ctx.save_for_backward(u, delta, A, B, C, D, decay, h)
+        return y
 
     @staticmethod
     @torch.autograd.function.once_differentiable
-    def backward(ctx, grad_h: torch.Tensor):
-        a, h = ctx.saved_tensors
-        g = _scan(a, grad_h, transpose=True)
-        grad_a = torch.empty_like(g)
-        grad_a[0].zero_()  # h_{-1} = 0
-        torch.mul(g[1:], h[:-1], out=grad_a[1:])
-        return grad_a, g
-
-
-def linear_scan(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """a, b [L, *S] -> h [L, *S], h_t = a_t h_{t-1} + b_t from h_{-1} = 0 (differentiable)."""
-    return LinearScan.apply(a, b)
-
-
-# ----------------------------------------------------------------------------------------------
-# The selective scan: reference (parallel), step-by-step, and the mamba-ssm kernel.
+    def backward(ctx, grad_y):
+        u, delta, A, B, C, D, decay, h = ctx.saved_tensors
+        grad_y = grad_y.contiguous()
+        grad_D = (grad_y * u).sum((0, 1))
+        grad_C = torch.matmul(grad_y.unsqueeze(-2), h).squeeze(-2)  # sum_d grad_y h: [L, b, n]
+        g = grad_y.unsqueeze(-1) * C.unsqueeze(2)  # dLoss/dh_t from y_t alone: [L, b, d, n]
+        linear_scan(decay, g, transpose=True, out=g)  # ... and through all later steps
+        delta_u = delta * u
+        grad_delta_u = torch.matmul(g, B.unsqueeze(-1)).squeeze(-1)  # [L, b, d]
+        grad_B = torch.matmul(delta_u.unsqueeze(-2), g).squeeze(-2)  # [L, b, n]
+        grad_z = torch.empty_like(g)  # dLoss/d(delta A)
+        grad_z[0].zero_()  # h_{-1} = 0
+        torch.mul(g[1:], h[:-1], out=grad_z[1:])
+        grad_z.mul_(decay)
+        scratch = g  # g is no longer needed
+        grad_A = torch.mul(grad_z, delta.unsqueeze(-1), out=scratch).sum((0, 1))
+        grad_delta = torch.mul(grad_z, A, out=scratch).sum(-1).addcmul_(grad_delta_u, u)
+        grad_u = torch.addcmul(grad_y * D, grad_delta_u, delta)
+        return grad_u, grad_delta, grad_A, grad_B, grad_C, grad_D
 
 
 def _compute_dtype(u: torch.Tensor) -> torch.dtype:
@@ -121,16 +135,12 @@ def selective_scan(u, delta, A, B, C, D) -> torch.Tensor:
     """Mamba's selective scan in parallel over time (the reference backend).
 
     u, delta [b, L, d] (delta already positive), A [d, n] (negative), B, C [b, L, n], D [d]
-    -> y [b, L, d] in u's dtype. The scan runs time-major on [L, b, d, n] tensors.
+    -> y [b, L, d] in u's dtype. Runs time-major, so each scan step is a contiguous block.
     """
     dtype, out_dtype = _compute_dtype(u), u.dtype
     A, D = A.to(dtype), D.to(dtype)
     u, delta, B, C = (t.to(dtype).transpose(0, 1).contiguous() for t in (u, delta, B, C))  # [L, b, .]
-    decay = torch.exp(delta.unsqueeze(-1) * A)  # [L, b, d, n], in (0, 1]
-    drive = (delta * u).unsqueeze(-1) * B.unsqueeze(2)  # [L, b, d, n]
-    h = linear_scan(decay, drive)  # [L, b, d, n]
-    y = torch.matmul(h, C.unsqueeze(-1)).squeeze(-1) + u * D  # [L, b, d]
-    return y.transpose(0, 1).to(out_dtype)
+    return SelectiveScan.apply(u, delta, A, B, C, D).transpose(0, 1).to(out_dtype)
 
 
 def selective_scan_recurrent(u, delta, A, B, C, D) -> torch.Tensor:

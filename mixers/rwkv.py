@@ -202,7 +202,7 @@ class RWKV7TimeMix(TokenMixer):
         # Early channels look mostly at the previous token, late ones at the current one.
         powers = torch.tensor([0.2, 0.9, 0.7, 0.7, 0.9, 0.2])  # r, w, k, v, a, g
         self.shift_mix.copy_(1.0 - fraction[None, :] ** powers[:, None])
-        # Decays from ~0.9975 (long memory) on early channels to ~0.69 on late ones.
+        # Decays ramp from ≈1 (long memory) on early channels to ≈0.56 on the last, zigzagging in each head.
         self.decay_base.copy_(-6 + 6 * channel / max(D - 1, 1) + 0.5 + 2.5 * zigzag)
         self.iclr_base.copy_(-0.19 + 0.3 * zigzag + 0.4 * linear)
         bound = D ** -0.5

@@ -1,5 +1,6 @@
 import json
 
+import torch
 import yaml
 
 from benchmark import leaderboard
@@ -7,6 +8,7 @@ from benchmark.results import load
 from benchmark.run import run
 from benchmark.sweep import Sweep, run_sweep
 from conftest import tiny_config
+from tasks.linear_map import LinearMap
 
 
 def test_result_schema_and_files(tmp_path):
@@ -25,6 +27,11 @@ def test_result_schema_and_files(tmp_path):
     assert [s for s, _ in record["emergence"]["history"]] == [10, 20]
     assert len(record["emergence"]["per_position"]) == 4  # one per output cell of S=4
     assert len(record["plateau"]) and record["plateau"]["budget"] == 20
+    assert [s for s, _ in record["curves"]["train_loss"]] == [9, 19]  # mean of every log_every=10 steps
+    assert [row[0] for row in record["curves"]["eval"]] == [10, 20]
+    maps = torch.load(run_dir / "attention_maps.pt")
+    assert maps["layers"] == [0] and maps["maps"][0].shape == (2, 7, 7) and maps["step"] == 20
+    assert torch.equal(maps["ground_truth"], LinearMap(4, 2).ground_truth_attention())
 
 
 def test_same_seed_same_numbers_other_seed_other_numbers(tmp_path):

@@ -1,0 +1,301 @@
+"""RWKV-7 time mixing: the core op against fla's naive DPLR recurrence and our step-by-step loop, the
+whole time mix against the official ``rwkv`` package's RWKV_x070, and the mixer contract."""
+
+import importlib.util
+import math
+import os
+from pathlib import Path
+
+# The official package picks its RWKV-7 code paths when it is imported: the pure-torch sequence path.
+os.environ["RWKV_V7_ON"] = "1"
+os.environ["RWKV_CUDA_ON"] = "0"
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
+import mixers.rwkv  # noqa: E402,F401  (registers "rwkv7")
+from benchmark.model import SequenceModel  # noqa: E402
+from benchmark.run import run  # noqa: E402
+from conftest import tiny_config  # noqa: E402
+from mixers.backend import importable  # noqa: E402
+from mixers.base import MixerContext  # noqa: E402
+from mixers.rwkv import RWKV7TimeMix, rwkv7_chunked, rwkv7_recurrent  # noqa: E402
+
+SMALL = {"head_dim": 8, "decay_lora": 4, "a_lora": 4, "v_lora": 4, "gate_lora": 6}
+
+
+def fla_naive_dplr():
+    """fla's naive DPLR recurrence, loaded from its file alone: importing the ``fla`` package would
+    pull in every Triton kernel (slow, and useless on a CPU)."""
+    spec = importlib.util.find_spec("fla")
+    path = Path(spec.submodule_search_locations[0]) / "ops/generalized_delta_rule/dplr/naive.py"
+    spec = importlib.util.spec_from_file_location("fla_dplr_naive", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.dplr_recurrence
+
+
+def core_inputs(B=2, T=21, H=3, N=8, dtype=torch.float32, decay_scale=1.0, seed=0):
+    """Random RWKV-7-shaped core inputs [B, T, H, N]: a = -kk, b = kk * iclr with unit kk."""
+    g = torch.Generator().manual_seed(seed)
+    r, k, v = (torch.randn(B, T, H, N, generator=g, dtype=dtype) for _ in range(3))
+    log_w = -decay_scale * math.exp(-0.5) * torch.sigmoid(2 * torch.randn(B, T, H, N, generator=g, dtype=dtype))
+    kk = F.normalize(torch.randn(B, T, H, N, generator=g, dtype=dtype), dim=-1)
+    iclr = torch.rand(B, T, H, N, generator=g, dtype=dtype)
+    return r, log_w, k, v, -kk, kk * iclr
+
+
+def grads(fn, inputs, seed=1):
+    """Output and input gradients of a random projection of fn(*inputs)."""
+    inputs = [t.detach().requires_grad_() for t in inputs]
+    out = fn(*inputs)
+    weight = torch.randn(out.shape, generator=torch.Generator().manual_seed(seed), dtype=out.dtype)
+    return out.detach(), torch.autograd.grad((out * weight).sum(), inputs)
+
+
+def make(layer_idx=0, d_model=32, seed=0, randomise=False, **hparams):
+    torch.manual_seed(seed)
+    mixer = RWKV7TimeMix(d_model=d_model, max_len=24, layer_idx=layer_idx, **{**SMALL, **hparams})
+    if randomise:  # away from the structured init, so no term hides behind a constant
+        with torch.no_grad():
+            for p in mixer.parameters():
+                p.copy_(torch.randn_like(p) * (0.3 if p.dim() == 2 else 0.5))
+    return mixer
+
+
+# ---- the core op ------------------------------------------------------------------------------
+
+
+def test_core_matches_fla_naive_dplr_recurrence_forward_and_gradients():
+    """fla's dplr_recurrence: [B, H, T, D] layout, S [K, V] = S diag(exp(gk)) + beta (alpha^T S) + k v^T,
+    with q scaled by K^-0.5 (undone here, RWKV-7 uses scale 1). Tolerances: float32, 1e-5 relative."""
+    dplr_recurrence = fla_naive_dplr()
+    inputs = core_inputs()
+    N = inputs[0].shape[-1]
+
+    def oracle(r, log_w, k, v, a, b):
+        heads_first = [t.transpose(1, 2) for t in (r * N ** 0.5, k, v, a, b, log_w)]
+        out, _ = dplr_recurrence(*heads_first[:5], gk=heads_first[5])
+        return out.transpose(1, 2)
+
+    expected, expected_grads = grads(oracle, inputs)
+    got, got_grads = grads(lambda *t: rwkv7_chunked(*t, chunk_size=8), inputs)
+    scale = expected.abs().max()
+    assert torch.allclose(got, expected, atol=1e-5 * scale, rtol=0)
+    for name, g, e in zip(["r", "log_w", "k", "v", "a", "b"], got_grads, expected_grads):
+        assert torch.allclose(g, e, atol=1e-5 * e.abs().max(), rtol=0), name
+
+
+def test_recurrent_final_state_matches_fla_orientation():
+    """Our state is [V, K] (the official orientation); fla's naive one is its transpose."""
+    dplr_recurrence = fla_naive_dplr()
+    r, log_w, k, v, a, b = core_inputs(T=9)
+    _, state = rwkv7_recurrent(r, log_w, k, v, a, b)
+    _, fla_state = dplr_recurrence(*[t.transpose(1, 2) for t in (r, k, v, a, b)], gk=log_w.transpose(1, 2))
+    assert torch.allclose(state, fla_state.transpose(-1, -2), atol=1e-5)
+
+
+@pytest.mark.parametrize("T, chunk_size", [(1, 16), (5, 16), (16, 16), (33, 16), (40, 8), (37, 64)])
+@pytest.mark.parametrize("decay_scale", [1.0, 6.0])
+def test_chunked_matches_step_by_step_in_float64(T, chunk_size, decay_scale):
+    """Forward and gradients, including lengths that are not multiples of the chunk and decays 6×
+    stronger than RWKV-7's bound (at the smaller chunks). Tolerance: 1e-9 relative (float64)."""
+    if decay_scale > 1 and chunk_size > 16:
+        pytest.skip("exp(-G) over 64 strong-decay steps is outside the chunked form's stated range")
+    inputs = core_inputs(T=T, dtype=torch.float64, decay_scale=decay_scale)
+    expected, expected_grads = grads(lambda *t: rwkv7_recurrent(*t)[0], inputs)
+    got, got_grads = grads(lambda *t: rwkv7_chunked(*t, chunk_size=chunk_size), inputs)
+    assert got.dtype == torch.float64
+    assert torch.allclose(got, expected, atol=1e-9 * expected.abs().max(), rtol=0)
+    for g, e in zip(got_grads, expected_grads):  # + 1: at T = 1 the a and b gradients are exactly 0
+        assert torch.allclose(g, e, atol=1e-9 * (e.abs().max() + 1), rtol=0)
+
+
+def test_chunked_is_accurate_in_float32_at_the_benchmark_length():
+    """L = 256 at the default chunk: float32 chunked vs float64 step-by-step, 1e-4 relative."""
+    inputs = core_inputs(B=1, T=256, H=2, N=16, dtype=torch.float64)
+    expected, _ = rwkv7_recurrent(*inputs)
+    got = rwkv7_chunked(*[t.float() for t in inputs])
+    assert got.dtype == torch.float32
+    assert torch.allclose(got.double(), expected, atol=1e-4 * expected.abs().max(), rtol=0)
+
+
+# ---- the whole time mix against the official package ------------------------------------------
+
+
+def official_arguments(mixer: RWKV7TimeMix) -> list[torch.Tensor]:
+    """Our parameters in the order of rwkv.model.RWKV_x070_TMix_seq's weight arguments (x_r ...
+    ln_b). Its matrices are applied as x @ W, like ours; r_k is flattened; layer 0's v0, v1, v2 are
+    empty (ignored), as the package itself passes them."""
+    x_r, x_w, x_k, x_v, x_a, x_g = mixer.shift_mix
+    empty = torch.empty(0)
+    v0, v1, v2 = ((mixer.value_mix_base, mixer.value_mix_down, mixer.value_mix_up)
+                  if mixer.has_value_residual else (empty, empty, empty))
+    weights = [x_r, x_w, x_k, x_v, x_a, x_g,
+               mixer.decay_base, mixer.decay_down, mixer.decay_up,
+               mixer.iclr_base, mixer.iclr_down, mixer.iclr_up, v0, v1, v2,
+               mixer.gate_down, mixer.gate_up,
+               mixer.removal_key_scale, mixer.iclr_key_mix, mixer.bonus.flatten(),
+               mixer.receptance, mixer.key, mixer.value, mixer.output,
+               mixer.out_norm.weight, mixer.out_norm.bias]
+    return [w.detach().contiguous() for w in weights]
+
+
+@pytest.mark.parametrize("randomise", [True, False])
+def test_time_mix_matches_official_rwkv_package(randomise):
+    """Layers 0 and 1 (the value residual) against rwkv 0.8's RWKV_x070_TMix_seq (TorchScript,
+    one sequence [T, C] at a time, zero initial state and token-shift state). Tolerance: float32,
+    1e-5 relative to the output's scale (its decay constant 0.606531 rounds exp(-0.5) at 6e-7)."""
+    from rwkv.model import RWKV_x070_TMix_seq
+
+    layers = [make(layer_idx=i, seed=i, randomise=randomise) for i in range(2)]
+    H, N, D = layers[0].n_heads, layers[0].head_dim, layers[0].d_model
+    xs = [torch.randn(2, 20, D) for _ in layers]
+    ctx = MixerContext()
+    with torch.no_grad():
+        ours = [layer(x, ctx) for layer, x in zip(layers, xs)]
+    for b in range(2):
+        v_first = torch.empty(20, D)
+        for i, (layer, x) in enumerate(zip(layers, xs)):
+            expected, _, _, v_first = RWKV_x070_TMix_seq(
+                i, H, N, x[b].clone(), torch.zeros(D), v_first, torch.zeros(H, N, N), *official_arguments(layer))
+            scale = expected.abs().max()
+            assert scale > 0
+            assert torch.allclose(ours[i][b], expected, atol=1e-5 * scale, rtol=0), f"layer {i}, batch {b}"
+
+
+# ---- the mixer contract -----------------------------------------------------------------------
+
+
+def test_shapes_heads_and_invalid_sizes():
+    mixer = make(d_model=32, head_dim=8)
+    assert mixer.n_heads == 4
+    assert mixer(torch.randn(2, 24, 32), MixerContext()).shape == (2, 24, 32)
+    assert mixer(torch.randn(1, 3, 32), MixerContext()).shape == (1, 3, 32)
+    assert not RWKV7TimeMix.exposes_attention
+    assert not hasattr(mixer, "value_mix_base")  # layer 0 is the value source
+    assert hasattr(make(layer_idx=1), "value_mix_base")
+    with pytest.raises(ValueError, match="head_dim"):
+        make(d_model=32, head_dim=5)
+    with pytest.raises(ValueError, match="gate_lora"):
+        make(gate_lora=0)
+
+
+@pytest.mark.parametrize("L, t", [(24, 0), (24, 9), (24, 23), (19, 16)])
+def test_causal(L, t):
+    """Perturbing position t (through both layers) leaves every output before t unchanged."""
+    layers = [make(layer_idx=i, seed=i, randomise=True) for i in range(2)]
+
+    def forward(x):
+        ctx = MixerContext()
+        return layers[1](layers[0](x, ctx), ctx)
+
+    x = torch.randn(2, L, 32)
+    y = x.clone()
+    y[:, t] += 1.0
+    a, b = forward(x), forward(y)
+    assert torch.allclose(a[:, :t], b[:, :t], atol=1e-5)
+    assert not torch.allclose(a[:, t:], b[:, t:])
+
+
+def test_value_residual_needs_layer_zero_in_the_same_forward():
+    with pytest.raises(RuntimeError, match="v_first"):
+        make(layer_idx=1)(torch.randn(2, 8, 32), MixerContext())
+    ctx = MixerContext()
+    make(layer_idx=0)(torch.randn(2, 8, 32), ctx)
+    assert ctx.shared["v_first"].shape == (2, 8, 32)
+    with pytest.raises(RuntimeError, match="v_first"):  # a stale value from another batch shape
+        make(layer_idx=1)(torch.randn(3, 8, 32), ctx)
+
+
+@pytest.mark.parametrize("randomise", [False, True])
+def test_model_gradients_reach_every_parameter(randomise):
+    """At init (small, not zero, output and down-projections) and at random weights."""
+    torch.manual_seed(0)
+    model = SequenceModel(3, 12, {"name": "rwkv7", **SMALL}, d_model=16, n_layers=2)
+    if randomise:
+        with torch.no_grad():
+            for mixer in model.mixers:
+                for p in mixer.parameters():
+                    p.add_(0.3 * torch.randn_like(p))
+    model(torch.randint(0, 3, (3, 12))).square().sum().backward()
+    for name, p in model.named_parameters():
+        assert p.grad is not None and p.grad.abs().sum() > 0, name
+
+
+def test_init_keeps_rwkv7_ranges():
+    mixer = make(layer_idx=1, d_model=64, head_dim=16)
+    decay = torch.exp(-math.exp(-0.5) * torch.sigmoid(mixer.decay_base))
+    assert 0.5 < decay.min() < 0.6 and decay.max() > 0.999  # short to long memory over the channels
+    assert (mixer.shift_mix >= 0).all() and (mixer.shift_mix <= 1).all()
+    assert mixer.output.abs().max() < 0.1 / 8 + 1e-7  # small, so each block starts near the identity
+
+
+def test_backend_env(monkeypatch):
+    mixer = make()
+    assert mixer.backend == "reference"  # before any forward
+    x = torch.randn(1, 6, 32)
+    monkeypatch.setenv("EMERGENCE_BENCH_BACKEND", "reference")
+    out = mixer(x, MixerContext())
+    assert mixer.backend == "reference"
+    monkeypatch.setenv("EMERGENCE_BENCH_BACKEND", "auto")
+    assert torch.equal(mixer(x, MixerContext()), out) and mixer.backend == "reference"  # CPU input
+    monkeypatch.setenv("EMERGENCE_BENCH_BACKEND", "kernel")
+    with pytest.raises(RuntimeError, match="kernel"):
+        mixer(x, MixerContext())
+
+
+def test_trains_end_to_end(tmp_path):
+    mixer = {"name": "rwkv7", "head_dim": 4, "decay_lora": 4, "a_lora": 4, "v_lora": 4, "gate_lora": 4}
+    record = run(tiny_config(mixer=mixer, model={"n_layers": 2}), tmp_path)
+    assert record["status"] == "ok", record["error"]
+    assert record["config"]["mixer"] == mixer
+    assert record["backend"] == "reference"
+
+
+# ---- GPU: kernel vs reference -----------------------------------------------------------------
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_kernel_matches_reference_on_gpu(monkeypatch):
+    """fla's chunk_rwkv7 vs our chunked reference, both float32 on CUDA: the core op, then the whole
+    two-layer time mix (forward, input and parameter gradients). Triton's float32 dots may use TF32,
+    so the tolerance is 1e-2 relative in norm per tensor."""
+    if not importable("fla.ops.rwkv7"):
+        pytest.skip("fla.ops.rwkv7 does not import")
+    from fla.ops.rwkv7 import chunk_rwkv7
+
+    def close(got, expected, what):
+        error = (got - expected).norm() / expected.norm().clamp_min(1e-12)
+        assert error < 1e-2, f"{what}: relative error {error:.2e}"
+
+    inputs = [t.cuda() for t in core_inputs(B=2, T=100, H=4, N=16)]
+    expected, expected_grads = grads(rwkv7_chunked, inputs)
+    got, got_grads = grads(lambda *t: chunk_rwkv7(*t, scale=1.0, lower_bound=-0.607)[0], inputs)
+    close(got, expected, "core out")
+    for name, g, e in zip(["r", "log_w", "k", "v", "a", "b"], got_grads, expected_grads):
+        close(g, e, f"core d{name}")
+
+    layers = [make(layer_idx=i, d_model=64, head_dim=16, seed=i, randomise=True).cuda() for i in range(2)]
+    x = torch.randn(2, 100, 64, device="cuda")
+
+    def step(backend):
+        monkeypatch.setenv("EMERGENCE_BENCH_BACKEND", backend)
+        for layer in layers:
+            layer.zero_grad()
+        x_in = x.clone().requires_grad_()
+        ctx = MixerContext()
+        out = layers[1](layers[0](x_in, ctx), ctx)
+        out.square().sum().backward()
+        assert all(layer.backend == backend for layer in layers)
+        params = {f"{i}.{n}": p.grad.clone() for i, layer in enumerate(layers) for n, p in layer.named_parameters()}
+        return out.detach(), x_in.grad, params
+
+    ref_out, ref_dx, ref_params = step("reference")
+    ker_out, ker_dx, ker_params = step("kernel")
+    close(ker_out, ref_out, "out")
+    close(ker_dx, ref_dx, "dx")
+    for name in ref_params:
+        close(ker_params[name], ref_params[name], f"d{name}")
