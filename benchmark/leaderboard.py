@@ -2,7 +2,8 @@
 
 A group is every run whose resolved config is equal except for the keys in ``over`` (default: the
 seed), i.e. one row per (task config, mixer config, intervention, other settings). Emergence and
-plateau times are Kaplan–Meier medians, with runs that never got there censored at their budget.
+plateau times are Kaplan–Meier medians with 95% intervals, runs that never got there censored at
+their budget; success rates have 95% Wilson intervals.
 """
 
 from __future__ import annotations
@@ -14,16 +15,16 @@ import pandas as pd
 
 from benchmark import registry
 from benchmark.results import load_records, write_json
-from benchmark.stats import kaplan_meier_median, wilson_interval
+from benchmark.stats import kaplan_meier_median, kaplan_meier_median_ci, wilson_interval
 
 MEASUREMENT_CALLBACKS = {"plateau", "emergence"}
 
 
-def _flatten(data: dict, prefix: str = "") -> dict:
+def flatten(data: dict, prefix: str = "") -> dict:
     flat = {}
     for key, value in data.items():
         if isinstance(value, dict) and value:
-            flat.update(_flatten(value, f"{prefix}{key}."))
+            flat.update(flatten(value, f"{prefix}{key}."))
         else:
             flat[f"{prefix}{key}"] = value
     return flat
@@ -61,41 +62,44 @@ def _without_interventions(config: dict, flat: dict) -> str:
                       default=str)
 
 
-def _time_to(records: list[dict], section: str, key: str) -> tuple[float | None, int]:
-    """KM median of ``record[section][key]``; censored at the run's step budget when missing."""
+def km_time(records: list[dict], section: str, key: str) -> dict:
+    """Kaplan–Meier median (and 95% interval) of ``record[section][key]``, each run that never got
+    there censored at its step budget."""
     times, censored = [], []
     for r in records:
         value = (r.get(section) or {}).get(key)
         budget = (r.get("timing") or {}).get("steps") or r["config"]["trainer"]["max_steps"]
         times.append(value if value is not None else budget)
         censored.append(value is None)
-    return kaplan_meier_median(times, censored), max(times) if times else 0
+    low, high = kaplan_meier_median_ci(times, censored)
+    return {"median": kaplan_meier_median(times, censored), "low": low, "high": high,
+            "budget": max(times) if times else 0}
 
 
-def build(records: list[dict], over: tuple[str, ...] = ("seed",)) -> pd.DataFrame:
-    """One row per group of ``records`` (result dicts), aggregated over the ``over`` keys."""
+def build(records: list[dict], over: tuple[str, ...] = ("seed",), keep_keys: bool = False) -> pd.DataFrame:
+    """One row per group of ``records`` (result dicts), aggregated over the ``over`` keys
+    (``keep_keys`` keeps each row's ``group_key`` in a ``_key`` column)."""
     if not records:
         return pd.DataFrame()
-    flats = [_flatten(r["config"]) for r in records]
+    flats = [flatten(r["config"]) for r in records]
     keys = sorted({k for f in flats for k in f} - set(over))
-    signature = [json.dumps([f.get(k) for k in keys], default=str) for f in flats]
     varying = [k for k in keys if len({json.dumps(f.get(k), default=str) for f in flats}) > 1]
     intervention_names = {n for r in records for n in _interventions(r["config"])}
     groups: dict[str, list[int]] = {}
-    for i, sig in enumerate(signature):
-        groups.setdefault(sig, []).append(i)
+    for i, record in enumerate(records):
+        groups.setdefault(group_key(record, over), []).append(i)
 
     rows = []
-    for indices in groups.values():
+    for key, indices in groups.items():
         members = [records[i] for i in indices]
         flat = flats[indices[0]]
         measured = [r for r in members if r["status"] in ("ok", "diverged")]
         emerged = sum(1 for r in measured if (r.get("emergence") or {}).get("step") is not None)
         low, high = wilson_interval(emerged, len(measured))
-        emergence, budget = _time_to(measured, "emergence", "step")
-        plateau, _ = _time_to(measured, "plateau", "end_step")
+        emergence = km_time(measured, "emergence", "step")
+        plateau = km_time(measured, "plateau", "end_step")
         probed = [r for r in measured if (r.get("attention_probe") or {}).get("applicable")]
-        pattern, _ = _time_to(probed, "attention_probe", "pattern_found_step")
+        pattern = km_time(probed, "attention_probe", "pattern_found_step")
         speeds = [r["timing"]["steps_per_second"] for r in members if (r.get("timing") or {}).get("steps_per_second")]
         losses = [r["metrics"]["final_eval_loss"] for r in measured
                   if (r.get("metrics") or {}).get("final_eval_loss") is not None]
@@ -113,13 +117,18 @@ def build(records: list[dict], over: tuple[str, ...] = ("seed",)) -> pd.DataFram
             "success_rate": emerged / len(measured) if measured else None,
             "success_low": low,
             "success_high": high,
-            "median_emergence_step": emergence,
-            "median_plateau_end": plateau,
-            "median_pattern_found": pattern if probed else None,
+            "median_emergence_step": emergence["median"],
+            "emergence_low": emergence["low"],
+            "emergence_high": emergence["high"],
+            "median_plateau_end": plateau["median"],
+            "plateau_low": plateau["low"],
+            "plateau_high": plateau["high"],
+            "median_pattern_found": pattern["median"] if probed else None,
             "probed": bool(probed),
-            "budget": budget,
+            "budget": emergence["budget"],
             "final_eval_loss": sum(losses) / len(losses) if losses else None,
             "steps_per_second": sum(speeds) / len(speeds) if speeds else None,
+            "_key": key,
             "_baseline": _without_interventions(members[0]["config"], {k: v for k, v in flat.items()
                                                                         if k not in over}),
         })
@@ -128,7 +137,18 @@ def build(records: list[dict], over: tuple[str, ...] = ("seed",)) -> pd.DataFram
     # Each baseline ("none") sits right above its intervention rows.
     table["_order"] = table["intervention"] != "none"
     table = table.sort_values(["task", "mixer", "setting", "_order", "intervention"], ignore_index=True)
-    return table.drop(columns="_order")
+    return table.drop(columns="_order" if keep_keys else ["_order", "_key"])
+
+
+def group_key(record: dict, over: tuple[str, ...] = ("seed",)) -> str:
+    """Runs with equal keys form one leaderboard row: the flat config without the ``over`` keys."""
+    flat = flatten(record["config"])
+    return json.dumps({k: v for k, v in sorted(flat.items()) if k not in over}, default=str)
+
+
+def row_label(row: dict) -> str:
+    parts = [row["task"], row["mixer"]] + [row[k] for k in ("setting", "intervention") if row[k] not in ("-", "none")]
+    return " · ".join(parts)
 
 
 def _plateau_ratios(rows: list[dict]) -> None:
@@ -157,8 +177,11 @@ def _ratio_cell(row: dict) -> str:
     return ("<" if row["plateau_ratio_bound"] == "<" else "") + f"{row['plateau_ratio']:.2f}×"
 
 
-def _median_cell(value, budget) -> str:
-    return f">{budget}" if value is None or pd.isna(value) else f"{int(value)}"
+def _median_cell(value, budget, low=None, high=None, interval=False) -> str:
+    def step(v):
+        return f">{budget}" if v is None or pd.isna(v) else f"{int(v)}"
+
+    return f"{step(value)} ({step(low)}–{step(high)})" if interval else step(value)
 
 
 def to_markdown(table: pd.DataFrame) -> str:
@@ -166,7 +189,7 @@ def to_markdown(table: pd.DataFrame) -> str:
     if table.empty:
         return "(no results)\n"
     header = ["task", "mixer", "setting", "intervention", "seeds", "success (95% CI)",
-              "median emergence", "median plateau end", "plateau vs none", "median pattern found", "final loss",
+              "median emergence (95% CI)", "median plateau end (95% CI)", "plateau vs none", "median pattern found", "final loss",
               "steps/s"]
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
     for row in table.to_dict("records"):
@@ -182,8 +205,10 @@ def to_markdown(table: pd.DataFrame) -> str:
         loss = "-" if pd.isna(row["final_eval_loss"]) else f"{row['final_eval_loss']:.3g}"
         speed = "-" if pd.isna(row["steps_per_second"]) else f"{row['steps_per_second']:.1f}"
         cells = [row["task"], row["mixer"], row["setting"], row["intervention"], seeds, rate,
-                 _median_cell(row["median_emergence_step"], row["budget"]),
-                 _median_cell(row["median_plateau_end"], row["budget"]), _ratio_cell(row),
+                 _median_cell(row["median_emergence_step"], row["budget"], row["emergence_low"],
+                              row["emergence_high"], interval=True),
+                 _median_cell(row["median_plateau_end"], row["budget"], row["plateau_low"], row["plateau_high"],
+                              interval=True), _ratio_cell(row),
                  _median_cell(row["median_pattern_found"], row["budget"]) if row["probed"] else "n/a", loss, speed]
         lines.append("| " + " | ".join(str(c) for c in cells) + " |")
     return "\n".join(lines) + "\n"

@@ -22,6 +22,40 @@ def kaplan_meier_median(times: list[float], censored: list[bool]) -> float | Non
     return None
 
 
+def kaplan_meier(times: list[float], censored: list[bool]) -> list[tuple[float, float, float]]:
+    """The Kaplan–Meier curve at each distinct event time: (time, survival, Greenwood variance)."""
+    pairs = sorted(zip(times, censored))
+    curve, survival, greenwood, at_risk, i = [], 1.0, 0.0, len(pairs), 0
+    while i < len(pairs):
+        time = pairs[i][0]
+        tied = [c for t, c in pairs[i:] if t == time]
+        events = sum(1 for c in tied if not c)
+        if events:
+            survival *= 1 - events / at_risk
+            # Greenwood's sum; when everyone at risk has the event, S = 0 and so is its variance.
+            greenwood = greenwood + events / (at_risk * (at_risk - events)) if at_risk > events else math.inf
+            variance = 0.0 if survival == 0 else survival * survival * greenwood
+            curve.append((time, survival, variance))
+        at_risk -= len(tied)
+        i += len(tied)
+    return curve
+
+
+def kaplan_meier_median_ci(times: list[float], censored: list[bool], z: float = 1.96):
+    """(low, high): a 95% interval for the Kaplan–Meier median in the Brookmeyer–Crowley spirit —
+    low is the first event time whose survival is within z·se of 0.5 (S ≤ 0.5 + z·se), high the first
+    whose survival is clearly below it (S < 0.5 − z·se). None means not reached within the data."""
+    low = high = None
+    for time, survival, variance in kaplan_meier(times, censored):
+        se = math.sqrt(variance)
+        if low is None and survival <= 0.5 + z * se + 1e-12:
+            low = time
+        if survival < 0.5 - z * se - 1e-12:
+            high = time
+            break
+    return low, high
+
+
 def wilson_interval(successes: int, trials: int, z: float = 1.96) -> tuple[float, float]:
     """95% Wilson score interval for a binomial proportion; (0, 1) when there are no trials."""
     if trials == 0:

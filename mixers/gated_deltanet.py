@@ -60,6 +60,7 @@ def gated_delta_rule_chunked(q, k, v, g, beta, scale: float | None = None, chunk
 
     q, k [B, T, H, K], v [B, T, H, V], g (log-decay, ≤ 0) and beta [B, T, H] -> o [B, T, H, V].
     Computes in at least float32 and returns the input dtype. Largest intermediate: [B, H, T, C].
+    The default C = 32 measured fastest on CPU at T = 256 (16 and 64 are within ~20 %).
 
     Derivation, per chunk with start state h [K, V] (= S_0ᵀ) and in-chunk cumulative decay
     G_i = g_1 + … + g_i: the value each step actually writes is u_i = beta_i (v_i - h̃_iᵀ k_i), h̃_i
@@ -82,7 +83,8 @@ def gated_delta_rule_chunked(q, k, v, g, beta, scale: float | None = None, chunk
         """[B, T, H, *] -> [B, H, N, C, *]; padded steps (g = 0, beta = 0, k = 0) write nothing and
         come after every real step, so they change no real output."""
         x = x.to(dtype).movedim(1, 2)  # [B, H, T, *]
-        x = F.pad(x, (0, 0, 0, pad)) if x.dim() == 4 else F.pad(x, (0, pad))
+        if pad:
+            x = F.pad(x, (0, 0, 0, pad)) if x.dim() == 4 else F.pad(x, (0, pad))
         return x.reshape(B, H, N, C, *x.shape[3:])
 
     q, k, v, g, beta = map(chunks, (q, k, v, g, beta))  # [B, H, N, C, K|V], g and beta [B, H, N, C]
@@ -105,7 +107,7 @@ def gated_delta_rule_chunked(q, k, v, g, beta, scale: float | None = None, chunk
 
     scores = (q @ k.transpose(-1, -2)) * decay  # in-chunk q_i·k_j exp(G_i - G_j), j ≤ i  [B, H, N, C, C]
     q_from_start = q * G.exp()[..., None]  # reads the chunk's start state  [B, H, N, C, K]
-    k_to_end = k * decay[..., -1, :, None]  # carries each write to the chunk end: exp(G_C - G_j)  [B, H, N, C, K]
+    k_to_end = k * decay[..., -1, :, None]  # carries write j to the chunk end, exp(G_C - G_j)  [B, H, N, C, K]
     chunk_decay = G[..., -1].exp()[..., None, None]  # [B, H, N, 1, 1]
 
     h = q.new_zeros(B, H, K, V)

@@ -96,8 +96,9 @@ class SelectiveScan(torch.autograd.Function):
     @staticmethod
     def forward(ctx, u, delta, A, B, C, D):
         decay = torch.mul(delta.unsqueeze(-1), A).exp_()  # [L, b, d, n], in (0, 1]
-        delta_u = delta * u  # [L, b, d]
-        h = delta_u.unsqueeze(-1) * B.unsqueeze(2)  # the drive [L, b, d, n], scanned in place into h
+        # The drive delta_t u_t B_t as a batched outer product (a broadcast multiply is ~3x slower on
+        # CPU), then scanned in place into the states h.
+        h = torch.matmul((delta * u).unsqueeze(-1), B.unsqueeze(-2))  # [L, b, d, n]
         linear_scan(decay, h, out=h)
         y = torch.matmul(h, C.unsqueeze(-1)).squeeze(-1).addcmul_(u, D)  # [L, b, d]
         ctx.save_for_backward(u, delta, A, B, C, D, decay, h)
@@ -110,17 +111,17 @@ class SelectiveScan(torch.autograd.Function):
         grad_y = grad_y.contiguous()
         grad_D = (grad_y * u).sum((0, 1))
         grad_C = torch.matmul(grad_y.unsqueeze(-2), h).squeeze(-2)  # sum_d grad_y h: [L, b, n]
-        g = grad_y.unsqueeze(-1) * C.unsqueeze(2)  # dLoss/dh_t from y_t alone: [L, b, d, n]
-        linear_scan(decay, g, transpose=True, out=g)  # ... and through all later steps
+        g = torch.matmul(grad_y.unsqueeze(-1), C.unsqueeze(-2))  # dLoss/dh_t via y_t: [L, b, d, n]
+        linear_scan(decay, g, transpose=True, out=g)  # ... and via all later steps
         delta_u = delta * u
         grad_delta_u = torch.matmul(g, B.unsqueeze(-1)).squeeze(-1)  # [L, b, d]
         grad_B = torch.matmul(delta_u.unsqueeze(-2), g).squeeze(-2)  # [L, b, n]
-        grad_z = torch.empty_like(g)  # dLoss/d(delta A)
+        grad_z = g  # overwritten in place with dLoss/d(delta A) = g_t h_{t-1} decay_t
+        grad_z[1:].mul_(h[:-1])
         grad_z[0].zero_()  # h_{-1} = 0
-        torch.mul(g[1:], h[:-1], out=grad_z[1:])
         grad_z.mul_(decay)
-        scratch = g  # g is no longer needed
-        grad_A = torch.mul(grad_z, delta.unsqueeze(-1), out=scratch).sum((0, 1))
+        scratch = torch.mul(grad_z, delta.unsqueeze(-1))
+        grad_A = scratch.sum((0, 1))
         grad_delta = torch.mul(grad_z, A, out=scratch).sum(-1).addcmul_(grad_delta_u, u)
         grad_u = torch.addcmul(grad_y * D, grad_delta_u, delta)
         return grad_u, grad_delta, grad_A, grad_B, grad_C, grad_D

@@ -56,8 +56,8 @@ def rwkv7_recurrent(q, log_w, k, v, a, b, initial_state=None):
 def rwkv7_chunked(q, log_w, k, v, a, b, chunk_size: int = 16):
     """The generalised delta rule of ``rwkv7_recurrent`` from a zero state, chunk-parallel in time.
 
-    q, log_w, k, a, b: [B, T, H, K]; v: [B, T, H, V] -> out [B, T, H, V] (input dtype; computed in
-    float32, or float64 when given float64).
+    q, log_w, k, a, b: [B, T, H, K]; v: [B, T, H, V] -> out [B, T, H, V], in float32 (float64 when
+    given float64) whatever the input dtype.
 
     Within a chunk of C steps the state's effect is linear, so the "removal" reads u_t = S_{t-1} a_t
     solve one unit-lower-triangular C×C system (the WY form), and the chunk collapses to an affine map
@@ -202,11 +202,12 @@ class RWKV7TimeMix(TokenMixer):
         # Early channels look mostly at the previous token, late ones at the current one.
         powers = torch.tensor([0.2, 0.9, 0.7, 0.7, 0.9, 0.2])  # r, w, k, v, a, g
         self.shift_mix.copy_(1.0 - fraction[None, :] ** powers[:, None])
-        # Decays ramp from ≈1 (long memory) on early channels to ≈0.56 on the last, zigzagging in each head.
+        # Decays ramp from ≈1 (long memory) on early channels to ≈0.56 on the last, zigzag in each head.
         self.decay_base.copy_(-6 + 6 * channel / max(D - 1, 1) + 0.5 + 2.5 * zigzag)
         self.iclr_base.copy_(-0.19 + 0.3 * zigzag + 0.4 * linear)
         bound = D ** -0.5
-        pairs = [(self.decay_down, self.decay_up), (self.iclr_down, self.iclr_up), (self.gate_down, self.gate_up)]
+        pairs = [(self.decay_down, self.decay_up), (self.iclr_down, self.iclr_up),
+                 (self.gate_down, self.gate_up)]
         if self.has_value_residual:
             self.value_mix_base.copy_(0.73 - 0.4 * linear)
             pairs.append((self.value_mix_down, self.value_mix_up))
@@ -234,7 +235,8 @@ class RWKV7TimeMix(TokenMixer):
         xr, xw, xk, xv, xa, xg = x + delta * self.shift_mix[:, None, None, :]  # 6 × [B, L, D]
 
         r = xr @ self.receptance
-        log_w = -MAX_DECAY_RATE * torch.sigmoid(self.decay_base + torch.tanh(xw @ self.decay_down) @ self.decay_up)
+        decay_logit = self.decay_base + torch.tanh(xw @ self.decay_down) @ self.decay_up
+        log_w = -MAX_DECAY_RATE * torch.sigmoid(decay_logit)  # [B, L, D] in [-exp(-0.5), 0)
         k = xk @ self.key
         v = xv @ self.value
         iclr = torch.sigmoid(self.iclr_base + xa @ self.iclr_down @ self.iclr_up)  # [B, L, D] in (0, 1)
@@ -244,15 +246,16 @@ class RWKV7TimeMix(TokenMixer):
             v_first = ctx.shared.get("v_first")
             if v_first is None or v_first.shape != v.shape:
                 raise RuntimeError(f"rwkv7 layer {self.layer_idx} needs layer 0's value in "
-                                   "ctx.shared['v_first'] for this batch; run layer 0 first with the same ctx")
-            v = torch.lerp(v, v_first, torch.sigmoid(self.value_mix_base + xv @ self.value_mix_down @ self.value_mix_up))
+                                   "ctx.shared['v_first'] for this batch: run layer 0 first with the same ctx")
+            residual = torch.sigmoid(self.value_mix_base + xv @ self.value_mix_down @ self.value_mix_up)
+            v = torch.lerp(v, v_first, residual)  # v + (v_first - v) * residual
         else:
             ctx.shared["v_first"] = v
 
-        heads = lambda t: t.view(B, L, H, N)  # noqa: E731
-        removal_key = F.normalize(heads(k * self.removal_key_scale), dim=-1)  # kk [B, L, H, N]
+        k_scaled = (k * self.removal_key_scale).view(B, L, H, N)
+        removal_key = F.normalize(k_scaled, dim=-1)  # kk [B, L, H, N]: unit length per head
         k = k * (1 + (iclr - 1) * self.iclr_key_mix)
-        r, log_w, k, v, iclr = map(heads, (r, log_w, k, v, iclr))
+        r, log_w, k, v, iclr = (t.view(B, L, H, N) for t in (r, log_w, k, v, iclr))
 
         self.last_backend = backends.choose(x, KERNEL_MODULE)
         core = _rwkv7_kernel if self.last_backend == backends.KERNEL else rwkv7_chunked

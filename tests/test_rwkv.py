@@ -1,26 +1,22 @@
 """RWKV-7 time mixing: the core op against fla's naive DPLR recurrence and our step-by-step loop, the
 whole time mix against the official ``rwkv`` package's RWKV_x070, and the mixer contract."""
 
+import importlib
 import importlib.util
 import math
-import os
 from pathlib import Path
 
-# The official package picks its RWKV-7 code paths when it is imported: the pure-torch sequence path.
-os.environ["RWKV_V7_ON"] = "1"
-os.environ["RWKV_CUDA_ON"] = "0"
+import pytest
+import torch
+import torch.nn.functional as F
 
-import pytest  # noqa: E402
-import torch  # noqa: E402
-import torch.nn.functional as F  # noqa: E402
-
-import mixers.rwkv  # noqa: E402,F401  (registers "rwkv7")
-from benchmark.model import SequenceModel  # noqa: E402
-from benchmark.run import run  # noqa: E402
-from conftest import tiny_config  # noqa: E402
-from mixers.backend import importable  # noqa: E402
-from mixers.base import MixerContext  # noqa: E402
-from mixers.rwkv import RWKV7TimeMix, rwkv7_chunked, rwkv7_recurrent  # noqa: E402
+import mixers.rwkv  # noqa: F401  (registers "rwkv7")
+from benchmark.model import SequenceModel
+from benchmark.run import run
+from conftest import tiny_config
+from mixers.backend import importable
+from mixers.base import MixerContext
+from mixers.rwkv import RWKV7TimeMix, rwkv7_chunked, rwkv7_recurrent
 
 SMALL = {"head_dim": 8, "decay_lora": 4, "a_lora": 4, "v_lora": 4, "gate_lora": 6}
 
@@ -36,11 +32,34 @@ def fla_naive_dplr():
     return module.dplr_recurrence
 
 
+def official_time_mix(monkeypatch):
+    """rwkv.model.RWKV_x070_TMix_seq. The package picks its code paths when imported: RWKV-7 needs
+    RWKV_V7_ON=1, and RWKV_CUDA_ON=0 selects the pure-torch loop over time. Importing it also flips
+    global torch flags (TF32, cudnn benchmark, JIT autocast), restored here for the other tests."""
+    monkeypatch.setenv("RWKV_V7_ON", "1")
+    monkeypatch.setenv("RWKV_CUDA_ON", "0")
+    flags = (torch.backends.cudnn.benchmark, torch.backends.cudnn.allow_tf32,
+             torch.backends.cuda.matmul.allow_tf32)
+    jit_autocast = torch._C._jit_set_autocast_mode(True)  # returns the previous mode
+    torch._C._jit_set_autocast_mode(jit_autocast)
+    try:
+        import rwkv.model
+
+        if not hasattr(rwkv.model, "RWKV_x070_TMix_seq"):  # imported earlier without RWKV-7
+            importlib.reload(rwkv.model)
+        return rwkv.model.RWKV_x070_TMix_seq
+    finally:
+        (torch.backends.cudnn.benchmark, torch.backends.cudnn.allow_tf32,
+         torch.backends.cuda.matmul.allow_tf32) = flags
+        torch._C._jit_set_autocast_mode(jit_autocast)
+
+
 def core_inputs(B=2, T=21, H=3, N=8, dtype=torch.float32, decay_scale=1.0, seed=0):
     """Random RWKV-7-shaped core inputs [B, T, H, N]: a = -kk, b = kk * iclr with unit kk."""
     g = torch.Generator().manual_seed(seed)
     r, k, v = (torch.randn(B, T, H, N, generator=g, dtype=dtype) for _ in range(3))
-    log_w = -decay_scale * math.exp(-0.5) * torch.sigmoid(2 * torch.randn(B, T, H, N, generator=g, dtype=dtype))
+    logit = 2 * torch.randn(B, T, H, N, generator=g, dtype=dtype)
+    log_w = -decay_scale * math.exp(-0.5) * torch.sigmoid(logit)
     kk = F.normalize(torch.randn(B, T, H, N, generator=g, dtype=dtype), dim=-1)
     iclr = torch.rand(B, T, H, N, generator=g, dtype=dtype)
     return r, log_w, k, v, -kk, kk * iclr
@@ -50,7 +69,7 @@ def grads(fn, inputs, seed=1):
     """Output and input gradients of a random projection of fn(*inputs)."""
     inputs = [t.detach().requires_grad_() for t in inputs]
     out = fn(*inputs)
-    weight = torch.randn(out.shape, generator=torch.Generator().manual_seed(seed), dtype=out.dtype)
+    weight = torch.randn(out.shape, generator=torch.Generator().manual_seed(seed), dtype=out.dtype).to(out.device)
     return out.detach(), torch.autograd.grad((out * weight).sum(), inputs)
 
 
@@ -143,12 +162,11 @@ def official_arguments(mixer: RWKV7TimeMix) -> list[torch.Tensor]:
 
 
 @pytest.mark.parametrize("randomise", [True, False])
-def test_time_mix_matches_official_rwkv_package(randomise):
+def test_time_mix_matches_official_rwkv_package(randomise, monkeypatch):
     """Layers 0 and 1 (the value residual) against rwkv 0.8's RWKV_x070_TMix_seq (TorchScript,
     one sequence [T, C] at a time, zero initial state and token-shift state). Tolerance: float32,
     1e-5 relative to the output's scale (its decay constant 0.606531 rounds exp(-0.5) at 6e-7)."""
-    from rwkv.model import RWKV_x070_TMix_seq
-
+    RWKV_x070_TMix_seq = official_time_mix(monkeypatch)
     layers = [make(layer_idx=i, seed=i, randomise=randomise) for i in range(2)]
     H, N, D = layers[0].n_heads, layers[0].head_dim, layers[0].d_model
     xs = [torch.randn(2, 20, D) for _ in layers]
@@ -158,8 +176,9 @@ def test_time_mix_matches_official_rwkv_package(randomise):
     for b in range(2):
         v_first = torch.empty(20, D)
         for i, (layer, x) in enumerate(zip(layers, xs)):
-            expected, _, _, v_first = RWKV_x070_TMix_seq(
-                i, H, N, x[b].clone(), torch.zeros(D), v_first, torch.zeros(H, N, N), *official_arguments(layer))
+            x_prev, state = torch.zeros(D), torch.zeros(H, N, N)  # zero token-shift and wkv states
+            expected, _, _, v_first = RWKV_x070_TMix_seq(i, H, N, x[b].clone(), x_prev, v_first, state,
+                                                          *official_arguments(layer))
             scale = expected.abs().max()
             assert scale > 0
             assert torch.allclose(ours[i][b], expected, atol=1e-5 * scale, rtol=0), f"layer {i}, batch {b}"
@@ -290,7 +309,8 @@ def test_kernel_matches_reference_on_gpu(monkeypatch):
         out = layers[1](layers[0](x_in, ctx), ctx)
         out.square().sum().backward()
         assert all(layer.backend == backend for layer in layers)
-        params = {f"{i}.{n}": p.grad.clone() for i, layer in enumerate(layers) for n, p in layer.named_parameters()}
+        params = {f"{i}.{name}": p.grad.clone()
+                  for i, layer in enumerate(layers) for name, p in layer.named_parameters()}
         return out.detach(), x_in.grad, params
 
     ref_out, ref_dx, ref_params = step("reference")

@@ -1,0 +1,228 @@
+"""`emergence-bench report DIR`: one self-contained HTML file of a finished (or running) sweep.
+
+Sections: the leaderboard; mean train-loss curves per leaderboard row with the plateau shaded and each
+seed's emergence step marked; emergence steps per mixer (never-emerged runs drawn at their budget);
+a heatmap of final eval loss over two sweep axes; attention maps beside the ground truth.
+Every figure is a PNG embedded in the page, so the file can be mailed or archived alone.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")  # no display; must precede pyplot
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+import torch  # noqa: E402
+
+from benchmark import leaderboard  # noqa: E402
+from benchmark.results import RESULT_FILE, load_records  # noqa: E402
+from callbacks.attention_probe import MAPS_FILE  # noqa: E402
+
+REPORT_FILE = "report.html"
+
+
+def _png(figure) -> str:
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png", dpi=90, bbox_inches="tight")
+    plt.close(figure)
+    return base64.b64encode(buffer.getvalue()).decode()
+
+
+def _img(png: str, alt: str) -> str:
+    return f'<img alt="{html.escape(alt)}" src="data:image/png;base64,{png}">'
+
+
+def _groups(records: list[dict], table: pd.DataFrame, over) -> list[tuple[str, list[dict]]]:
+    """(row label, member records) per leaderboard row, in the table's order."""
+    labels = {}
+    for record in records:
+        key = leaderboard.group_key(record, over)
+        labels.setdefault(key, []).append(record)
+    rows = []
+    for row in table.to_dict("records"):
+        rows.append((leaderboard.row_label(row), labels[row["_key"]]))
+    return rows
+
+
+def loss_curves(groups: list[tuple[str, list[dict]]]) -> str | None:
+    """Mean train loss per group; plateau (0 → median plateau end) shaded; emergence steps marked."""
+    drawable = [(label, members) for label, members in groups
+                if any((m.get("curves") or {}).get("train_loss") for m in members)]
+    if not drawable:
+        return None
+    columns = min(3, len(drawable))
+    rows = (len(drawable) + columns - 1) // columns
+    figure, axes = plt.subplots(rows, columns, figsize=(5 * columns, 3.2 * rows), squeeze=False)
+    for ax, (label, members) in zip(axes.flat, drawable):
+        curves = [np.array(m["curves"]["train_loss"]) for m in members if m.get("curves", {}).get("train_loss")]
+        length = min(len(c) for c in curves)
+        steps = curves[0][:length, 0]
+        mean = np.mean([c[:length, 1] for c in curves], axis=0)
+        for c in curves:
+            ax.plot(c[:, 0], c[:, 1], color="grey", alpha=0.25, linewidth=0.8)
+        ax.plot(steps, mean, color="C0", linewidth=1.8, label=f"mean of {len(curves)}")
+        plateau = leaderboard.km_time(members, "plateau", "end_step")
+        end = plateau["median"] if plateau["median"] is not None else plateau["budget"]
+        ax.axvspan(0, end, color="C1", alpha=0.15, label="plateau (median)")
+        for m in members:
+            step = (m.get("emergence") or {}).get("step")
+            if step is not None:
+                ax.axvline(step, color="C2", linestyle="--", linewidth=0.9)
+        ax.axhline(members[0]["plateau"]["threshold"], color="C3", linewidth=0.8, linestyle=":")
+        ax.set_title(label, fontsize=8)
+        ax.set_xlabel("step")
+        ax.set_ylabel("train loss")
+        ax.legend(fontsize=7)
+    for ax in list(axes.flat)[len(drawable):]:
+        ax.axis("off")
+    return _png(figure)
+
+
+def emergence_distribution(records: list[dict]) -> str | None:
+    """Emergence steps per mixer: dots for runs that emerged, crosses at the budget for the rest."""
+    measured = [r for r in records if r["status"] in ("ok", "diverged")]
+    if not measured:
+        return None
+    mixers = sorted({r["config"]["mixer"]["name"] for r in measured})
+    figure, ax = plt.subplots(figsize=(max(4, 1.6 * len(mixers)), 3.2))
+    rng = np.random.default_rng(0)
+    for i, mixer in enumerate(mixers):
+        runs = [r for r in measured if r["config"]["mixer"]["name"] == mixer]
+        emerged = [r["emergence"]["step"] for r in runs if r["emergence"]["step"] is not None]
+        never = [r["timing"]["steps"] for r in runs if r["emergence"]["step"] is None]
+        ax.scatter(i + rng.uniform(-0.15, 0.15, len(emerged)), emerged, color="C0", s=18,
+                   label="emerged" if i == 0 else None)
+        ax.scatter(i + rng.uniform(-0.15, 0.15, len(never)), never, color="C3", marker="x", s=18,
+                   label="never (at budget)" if i == 0 else None)
+    ax.set_xticks(range(len(mixers)), mixers)
+    ax.set_ylabel("emergence step")
+    ax.legend(fontsize=7)
+    return _png(figure)
+
+
+def heatmap(records: list[dict], axes: tuple[str, str] | None) -> tuple[str | None, tuple[str, str] | None]:
+    """Mean final eval loss over two config axes (the first two numeric axes that vary, unless given)."""
+    measured = [r for r in records if r["status"] in ("ok", "diverged")
+                and r["metrics"].get("final_eval_loss") is not None]
+    if not measured:
+        return None, None
+    flats = pd.DataFrame([leaderboard.flatten(r["config"]) for r in measured])
+    if axes is None:
+        numeric = [k for k in flats.columns if k != "seed" and pd.api.types.is_numeric_dtype(flats[k])
+                   and flats[k].nunique() > 1]
+        if len(numeric) < 2:
+            return None, None
+        axes = (numeric[0], numeric[1])
+    for axis in axes:
+        if axis not in flats.columns:
+            raise ValueError(f"no config key {axis!r} in these results; keys: {', '.join(sorted(flats.columns))}")
+    flats["loss"] = [r["metrics"]["final_eval_loss"] for r in measured]
+    grid = flats.groupby(list(axes))["loss"].mean().unstack()
+    figure, ax = plt.subplots(figsize=(1 + 0.7 * grid.shape[1], 1 + 0.5 * grid.shape[0]))
+    image = ax.imshow(grid.values, cmap="viridis", aspect="auto")
+    ax.set_xticks(range(grid.shape[1]), [str(c) for c in grid.columns])
+    ax.set_yticks(range(grid.shape[0]), [str(i) for i in grid.index])
+    ax.set_xlabel(axes[1])
+    ax.set_ylabel(axes[0])
+    for (i, j), value in np.ndenumerate(grid.values):
+        if not np.isnan(value):
+            ax.text(j, i, f"{value:.2f}", ha="center", va="center", color="white", fontsize=7)
+    figure.colorbar(image, ax=ax, label="final eval loss")
+    return _png(figure), axes
+
+
+def attention_maps(run_dir: Path, label: str) -> str | None:
+    """Each head's mean attention map (last eval) beside the ground truth, per probed layer."""
+    path = run_dir / MAPS_FILE
+    if not path.is_file():
+        return None
+    saved = torch.load(path)
+    layers, maps, truth = saved["layers"], saved["maps"], saved["ground_truth"]
+    heads = max(m.shape[0] for m in maps)
+    figure, axes = plt.subplots(len(layers), heads + 1, figsize=(1.6 * (heads + 1), 1.7 * len(layers)),
+                                squeeze=False)
+    for row, (layer, probs) in enumerate(zip(layers, maps)):
+        for head in range(heads + 1):
+            ax = axes[row, head]
+            ax.set_xticks([])
+            ax.set_yticks([])
+            if head < probs.shape[0]:
+                ax.imshow(probs[head].numpy(), cmap="magma")
+                ax.set_title(f"L{layer} H{head}", fontsize=7)
+            elif head == heads:
+                ax.imshow(truth.numpy(), cmap="Greys")
+                ax.set_title("ground truth", fontsize=7)
+            else:
+                ax.axis("off")
+    figure.suptitle(f"{label} (step {saved['step']})", fontsize=8)
+    return _png(figure)
+
+
+def write(root: str | Path, out: str | Path | None = None, axes: tuple[str, str] | None = None,
+          maps: int = 4, over: tuple[str, ...] = ("seed",)) -> Path:
+    """Write the report for every result under ``root``; returns the HTML file's path."""
+    root = Path(root)
+    out = Path(out) if out else root / REPORT_FILE
+    records = load_records(root)
+    if not records:
+        raise ValueError(f"no {RESULT_FILE} under {root}")
+    table = leaderboard.build(records, over, keep_keys=True)
+    groups = _groups(records, table, over)
+    parts = [f"<h1>emergence-bench report: {html.escape(str(root))}</h1>",
+             f"<p>{len(records)} runs in {len(table)} groups.</p>",
+             "<h2>Leaderboard</h2>", _markdown_table_html(leaderboard.to_markdown(table.drop(columns="_key")))]
+    figure = loss_curves(groups)
+    if figure:
+        parts += ["<h2>Loss curves</h2><p>Mean train loss per group (grey: each seed); shaded: the plateau "
+                  "up to the median plateau end; dashed: each seed's emergence step; dotted: the threshold.</p>",
+                  _img(figure, "loss curves")]
+    figure = emergence_distribution(records)
+    if figure:
+        parts += ["<h2>Emergence steps per mixer</h2>", _img(figure, "emergence steps")]
+    figure, used = heatmap(records, axes)
+    if figure:
+        parts += [f"<h2>Final eval loss over {html.escape(used[0])} × {html.escape(used[1])}</h2>",
+                  _img(figure, "heatmap")]
+    shown = 0
+    for label, members in groups:
+        if shown >= maps:
+            break
+        run_dir = _run_dir(root, members[0])
+        figure = attention_maps(run_dir, f"{label}, seed {members[0]['seed']}") if run_dir else None
+        if figure:
+            if shown == 0:
+                parts.append("<h2>Attention maps beside the ground truth</h2>")
+            parts.append(_img(figure, f"attention {label}"))
+            shown += 1
+    page = ("<!doctype html><html><head><meta charset='utf-8'><title>emergence-bench report</title>"
+            "<style>body{font-family:sans-serif;max-width:1200px;margin:2em auto}"
+            "table{border-collapse:collapse;font-size:12px}td,th{border:1px solid #ccc;padding:3px 6px}"
+            "img{max-width:100%;display:block;margin:1em 0}</style></head><body>"
+            + "\n".join(parts) + "</body></html>")
+    tmp = out.with_suffix(".tmp")
+    tmp.write_text(page)
+    tmp.replace(out)
+    return out
+
+
+def _run_dir(root: Path, record: dict) -> Path | None:
+    found = list(root.rglob(f"{record['run_id']}/{RESULT_FILE}"))
+    return found[0].parent if found else None
+
+
+def _markdown_table_html(markdown: str) -> str:
+    lines = [line for line in markdown.strip().splitlines() if line.startswith("|")]
+    if len(lines) < 2:
+        return f"<p>{html.escape(markdown)}</p>"
+    cells = [[html.escape(c.strip()) for c in line.strip("|").split("|")] for line in lines]
+    head = "".join(f"<th>{c}</th>" for c in cells[0])
+    body = "".join("<tr>" + "".join(f"<td>{c}</td>" for c in row) + "</tr>" for row in cells[2:])
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
