@@ -18,9 +18,10 @@ $(VENV)/.installed: $(BIN)/python pyproject.toml
 
 install: $(VENV)/.installed
 
+# A failed run is recorded, not fatal: the leaderboard and report are written either way.
 bench: install
-	$(BIN)/emergence-bench sweep quick --out $(OUT) --workers 2
-	$(BIN)/emergence-bench leaderboard $(OUT)
+	$(BIN)/emergence-bench sweep quick --out $(OUT) --workers 2; status=$$?; \
+	$(BIN)/emergence-bench leaderboard $(OUT) && $(BIN)/emergence-bench report $(OUT) && exit $$status
 
 test: install
 	$(BIN)/python -m pytest -q

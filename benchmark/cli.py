@@ -1,4 +1,4 @@
-"""The `emergence-bench` command: list, run, sweep, leaderboard, speed.
+"""The `emergence-bench` command: list, run, sweep, leaderboard, report, speed.
 
 Every config key can be given as a flag after the command, e.g.
 ``emergence-bench run --task.state_size 16 --mixer.n_heads 4 --trainer.max_steps 2000``.
@@ -137,6 +137,18 @@ def cmd_leaderboard(args, extra) -> int:
     return 0
 
 
+def cmd_report(args, extra) -> int:
+    from benchmark import report
+
+    axes = tuple(a.strip() for a in args.axes.split(",")) if args.axes else None
+    if axes is not None and len(axes) != 2:
+        raise ValueError(f"--axes takes two config keys, e.g. task.state_size,task.sparsity; got {args.axes!r}")
+    over = tuple(k.strip() for k in args.over.split(",") if k.strip())
+    path = report.write(args.dir, args.out, axes=axes, maps=args.maps, over=over)
+    print(f"report: {path}")
+    return 0
+
+
 def cmd_speed(args, extra) -> int:
     from benchmark import speed
 
@@ -165,6 +177,12 @@ def parser() -> argparse.ArgumentParser:
     board.add_argument("dir")
     board.add_argument("--over", default="seed",
                        help="comma-separated config keys to aggregate over (default: seed)")
+    rep = sub.add_parser("report", help="write one self-contained HTML report of the results under DIR")
+    rep.add_argument("dir")
+    rep.add_argument("--out", help="HTML file to write (default: DIR/report.html)")
+    rep.add_argument("--axes", help="two config keys for the heatmap, e.g. task.state_size,task.sparsity")
+    rep.add_argument("--maps", type=int, default=4, help="attention-map figures to include (default 4)")
+    rep.add_argument("--over", default="seed", help="config keys to aggregate over (default: seed)")
     speed = sub.add_parser("speed", help="speed ratios measured side by side on this machine")
     speed.add_argument("--out", default="speed.json", help="where to write the table as JSON")
     speed.add_argument("--lengths", default="64,256", help="sequence lengths (comma-separated)")
@@ -174,13 +192,13 @@ def parser() -> argparse.ArgumentParser:
 
 
 COMMANDS = {"list": cmd_list, "run": cmd_run, "sweep": cmd_sweep, "leaderboard": cmd_leaderboard,
-            "speed": cmd_speed}
+            "report": cmd_report, "speed": cmd_speed}
 
 
 def main(argv: list[str] | None = None) -> int:
     warnings.filterwarnings("ignore", message=".*LeafSpec.*")
     args, extra = parser().parse_known_args(argv)
-    if extra and args.command in ("list", "leaderboard", "speed"):
+    if extra and args.command in ("list", "leaderboard", "report", "speed"):
         parser().error(f"unrecognized arguments: {' '.join(extra)}")
     from benchmark.registry import UnknownNameError
 

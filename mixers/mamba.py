@@ -1,7 +1,7 @@
 """Mamba (Mamba-1): a gated, input-selective diagonal state-space model.
 
-Backends: mamba-ssm's fused CUDA ``selective_scan_fn`` on GPU, else our pure-PyTorch parallel scan.
-Both read the same parameters, so a checkpoint moves between them.
+Backends: mamba-ssm's fused CUDA ``selective_scan_fn`` on GPU, else our pure-PyTorch chunked scan
+(``selective_scan``). Both read the same parameters, so a checkpoint moves between them.
 
 The selective scan, per channel d and state n, with h_{-1} = 0::
 
@@ -26,7 +26,7 @@ DT_MIN, DT_MAX, DT_FLOOR = 1e-3, 1e-1, 1e-4  # Mamba's range for the initial ste
 
 
 # ----------------------------------------------------------------------------------------------
-# The linear recurrence h_t = a_t h_{t-1} + b_t, computed in parallel over t (time on dim 0).
+# The linear recurrence h_t = a_t h_{t-1} + b_t, computed chunk-parallel over t (time on dim 0).
 
 
 def _scan_into(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, transpose: bool) -> None:
@@ -35,42 +35,56 @@ def _scan_into(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, transpose: b
     forward   (transpose=False): out_t = a_t out_{t-1} + b_t, out_{-1} = 0;
     transpose (transpose=True):  out_t = a_{t+1} out_{t+1} + b_t, out_L = 0 (a_0 is never read).
 
-    The transpose is the forward scan's adjoint, so the backward needs no reversed copies.
-    Recursive odd-even (Ladner-Fischer) scan: fold neighbouring pairs with the associative operator
-    (a1, b1), (a2, b2) -> (a1 a2, a2 b1 + b2), scan the half-length sequence of pairs into every
-    other row of ``out``, then fill in the rest. O(L) work in 2 log2(L) rounds, and it only ever
-    multiplies decays (all ≤ 1 for Mamba), so nothing can overflow. Time is the leading dim, so each
-    row is one contiguous block and every slice below is a cheap strided view.
+    The transpose is the forward scan's adjoint, so the backward needs no time-reversed copies.
+    ``out`` may be ``b`` itself (each row of b is read before, or exactly when, it is overwritten).
+
+    Chunked reduce-then-scan: time is cut into nc chunks of T ≈ √L steps. Sweep 1 runs every chunk
+    at once from a zero state, keeping only each chunk's final state and the product of its decays;
+    a short loop over chunks turns those into the true state entering each chunk; sweep 2 reruns
+    the chunks from their true entering states, writing every step. That is about 4√L
+    tensor-wide steps, reading a and b twice and writing out once, and it only ever multiplies
+    decays (all ≤ 1 for Mamba), so nothing can overflow. Time is the leading dim, so each step is a
+    slab of whole rows. The L - nc·T leftover steps (fewer than T) run one by one.
     """
     L = a.shape[0]
-    if L == 1:
-        out.copy_(b)
-        return
-    if L % 2:  # peel the element the recursion's boundary condition does not involve
-        if transpose:
-            _scan_into(a[1:], b[1:], out[1:], transpose)
-            torch.addcmul(b[0], a[1], out[1], out=out[0])
-        else:
-            _scan_into(a[:-1], b[:-1], out[:-1], transpose)
-            torch.addcmul(b[-1], a[-1], out[-2], out=out[-1])
-        return
-    a_even, a_odd, b_even, b_odd = a[0::2], a[1::2], b[0::2], b[1::2]  # rows 2k and 2k + 1
+    T = max(1, math.isqrt(L))  # chunk length
+    nc = L // T
+    m = nc * T
     if not transpose:
-        # out_{2k+1} = (a_2k a_2k+1) out_{2k-1} + (a_2k+1 b_2k + b_2k+1): a scan over pairs.
-        out_odd = out[1::2]
-        _scan_into(a_even * a_odd, torch.addcmul(b_odd, a_odd, b_even), out_odd, transpose)
-        out[0].copy_(b[0])
-        torch.addcmul(b_even[1:], a_even[1:], out_odd[:-1], out=out[2::2])  # out_2k = a_2k out_2k-1 + b_2k
+        a_, b_, h_ = (t[:m].unflatten(0, (nc, T)) for t in (a, b, out))  # [nc, T, *S]
+        # Sweep 1, chunks 0..nc-2 (the last one's final state is never needed).
+        final = b_[:-1, 0].clone()  # state at the chunk's end, from a zero entering state
+        decay = a_[:-1, 0].clone()  # product of the chunk's decays
+        for t in range(1, T):
+            torch.addcmul(b_[:-1, t], a_[:-1, t], final, out=final)
+            decay.mul_(a_[:-1, t])
+        for c in range(1, nc - 1):  # true final state of chunk c = state entering chunk c + 1
+            final[c].addcmul_(decay[c], final[c - 1])
+        # Sweep 2.
+        h_[0, 0].copy_(b_[0, 0])
+        torch.addcmul(b_[1:, 0], a_[1:, 0], final, out=h_[1:, 0])
+        for t in range(1, T):
+            torch.addcmul(b_[:, t], a_[:, t], h_[:, t - 1], out=h_[:, t])
+        for t in range(m, L):
+            torch.addcmul(b[t], a[t], out[t - 1], out=out[t])
     else:
-        # out_2k = (a_2k+1 a_2k+2) out_{2k+2} + (b_2k + a_2k+1 b_2k+1): a transpose scan over pairs
-        # whose coefficient for pair k is a_{2k-1} a_{2k}.
-        pair_a = torch.empty_like(a_even)
-        pair_a[0].fill_(1.0)
-        torch.mul(a_odd[:-1], a_even[1:], out=pair_a[1:])
-        out_even = out[0::2]
-        _scan_into(pair_a, torch.addcmul(b_even, a_odd, b_odd), out_even, transpose)
-        out[-1].copy_(b[-1])
-        torch.addcmul(b_odd[:-1], a_even[1:], out_even[1:], out=out[1:-1:2])  # out_2k+1 = a_2k+2 out_2k+2 + b_2k+1
+        r = L - m  # the chunks cover the last m steps; the first r run one by one at the end
+        a_, b_, g_ = (t[r:].unflatten(0, (nc, T)) for t in (a, b, out))  # [nc, T, *S]
+        # Sweep 1, chunks 1..nc-1 (row j is chunk j + 1; chunk 0's first state is never needed).
+        first = b_[1:, -1].clone()  # value at the chunk's first step, from zero after its end
+        decay = torch.ones_like(first)  # a over the chunk's steps 1..T-1
+        for t in range(T - 2, -1, -1):
+            torch.addcmul(b_[1:, t], a_[1:, t + 1], first, out=first)
+            decay.mul_(a_[1:, t + 1])
+        for c in range(nc - 2, 0, -1):  # true first value of chunk c, linked to chunk c+1's by a
+            first[c - 1].addcmul_(decay[c - 1] * a_[c + 1, 0], first[c])
+        # Sweep 2.
+        g_[-1, -1].copy_(b_[-1, -1])
+        torch.addcmul(b_[:-1, -1], a_[1:, 0], first, out=g_[:-1, -1])
+        for t in range(T - 2, -1, -1):
+            torch.addcmul(b_[:, t], a_[:, t + 1], g_[:, t + 1], out=g_[:, t])
+        for t in range(r - 1, -1, -1):
+            torch.addcmul(b[t], a[t + 1], out[t + 1], out=out[t])
 
 
 def linear_scan(a: torch.Tensor, b: torch.Tensor, transpose: bool = False, out=None) -> torch.Tensor:
@@ -81,26 +95,26 @@ def linear_scan(a: torch.Tensor, b: torch.Tensor, transpose: bool = False, out=N
 
 
 # ----------------------------------------------------------------------------------------------
-# The selective scan: reference (parallel), step-by-step, and the mamba-ssm kernel.
+# The selective scan: reference (chunked), step-by-step, and the mamba-ssm kernel.
 
 
 class SelectiveScan(torch.autograd.Function):
     """The selective scan, time-major, with a hand-fused backward.
 
     u, delta [L, b, d], A [d, n], B, C [L, b, n], D [d] -> y [L, b, d], all of one dtype.
-    Saves two [L, b, d, n] tensors (the decays and the states). The backward is one transpose scan
-    for g_t = dLoss/dh_t (through all later steps), then, with z_t = delta_t A the log-decay:
-    dLoss/dz_t = g_t h_{t-1} exp(z_t), and dLoss/d(delta_t u_t B_t) = g_t.
+    The decays and states are [L, b, n, d] (channels innermost, so the broadcasts over n and the
+    contractions over n or d are fast on CPU); these two are all it saves. The backward is one
+    transpose scan for g_t = dLoss/dh_t (through all later steps), then, with z_t = delta_t A the
+    log-decay: dLoss/dz_t = g_t h_{t-1} exp(z_t), and dLoss/d(delta_t u_t B_t) = g_t.
     """
 
     @staticmethod
     def forward(ctx, u, delta, A, B, C, D):
-        decay = torch.mul(delta.unsqueeze(-1), A).exp_()  # [L, b, d, n], in (0, 1]
-        # The drive delta_t u_t B_t as a batched outer product (a broadcast multiply is ~3x slower on
-        # CPU), then scanned in place into the states h.
-        h = torch.matmul((delta * u).unsqueeze(-1), B.unsqueeze(-2))  # [L, b, d, n]
-        linear_scan(decay, h, out=h)
-        y = torch.matmul(h, C.unsqueeze(-1)).squeeze(-1).addcmul_(u, D)  # [L, b, d]
+        A_t = A.t().contiguous()  # [n, d]; contiguous, or the product below would be laid out d-major
+        decay = torch.mul(delta.unsqueeze(2), A_t).exp_()  # [L, b, n, d], in (0, 1]
+        h = torch.mul(B.unsqueeze(-1), (delta * u).unsqueeze(2))  # the drive delta_t B_t u_t ...
+        linear_scan(decay, h, out=h)  # ... scanned in place into the states [L, b, n, d]
+        y = torch.matmul(C.unsqueeze(-2), h).squeeze(-2).addcmul_(u, D)  # sum_n C h + D u: [L, b, d]
         ctx.save_for_backward(u, delta, A, B, C, D, decay, h)
         return y
 
@@ -110,21 +124,29 @@ class SelectiveScan(torch.autograd.Function):
         u, delta, A, B, C, D, decay, h = ctx.saved_tensors
         grad_y = grad_y.contiguous()
         grad_D = (grad_y * u).sum((0, 1))
-        grad_C = torch.matmul(grad_y.unsqueeze(-2), h).squeeze(-2)  # sum_d grad_y h: [L, b, n]
-        g = torch.matmul(grad_y.unsqueeze(-1), C.unsqueeze(-2))  # dLoss/dh_t via y_t: [L, b, d, n]
+        grad_C = torch.matmul(h, grad_y.unsqueeze(-1)).squeeze(-1)  # sum_d h grad_y: [L, b, n]
+        g = torch.mul(C.unsqueeze(-1), grad_y.unsqueeze(2))  # dLoss/dh_t via y_t: [L, b, n, d]
         linear_scan(decay, g, transpose=True, out=g)  # ... and via all later steps
         delta_u = delta * u
-        grad_delta_u = torch.matmul(g, B.unsqueeze(-1)).squeeze(-1)  # [L, b, d]
-        grad_B = torch.matmul(delta_u.unsqueeze(-2), g).squeeze(-2)  # [L, b, n]
+        grad_delta_u = torch.matmul(B.unsqueeze(-2), g).squeeze(-2)  # sum_n B g: [L, b, d]
+        grad_B = torch.matmul(g, delta_u.unsqueeze(-1)).squeeze(-1)  # sum_d g delta u: [L, b, n]
         grad_z = g  # overwritten in place with dLoss/d(delta A) = g_t h_{t-1} decay_t
         grad_z[1:].mul_(h[:-1])
         grad_z[0].zero_()  # h_{-1} = 0
         grad_z.mul_(decay)
-        scratch = torch.mul(grad_z, delta.unsqueeze(-1))
-        grad_A = scratch.sum((0, 1))
-        grad_delta = torch.mul(grad_z, A, out=scratch).sum(-1).addcmul_(grad_delta_u, u)
+        # grad_A = sum over (L, b) of grad_z delta, a block of time steps at a time: a small scratch
+        # that stays in cache instead of one more [L, b, n, d] tensor.
+        block = max(1, (1 << 18) // max(1, grad_z[0].numel()))
+        A_t = A.t().contiguous()  # [n, d]
+        grad_A_t = torch.zeros_like(A_t)
+        scratch = torch.empty_like(grad_z[:block])
+        for t in range(0, grad_z.shape[0], block):
+            rows = slice(t, t + block)
+            part = torch.mul(grad_z[rows], delta[rows].unsqueeze(2), out=scratch[: grad_z[rows].shape[0]])
+            grad_A_t += part.sum((0, 1))
+        grad_delta = grad_z.mul_(A_t).sum(2).addcmul_(grad_delta_u, u)  # sum_n grad_z A + ...
         grad_u = torch.addcmul(grad_y * D, grad_delta_u, delta)
-        return grad_u, grad_delta, grad_A, grad_B, grad_C, grad_D
+        return grad_u, grad_delta, grad_A_t.t(), grad_B, grad_C, grad_D
 
 
 def _compute_dtype(u: torch.Tensor) -> torch.dtype:
@@ -133,10 +155,10 @@ def _compute_dtype(u: torch.Tensor) -> torch.dtype:
 
 
 def selective_scan(u, delta, A, B, C, D) -> torch.Tensor:
-    """Mamba's selective scan in parallel over time (the reference backend).
+    """Mamba's selective scan, chunk-parallel over time (the reference backend).
 
     u, delta [b, L, d] (delta already positive), A [d, n] (negative), B, C [b, L, n], D [d]
-    -> y [b, L, d] in u's dtype. Runs time-major, so each scan step is a contiguous block.
+    -> y [b, L, d] in u's dtype. Memory: two [L, b, n, d] tensors kept for the backward.
     """
     dtype, out_dtype = _compute_dtype(u), u.dtype
     A, D = A.to(dtype), D.to(dtype)
@@ -145,7 +167,8 @@ def selective_scan(u, delta, A, B, C, D) -> torch.Tensor:
 
 
 def selective_scan_recurrent(u, delta, A, B, C, D) -> torch.Tensor:
-    """The same selective scan, one time step at a time (for tests). Shapes as ``selective_scan``."""
+    """The same selective scan, one time step at a time, straight from the equations (the tests
+    check ``selective_scan`` against it). Shapes as ``selective_scan``."""
     dtype, out_dtype = _compute_dtype(u), u.dtype
     u, delta, A, B, C, D = (t.to(dtype) for t in (u, delta, A, B, C, D))
     h = u.new_zeros(u.shape[0], u.shape[2], A.shape[1])  # [b, d, n]
@@ -174,7 +197,7 @@ def _selective_scan_kernel(u, delta_raw, A, B, C, D, z, delta_bias) -> torch.Ten
         channel_first(u), channel_first(delta_raw), A.float(), channel_first(B), channel_first(C),
         D.float(), z=channel_first(z), delta_bias=delta_bias.float(), delta_softplus=True,
     )  # [b, d, L]
-    return y.transpose(1, 2)
+    return y.transpose(1, 2).to(u.dtype)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -255,7 +278,7 @@ class Mamba(TokenMixer):
         u = F.silu(self.conv1d(u.transpose(1, 2))[..., :L].transpose(1, 2))  # [B, L, E]
         dt, B, C = self.x_proj(u).split([self.dt_rank, self.d_state, self.d_state], dim=-1)
         delta_raw = F.linear(dt, self.dt_proj_weight)  # [B, L, E], before bias and softplus
-        A = -torch.exp(self.A_log.float())  # [E, N]
+        A = -torch.exp(self.A_log)  # [E, N]
         self.last_backend = backends.choose(x, KERNEL_MODULE)
         if self.last_backend == backends.KERNEL:
             y = _selective_scan_kernel(u, delta_raw, A, B, C, self.D, z, self.dt_proj_bias)
