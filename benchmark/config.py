@@ -52,6 +52,12 @@ class TrainerConfig:
     accelerator: str = "auto"  # auto | cpu | gpu
 
 
+@dataclass
+class CheckpointConfig:
+    every: int = 0  # keep weights every N steps (0: not on a fixed grid)
+    log_spaced: bool = False  # and at steps 1, 2, 4, 8, ...
+
+
 DEFAULT_CALLBACKS = {"plateau": {}, "emergence": {}, "attention_probe": {}}
 
 
@@ -63,6 +69,7 @@ class RunConfig:
     model: ModelConfig = field(default_factory=ModelConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
+    checkpoints: CheckpointConfig = field(default_factory=CheckpointConfig)
     callbacks: dict = field(default_factory=lambda: copy.deepcopy(DEFAULT_CALLBACKS))
 
     def to_dict(self) -> dict:
@@ -76,7 +83,7 @@ class RunConfig:
         return f"{self.task['name']}-{self.mixer['name']}-seed{self.seed}-{digest}"
 
 
-SECTIONS = {"model": ModelConfig, "optim": OptimConfig, "trainer": TrainerConfig}
+SECTIONS = {"model": ModelConfig, "optim": OptimConfig, "trainer": TrainerConfig, "checkpoints": CheckpointConfig}
 
 
 def _unknown_key(key: str, known) -> ConfigError:
@@ -185,6 +192,7 @@ def _check_values(config: RunConfig) -> None:
         ("trainer.eval_batches", t.eval_batches, 1), ("trainer.log_every", t.log_every, 1),
         ("model.d_model", m.d_model, 1), ("model.n_layers", m.n_layers, 1),
         ("model.mlp_ratio", m.mlp_ratio, 1), ("optim.warmup_steps", o.warmup_steps, 0),
+        ("checkpoints.every", config.checkpoints.every, 0),
     ]:
         if value < low:
             raise ConfigError(f"{key} must be ≥ {low}, got {value}")

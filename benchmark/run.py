@@ -3,6 +3,7 @@
     DIR/<run_id>/config.yaml     the fully resolved config (re-run it with `emergence-bench run`)
     DIR/<run_id>/tensorboard/    TensorBoard logs
     DIR/<run_id>/result.json     the result row, written atomically at the end (ok | diverged | failed)
+    DIR/<run_id>/checkpoints/    model weights at the steps of `checkpoints:` (when configured)
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from benchmark.config import RunConfig, resolve
 from benchmark.model import SequenceModel
 from benchmark.module import Diverged, EmergenceModule
 from benchmark.results import RESULT_FILE, SCHEMA_VERSION, versions, write_json
+from callbacks.checkpoints import CheckpointSchedule
 from callbacks.progress import ProgressLine
 from callbacks.recorder import Recorder
 from tasks.base import SyntheticTask
@@ -100,6 +102,9 @@ def run(config: dict | RunConfig, out: str | Path, progress: bool = False) -> di
         model = build_model(config, task)
         module = EmergenceModule(model, task, config.optim, config.trainer.max_steps)
         callbacks = build_callbacks(config, task) + [recorder]
+        if config.checkpoints.every or config.checkpoints.log_spaced:
+            callbacks.append(CheckpointSchedule(run_dir, config.trainer.max_steps, config.checkpoints.every,
+                                                config.checkpoints.log_spaced))
         if progress:
             callbacks.append(ProgressLine(prefix=f"[{run_id}] "))
         t = config.trainer

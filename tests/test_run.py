@@ -69,3 +69,18 @@ def test_sweep_records_failures_and_continues_then_builds_a_leaderboard(tmp_path
     assert (tmp_path / "leaderboard.md").read_text() == markdown
     assert (tmp_path / "leaderboard.csv").read_text().startswith("task,mixer")
     assert "2 failed" in markdown
+
+
+def test_checkpoints_on_a_schedule(tmp_path):
+    from callbacks.checkpoints import saved_checkpoints, schedule
+
+    assert schedule(20, every=8, log_spaced=True) == [0, 1, 2, 4, 8, 16, 20]
+    assert schedule(20) == [0, 20]
+    record = run(tiny_config(checkpoints={"every": 8, "log_spaced": True}), tmp_path)
+    saved = saved_checkpoints(tmp_path / record["run_id"])
+    assert list(saved) == [0, 1, 2, 4, 8, 16, 20]
+    first, last = torch.load(saved[0]), torch.load(saved[20])
+    assert first["step"] == 0 and last["step"] == 20
+    key = "head.weight"
+    assert not torch.equal(first["model"][key], last["model"][key])
+    assert saved_checkpoints(tmp_path / run(tiny_config(seed=1), tmp_path)["run_id"]) == {}

@@ -1,0 +1,62 @@
+"""CheckpointSchedule: keep the model's weights at log-spaced steps and every K steps."""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+import lightning as L
+import torch
+
+CHECKPOINT_DIR = "checkpoints"
+_NAME = re.compile(r"step_(\d+)\.pt$")
+
+
+def schedule(max_steps: int, every: int = 0, log_spaced: bool = False) -> list[int]:
+    """The steps to keep: 0 and max_steps, every ``every`` steps, and 1, 2, 4, 8, ... if log-spaced."""
+    steps = {0, max_steps}
+    if every > 0:
+        steps.update(range(every, max_steps + 1, every))
+    if log_spaced:
+        power = 1
+        while power < max_steps:
+            steps.add(power)
+            power *= 2
+    return sorted(steps)
+
+
+def saved_checkpoints(run_dir: str | Path) -> dict[int, Path]:
+    """step -> path of every checkpoint kept in ``run_dir``."""
+    folder = Path(run_dir) / CHECKPOINT_DIR
+    found = {}
+    for path in folder.glob("step_*.pt") if folder.is_dir() else []:
+        match = _NAME.search(path.name)
+        if match:
+            found[int(match.group(1))] = path
+    return dict(sorted(found.items()))
+
+
+class CheckpointSchedule(L.Callback):
+    """Saves ``{"step", "model": state_dict}`` (the SequenceModel only, no optimiser: small enough to
+    keep for many seeds) to ``<run dir>/checkpoints/step_<N>.pt`` at each scheduled step; the file at
+    step N holds the weights after N updates."""
+
+    def __init__(self, run_dir: str | Path, max_steps: int, every: int = 0, log_spaced: bool = False):
+        self.folder = Path(run_dir) / CHECKPOINT_DIR
+        self.steps = set(schedule(max_steps, every, log_spaced))
+
+    def save(self, pl_module, step: int) -> None:
+        self.folder.mkdir(parents=True, exist_ok=True)
+        path = self.folder / f"step_{step:07d}.pt"
+        tmp = path.with_suffix(".tmp")
+        torch.save({"step": step, "model": pl_module.model.state_dict()}, tmp)
+        os.replace(tmp, path)  # atomic
+
+    def on_train_start(self, trainer, pl_module) -> None:
+        if trainer.global_step in self.steps:
+            self.save(pl_module, trainer.global_step)
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        if trainer.global_step in self.steps:
+            self.save(pl_module, trainer.global_step)
