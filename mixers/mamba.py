@@ -58,7 +58,7 @@ def _scan_into(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, transpose: b
         for t in range(1, T):
             torch.addcmul(b_[:-1, t], a_[:-1, t], final, out=final)
             decay.mul_(a_[:-1, t])
-        for c in range(1, nc - 1):  # true final state of chunk c = state entering chunk c + 1
+        for c in range(1, nc - 2):  # true final state of chunk c = state entering chunk c + 1
             final[c].addcmul_(decay[c], final[c - 1])
         # Sweep 2.
         h_[0, 0].copy_(b_[0, 0])
