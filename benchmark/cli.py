@@ -112,8 +112,10 @@ def cmd_sweep(args, extra) -> int:
         print(f"{len(runs)} runs", file=sys.stderr)
         return 0
     out = args.out or str(Path("runs") / sweep.name)
+    ray_options = {"address": args.address, "num_cpus": args.num_cpus, "num_gpus": args.num_gpus,
+                   "max_retries": args.max_retries}
     try:
-        counts = run_sweep(sweep, out, workers=args.workers)
+        counts = run_sweep(sweep, out, workers=args.workers, executor=args.executor, ray_options=ray_options)
     except KeyboardInterrupt:
         print(f"\ninterrupted: finished results are kept in {out}; rerun the same command to resume",
               file=sys.stderr)
@@ -170,6 +172,12 @@ def parser() -> argparse.ArgumentParser:
     sweep.add_argument("sweep", nargs="?", help="preset name or sweep YAML file")
     sweep.add_argument("--out", help="results directory (default: runs/<sweep name>)")
     sweep.add_argument("--workers", type=int, default=1, help="parallel worker processes (default 1)")
+    sweep.add_argument("--executor", choices=("local", "ray"), default="local",
+                       help="local worker processes (default) or one Ray task per run")
+    sweep.add_argument("--address", help="Ray cluster address (default: start a local Ray instance)")
+    sweep.add_argument("--num-cpus", type=float, default=1, help="CPUs per run on Ray (default 1)")
+    sweep.add_argument("--num-gpus", type=float, default=0, help="GPUs per run on Ray, may be fractional (default 0)")
+    sweep.add_argument("--max-retries", type=int, default=3, help="Ray retries of a run whose worker died")
     sweep.add_argument("--group", help="run only these groups of the sweep (comma-separated)")
     sweep.add_argument("--dry-run", action="store_true", help="list the run ids and exit")
     sweep.add_argument("--list", action="store_true", help="list the presets with their run counts")

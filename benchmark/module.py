@@ -107,7 +107,11 @@ class EmergenceModule(L.LightningModule):
     # --- optimiser ----------------------------------------------------------------------------
     def configure_optimizers(self):
         o = self.optim
-        optimizer = torch.optim.AdamW(self.parameters(), lr=o.lr, weight_decay=o.weight_decay, betas=o.betas)
+        # Parameters a mixer marks `_no_weight_decay` (SSM decay rates, step-size biases) are not decayed.
+        decayed = [p for p in self.parameters() if not getattr(p, "_no_weight_decay", False)]
+        kept = [p for p in self.parameters() if getattr(p, "_no_weight_decay", False)]
+        groups = [{"params": decayed}] + ([{"params": kept, "weight_decay": 0.0}] if kept else [])
+        optimizer = torch.optim.AdamW(groups, lr=o.lr, weight_decay=o.weight_decay, betas=o.betas)
         scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_factor(o, self.max_steps))
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
 

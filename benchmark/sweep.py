@@ -168,18 +168,26 @@ def _stop_workers(pool: ProcessPoolExecutor) -> None:
         process.kill()  # SIGKILL: Lightning would turn SIGTERM into a failed run
 
 
-def _run_one(config: dict, out: str) -> dict:
-    from benchmark.run import run
-
-    started = time.perf_counter()
-    record = run(config, out)
+def summary(record: dict) -> dict:
+    """What the progress line needs from a result row."""
     return {
         "run_id": record["run_id"],
         "status": record["status"],
         "error": (record["error"] or "").splitlines()[0] if record["error"] else None,
         "emergence_step": (record.get("emergence") or {}).get("step"),
-        "seconds": time.perf_counter() - started,
     }
+
+
+def _run_one(config: dict, out: str) -> dict:
+    from benchmark.run import run
+
+    return summary(run(config, out))
+
+
+def _lost(run_id: str, error: BaseException) -> dict:
+    """A run whose worker died or whose result could not be stored: no result, so a rerun retries it."""
+    return {"run_id": run_id, "status": "failed", "error": f"{type(error).__name__}: {error}",
+            "emergence_step": None}
 
 
 def _clock(seconds: float) -> str:
@@ -211,17 +219,29 @@ class Progress:
               f"{summary['run_id']} {what}", file=self.stream, flush=True)
 
 
-def run_sweep(sweep: Sweep, out: str | Path, workers: int = 1, stream=sys.stderr) -> dict:
-    """Run every unfinished run of ``sweep`` under ``out``; returns counts by status."""
+def run_sweep(sweep: Sweep, out: str | Path, workers: int = 1, stream=sys.stderr, executor: str = "local",
+              ray_options: dict | None = None) -> dict:
+    """Run every unfinished run of ``sweep`` under ``out``; returns counts by status.
+
+    ``executor`` is ``local`` (``workers`` processes on this machine) or ``ray`` (one Ray task per run;
+    ``ray_options``: address, num_cpus, num_gpus, max_retries — see benchmark.ray_executor).
+    """
     out = Path(out)
     runs = sweep.runs()
     pending = [(out / group, config) for group, config in runs
                if (read_result(out / group / config.run_id()) or {}).get("status") not in FINISHED]
     skipped = len(runs) - len(pending)
-    print(f"[{sweep.name}] {len(runs)} runs, {skipped} already finished, {len(pending)} to run "
-          f"with {workers} worker(s) → {out}", file=stream, flush=True)
+    where = "on Ray" if executor == "ray" else f"with {workers} worker(s)"
+    print(f"[{sweep.name}] {len(runs)} runs, {skipped} already finished, {len(pending)} to run {where} → {out}",
+          file=stream, flush=True)
     progress = Progress(sweep.name, len(runs), skipped, stream)
-    if workers <= 1:
+    if executor == "ray":
+        from benchmark.ray_executor import run_on_ray
+
+        run_on_ray(pending, progress.update, **(ray_options or {}))
+    elif executor != "local":
+        raise ConfigError(f"executor must be local or ray, got {executor!r}")
+    elif workers <= 1:
         for run_out, config in pending:
             progress.update(_run_one(config.to_dict(), str(run_out)))
     else:
@@ -234,8 +254,7 @@ def run_sweep(sweep: Sweep, out: str | Path, workers: int = 1, stream=sys.stderr
                 try:
                     progress.update(future.result())
                 except Exception as error:  # the worker died or the result could not be written
-                    progress.update({"run_id": futures[future], "status": "failed",
-                                     "error": f"{type(error).__name__}: {error}", "emergence_step": None})
+                    progress.update(_lost(futures[future], error))
         except BaseException:
             _stop_workers(pool)
             raise

@@ -156,11 +156,11 @@ def test_selective_scan_gradcheck():
 
 
 def test_selective_scan_runs_half_precision_inputs_in_float32():
+    """bf16 in (as under autocast): computed in float32, rounded to bf16 only at the end."""
     inputs = [t.detach().bfloat16() for t in scan_inputs(L=9, dtype=torch.float32)]
     y = selective_scan(*inputs)
     assert y.dtype == torch.bfloat16
-    expected = oracle_selective_scan(*[t.double() for t in inputs])
-    assert_close_scaled(y, expected, 1e-2, "y")  # bf16 output rounding only
+    assert torch.equal(y, selective_scan(*[t.float() for t in inputs]).bfloat16())
 
 
 # ------------------------------------------------------------------------------ the block
@@ -254,7 +254,8 @@ def test_state_dict_round_trip_and_no_weight_decay_flags():
     fresh.load_state_dict(trained.state_dict())
     x = torch.randn(2, 7, 8)
     assert torch.equal(fresh(x, MixerContext()), trained(x, MixerContext()))
-    assert all(getattr(p, "_no_weight_decay", False) for p in (trained.A_log, trained.D, trained.dt_proj_bias))
+    for p in (trained.A_log, trained.D, trained.dt_proj_bias):  # Mamba keeps these out of weight decay
+        assert getattr(p, "_no_weight_decay", False)
 
 
 def test_backend_choice_on_cpu(monkeypatch):

@@ -84,3 +84,18 @@ def test_checkpoints_on_a_schedule(tmp_path):
     key = "head.weight"
     assert not torch.equal(first["model"][key], last["model"][key])
     assert saved_checkpoints(tmp_path / run(tiny_config(seed=1), tmp_path)["run_id"]) == {}
+
+
+def test_parameters_marked_no_weight_decay_are_not_decayed():
+    from benchmark.config import OptimConfig
+    from benchmark.model import SequenceModel
+    from benchmark.module import EmergenceModule
+
+    task = LinearMap(4, 2)
+    model = SequenceModel(2, task.seq_len, {"name": "mamba", "d_state": 4}, d_model=16)
+    optimizer = EmergenceModule(model, task, OptimConfig(weight_decay=0.1), 10).configure_optimizers()["optimizer"]
+    decayed, kept = optimizer.param_groups
+    assert decayed["weight_decay"] == 0.1 and kept["weight_decay"] == 0.0
+    a_log = model.blocks[0].mixer.A_log
+    assert any(p is a_log for p in kept["params"]) and not any(p is a_log for p in decayed["params"])
+    assert len(decayed["params"]) + len(kept["params"]) == len(list(model.parameters()))

@@ -1,0 +1,81 @@
+"""Run a sweep's runs as Ray tasks: workers need no shared filesystem.
+
+Each run is one Ray task (``num_cpus`` / ``num_gpus`` per run; fractional GPUs let many tiny runs
+share one device). The worker trains in a scratch folder and sends back the result row with the run's
+small files (config, TensorBoard logs, attention maps; not checkpoints); the driver writes them, the
+result last, so resume works exactly as with the local executor. A task whose worker dies is retried
+by Ray (``max_retries``); a run that fails is recorded by the worker like any other result.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Callable
+
+from benchmark.results import RESULT_FILE, write_json
+from callbacks.checkpoints import CHECKPOINT_DIR
+
+MAX_FILE_BYTES = 64 * 2**20  # larger files stay on the worker
+
+
+def _train(config: dict, num_cpus: float) -> tuple[dict, dict[str, bytes]]:
+    """On the worker: run ``config`` in a scratch folder; return (result row, {relative path: bytes})."""
+    import torch
+
+    from benchmark.run import run
+
+    torch.set_num_threads(max(1, int(num_cpus)))
+    with tempfile.TemporaryDirectory() as scratch:
+        record = run(config, scratch)
+        run_dir = Path(scratch) / record["run_id"]
+        files = {}
+        for path in run_dir.rglob("*"):
+            relative = path.relative_to(run_dir)
+            if path.is_file() and relative.parts[0] != CHECKPOINT_DIR and path.name != RESULT_FILE \
+                    and path.stat().st_size <= MAX_FILE_BYTES:
+                files[str(relative)] = path.read_bytes()
+    return record, files
+
+
+def store(run_dir: Path, record: dict, files: dict[str, bytes]) -> None:
+    """Write a run's files atomically, then its result (whose presence marks the run finished)."""
+    if run_dir.exists():  # leftovers of an interrupted attempt
+        shutil.rmtree(run_dir)
+    for relative, data in files.items():
+        path = run_dir / relative
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.tmp")
+        tmp.write_bytes(data)
+        os.replace(tmp, path)
+    write_json(run_dir / RESULT_FILE, record)
+
+
+def run_on_ray(pending: list, report: Callable[[dict], None], address: str | None = None,
+               num_cpus: float = 1, num_gpus: float = 0, max_retries: int = 3) -> None:
+    """Run ``pending`` [(output folder, RunConfig)] on the Ray cluster at ``address`` (None: start a
+    local one); ``report(summary)`` is called as each run comes back."""
+    import ray
+
+    from benchmark.sweep import _lost, summary
+
+    ray.init(address=address, include_dashboard=False, log_to_driver=False, ignore_reinit_error=True)
+    task = ray.remote(_train).options(num_cpus=num_cpus, num_gpus=num_gpus, max_retries=max_retries)
+    waiting = {task.remote(config.to_dict(), num_cpus): (run_out / config.run_id(), config.run_id())
+               for run_out, config in pending}
+    try:
+        while waiting:
+            (ref,), _ = ray.wait(list(waiting), num_returns=1)
+            run_dir, run_id = waiting.pop(ref)
+            try:
+                record, files = ray.get(ref)
+                store(run_dir, record, files)
+                report(summary(record))
+            except Exception as error:  # retries exhausted, or the row could not be stored
+                report(_lost(run_id, error))
+    finally:
+        for ref in waiting:  # interrupted: stop what is still running
+            ray.cancel(ref, force=True)
+        ray.shutdown()
