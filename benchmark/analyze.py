@@ -7,6 +7,7 @@
     analyze pythia --model NAME_OR_PATH --probe NAME  the same on Pythia checkpoints with a language probe
           [--revisions step0 step1000 ...] [--out DIR] -> DIR/<run id>/result.json (a leaderboard row)
 
+The same commands also run as `python -m benchmark.analyze emergence RUN_DIR ...`.
 "Solves" is the run's own emergence criterion: greedy accuracy on the scored tokens of the probe set
 (the task's eval batches) ≥ the emergence callback's threshold.
 """
@@ -93,7 +94,7 @@ def emergence(run_dir: str | Path, probe_batches: int | None = None, threshold: 
     dev = resolve_device(device)
     if threshold is None:
         threshold = (config.callbacks.get("emergence") or {}).get("threshold", DEFAULT_THRESHOLD)
-    batches = probe_batches or config.trainer.eval_batches
+    batches = config.trainer.eval_batches if probe_batches is None else probe_batches
     tokens = probe_tokens(task, batches).to(dev)
     mask = task.loss_mask.to(dev)
     accuracy: dict[int, float] = {}
@@ -244,7 +245,7 @@ def main(args: argparse.Namespace, extra: list[str] | None = None) -> int:
                                 threshold=args.threshold, top_k=args.top_k, device=args.device)
         pythia.print_summary(record)
         print(f"wrote {record['path']}", file=sys.stderr)
-        return 0
+        return 1 if record["status"] == "failed" else 0
     raise ValueError(f"unknown analysis {args.analysis!r}")
 
 

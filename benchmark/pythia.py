@@ -79,7 +79,9 @@ def _local(model: str, revision: str) -> Path | None:
 def load_model(model: str, revision: str, device: torch.device):
     """A causal LM checkpoint in eval mode with eager attention (so its probabilities exist)."""
     from transformers import AutoModelForCausalLM
+    from transformers.utils import logging as hf_logging
 
+    hf_logging.disable_progress_bar()  # a bar per checkpoint load buries the command's own lines
     folder = _local(model, revision)
     source, kwargs = (str(folder), {}) if folder is not None else (model, {"revision": revision})
     lm = AutoModelForCausalLM.from_pretrained(source, attn_implementation="eager", dtype=torch.float32, **kwargs)
@@ -89,7 +91,8 @@ def load_model(model: str, revision: str, device: torch.device):
 
 
 def load_tokenizer(model: str, revision: str):
-    """The checkpoint's tokenizer: the revision folder's, else the model folder's, else the hub's."""
+    """The checkpoint's tokenizer: the revision folder's, else the model folder's, else the hub's
+    (from its main branch)."""
     from transformers import AutoTokenizer
 
     folder = _local(model, revision)
@@ -99,7 +102,7 @@ def load_tokenizer(model: str, revision: str):
             if (path / "tokenizer_config.json").is_file() or (path / "tokenizer.json").is_file():
                 return AutoTokenizer.from_pretrained(str(path))
         raise ValueError(f"no tokenizer in {' or '.join(map(str, candidates))}")
-    return AutoTokenizer.from_pretrained(model, revision=revision)
+    return AutoTokenizer.from_pretrained(model)  # Pythia's tokenizer is the same at every step
 
 
 # --- the attention hook -------------------------------------------------------------------------
@@ -247,7 +250,7 @@ def analyze(model: str, probe: str, revisions: list[str] | None = None, out: str
                 "old": found.last_unsolved, "new": found.first_solved,
                 "top_heads": [{"layer": r["layer"], "head": r["head"], "delta_p": r["delta_p"]}
                               for r in report["heads"][:top_k]],
-                "gap_recovered": best["fraction_recovered"], "top_k": best["k"], **report,
+                "gap_recovered": best["fraction_recovered"], "gap_recovered_by": best["k"], **report,
             }
         else:
             why = "never solved" if found.censored else "solved by the first revision"
