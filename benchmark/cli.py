@@ -132,7 +132,7 @@ def cmd_leaderboard(args, extra) -> int:
     if not Path(args.dir).is_dir():
         raise ValueError(f"no such results directory: {args.dir}")
     over = tuple(k.strip() for k in args.over.split(",") if k.strip())
-    table, markdown = leaderboard.write(args.dir, over)
+    table, markdown = leaderboard.write(args.dir, over, baseline=args.baseline)
     print(markdown, end="")
     print(f"\nwrote {Path(args.dir) / 'leaderboard.md'} and {Path(args.dir) / 'leaderboard.csv'} "
           f"({len(table)} rows)", file=sys.stderr)
@@ -185,6 +185,8 @@ def parser() -> argparse.ArgumentParser:
     board.add_argument("dir")
     board.add_argument("--over", default="seed",
                        help="comma-separated config keys to aggregate over (default: seed)")
+    board.add_argument("--baseline", help="add ratio columns against the row with key=value, "
+                                          "e.g. mixer=transformer or model.n_layers=1")
     rep = sub.add_parser("report", help="write one self-contained HTML report of the results under DIR")
     rep.add_argument("dir")
     rep.add_argument("--out", help="HTML file to write (default: DIR/report.html)")

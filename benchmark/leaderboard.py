@@ -14,7 +14,7 @@ from pathlib import Path
 import pandas as pd
 
 from benchmark import registry
-from benchmark.results import load_records, write_json
+from benchmark.results import load_records, write_json, write_text
 from benchmark.stats import kaplan_meier_median, kaplan_meier_median_ci, wilson_interval
 
 MEASUREMENT_CALLBACKS = {"plateau", "emergence"}
@@ -76,9 +76,11 @@ def km_time(records: list[dict], section: str, key: str) -> dict:
             "budget": max(times) if times else 0}
 
 
-def build(records: list[dict], over: tuple[str, ...] = ("seed",), keep_keys: bool = False) -> pd.DataFrame:
+def build(records: list[dict], over: tuple[str, ...] = ("seed",), keep_keys: bool = False,
+          baseline: str | None = None) -> pd.DataFrame:
     """One row per group of ``records`` (result dicts), aggregated over the ``over`` keys
-    (``keep_keys`` keeps each row's ``group_key`` in a ``_key`` column)."""
+    (``keep_keys`` keeps each row's ``group_key`` in a ``_key`` column). With ``baseline``
+    ("key=value") each row gets its medians' ratios to its baseline row (see _baseline_ratios)."""
     if not records:
         return pd.DataFrame()
     flats = [flatten(r["config"]) for r in records]
@@ -133,7 +135,11 @@ def build(records: list[dict], over: tuple[str, ...] = ("seed",), keep_keys: boo
                                                                         if k not in over}),
         })
     _plateau_ratios(rows)
+    if baseline:
+        _baseline_ratios(rows, {group_key(records[i], over): {k: v for k, v in flats[i].items() if k not in over}
+                                for i in range(len(records))}, baseline)
     table = pd.DataFrame(rows).drop(columns="_baseline")
+    table.attrs["baseline"] = baseline
     # Each baseline ("none") sits right above its intervention rows.
     table["_order"] = table["intervention"] != "none"
     table = table.sort_values(["task", "mixer", "setting", "_order", "intervention"], ignore_index=True)
@@ -151,30 +157,61 @@ def row_label(row: dict) -> str:
     return " · ".join(parts)
 
 
-def _plateau_ratios(rows: list[dict]) -> None:
-    """Each intervention row's median plateau end over that of the same row without it.
+def median_ratio(value, budget, base_value, base_budget) -> tuple[float | None, str | None]:
+    """(ratio, bound) of two Kaplan–Meier medians, either possibly not reached (None).
 
-    ``plateau_ratio_bound`` is "=" for a ratio of two medians, "<" when the baseline's median was
-    not reached (so the ratio is below median / budget); the ratio is None when it cannot be told.
+    bound is "=" for two reached medians, "<" when only the baseline's was not reached (so the true
+    ratio is below value / base budget), ">" when only this row's was not; (None, None) when neither.
     """
+    if value is not None and base_value is not None:
+        return value / max(base_value, 1), "="
+    if value is not None:
+        return value / max(base_budget, 1), "<"
+    if base_value is not None:
+        return budget / max(base_value, 1), ">"
+    return None, None
+
+
+def _plateau_ratios(rows: list[dict]) -> None:
+    """Each intervention row's median plateau end over that of the same row without it."""
     baselines = {row["_baseline"]: row for row in rows if row["intervention"] == "none"}
     for row in rows:
         row["plateau_ratio"], row["plateau_ratio_bound"] = None, None
         base = baselines.get(row["_baseline"])
-        if row["intervention"] == "none" or base is None or row["median_plateau_end"] is None:
-            continue
-        if base["median_plateau_end"] is not None:
-            row["plateau_ratio"] = row["median_plateau_end"] / max(base["median_plateau_end"], 1)
-            row["plateau_ratio_bound"] = "="
-        else:
-            row["plateau_ratio"] = row["median_plateau_end"] / max(base["budget"], 1)
-            row["plateau_ratio_bound"] = "<"
+        if row["intervention"] != "none" and base is not None:
+            row["plateau_ratio"], row["plateau_ratio_bound"] = median_ratio(
+                row["median_plateau_end"], row["budget"], base["median_plateau_end"], base["budget"])
 
 
-def _ratio_cell(row: dict) -> str:
-    if row["plateau_ratio"] is None or pd.isna(row["plateau_ratio"]):
+def _baseline_ratios(rows: list[dict], flats: dict[str, dict], spec: str) -> None:
+    """Ratios of each row's medians to its baseline row's: the row whose config is the same except
+    under ``key``, where it has ``value`` (``spec`` = "key=value", e.g. "mixer=transformer")."""
+    if "=" not in spec:
+        raise ValueError(f"--baseline takes key=value, e.g. mixer=transformer; got {spec!r}")
+    key, value = (part.strip() for part in spec.split("=", 1))
+
+    def outside(flat: dict) -> str:
+        return json.dumps({k: v for k, v in sorted(flat.items()) if k != key and not k.startswith(key + ".")},
+                          default=str)
+
+    def is_baseline(flat: dict) -> bool:
+        return str(flat.get(key, flat.get(f"{key}.name"))) == value
+
+    if not any(key == k or k.startswith(key + ".") for flat in flats.values() for k in flat):
+        raise ValueError(f"--baseline: no config key {key!r} in these results")
+    baselines = {outside(flats[row["_key"]]): row for row in rows if is_baseline(flats[row["_key"]])}
+    for row in rows:
+        base = baselines.get(outside(flats[row["_key"]]))
+        for column, name in (("median_emergence_step", "emergence"), ("median_plateau_end", "plateau")):
+            ratio, bound = (None, None) if base is None else median_ratio(
+                row[column], row["budget"], base[column], base["budget"])
+            row[f"{name}_vs_baseline"], row[f"{name}_vs_baseline_bound"] = ratio, bound
+
+
+def _ratio_cell(ratio, bound) -> str:
+    if ratio is None or pd.isna(ratio):
         return "-"
-    return ("<" if row["plateau_ratio_bound"] == "<" else "") + f"{row['plateau_ratio']:.2f}×"
+    return ("" if bound == "=" else bound) + f"{ratio:.2f}×"
 
 
 def _median_cell(value, budget, low=None, high=None, interval=False) -> str:
@@ -188,9 +225,12 @@ def to_markdown(table: pd.DataFrame) -> str:
     """The human table: success with its 95% interval, medians ('>N' = not reached within N steps)."""
     if table.empty:
         return "(no results)\n"
+    baseline = table.attrs.get("baseline")
     header = ["task", "mixer", "setting", "intervention", "seeds", "success (95% CI)",
-              "median emergence (95% CI)", "median plateau end (95% CI)", "plateau vs none", "median pattern found", "final loss",
-              "steps/s"]
+              "median emergence (95% CI)", "median plateau end (95% CI)", "plateau vs none",
+              "median pattern found", "final loss", "steps/s"]
+    if baseline:
+        header += [f"emergence vs {baseline}", f"plateau vs {baseline}"]
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
     for row in table.to_dict("records"):
         rate = "-" if row["success_rate"] is None or pd.isna(row["success_rate"]) else (
@@ -208,18 +248,22 @@ def to_markdown(table: pd.DataFrame) -> str:
                  _median_cell(row["median_emergence_step"], row["budget"], row["emergence_low"],
                               row["emergence_high"], interval=True),
                  _median_cell(row["median_plateau_end"], row["budget"], row["plateau_low"], row["plateau_high"],
-                              interval=True), _ratio_cell(row),
+                              interval=True), _ratio_cell(row["plateau_ratio"], row["plateau_ratio_bound"]),
                  _median_cell(row["median_pattern_found"], row["budget"]) if row["probed"] else "n/a", loss, speed]
+        if baseline:
+            cells += [_ratio_cell(row["emergence_vs_baseline"], row["emergence_vs_baseline_bound"]),
+                      _ratio_cell(row["plateau_vs_baseline"], row["plateau_vs_baseline_bound"])]
         lines.append("| " + " | ".join(str(c) for c in cells) + " |")
     return "\n".join(lines) + "\n"
 
 
-def write(root: str | Path, over: tuple[str, ...] = ("seed",)) -> tuple[pd.DataFrame, str]:
+def write(root: str | Path, over: tuple[str, ...] = ("seed",), baseline: str | None = None
+          ) -> tuple[pd.DataFrame, str]:
     """Build the leaderboard of every result under ``root``; write leaderboard.md/.csv/.json there."""
     root = Path(root)
-    table = build(load_records(root), over)
+    table = build(load_records(root), over, baseline=baseline)
     markdown = to_markdown(table)
-    (root / "leaderboard.md").write_text(markdown)
-    table.to_csv(root / "leaderboard.csv", index=False)
+    write_text(root / "leaderboard.md", markdown)
+    write_text(root / "leaderboard.csv", table.to_csv(index=False))
     write_json(root / "leaderboard.json", json.loads(table.to_json(orient="records")))
     return table, markdown

@@ -16,20 +16,25 @@ RESULT_FILE = "result.json"
 FINISHED = ("ok", "diverged")  # a sweep does not rerun these; `failed` runs are retried
 
 
-def write_json(path: Path, data: dict) -> None:
-    """Write ``data`` to ``path`` atomically: readers see the old file or the new one, never half."""
+def write_text(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` atomically: readers see the old file or the new one, never half."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "w") as f:
-            json.dump(data, f, indent=2, allow_nan=False)
+            f.write(text)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def write_json(path: Path, data: dict) -> None:
+    """Write ``data`` as JSON to ``path`` atomically (strict JSON: no NaN)."""
+    write_text(path, json.dumps(data, indent=2, allow_nan=False))
 
 
 def versions() -> dict:

@@ -1,0 +1,64 @@
+"""The leaderboard on hand-made result rows with known answers (no training)."""
+
+import pytest
+
+from benchmark import leaderboard
+from benchmark.config import resolve
+
+
+def row(seed, mixer="transformer", emergence=None, plateau=None, bias=False, status="ok", budget=1000):
+    config = {"seed": seed, "mixer": {"name": mixer}}
+    if bias:
+        config["callbacks"] = {"attention_bias": {"strength": 5.0}}
+    return {"run_id": f"{mixer}-{seed}-{bias}", "status": status, "seed": seed, "config": resolve(config).to_dict(),
+            "timing": {"steps": budget, "steps_per_second": 10.0}, "metrics": {"final_eval_loss": 0.1},
+            "emergence": {"step": emergence}, "plateau": {"end_step": plateau},
+            "attention_probe": {"applicable": mixer == "transformer", "pattern_found_step": emergence}}
+
+
+def test_median_ratio_bounds():
+    assert leaderboard.median_ratio(100, 1000, 400, 1000) == (0.25, "=")
+    assert leaderboard.median_ratio(100, 1000, None, 1000) == (0.1, "<")
+    assert leaderboard.median_ratio(None, 1000, 400, 1000) == (2.5, ">")
+    assert leaderboard.median_ratio(None, 1000, None, 1000) == (None, None)
+
+
+def test_groups_success_and_censoring_aware_medians():
+    records = [row(0, emergence=100, plateau=50), row(1, emergence=300, plateau=80), row(2, plateau=90),
+               row(3, status="failed")]
+    (only,) = leaderboard.build(records).to_dict("records")
+    assert only["seeds"] == 4 and only["failed"] == 1 and only["emerged"] == 2
+    assert only["success_rate"] == pytest.approx(2 / 3)
+    # KM over 100, 300, 1000(censored): S(100) = 2/3, S(300) = 1/3 → median 300 (not the mean, not 200).
+    assert only["median_emergence_step"] == 300 and only["median_plateau_end"] == 80
+    assert only["budget"] == 1000
+
+
+def test_intervention_rows_sit_under_their_baseline_with_the_plateau_ratio():
+    records = [row(s, plateau=p) for s, p in enumerate([400, 500, 600])] + \
+              [row(s, plateau=p, bias=True) for s, p in enumerate([40, 50, 60])]
+    table = leaderboard.build(records)
+    assert list(table["intervention"]) == ["none", "attention_bias(strength=5.0, layers=all, heads=all, "
+                                                   "until_step=None, anneal=False, in_eval=True)"]
+    assert table["plateau_ratio"][1] == pytest.approx(0.1) and table["plateau_ratio_bound"][1] == "="
+    markdown = leaderboard.to_markdown(table)
+    assert "| 0.10× |" in markdown
+
+
+def test_baseline_columns_against_the_transformer():
+    records = [row(s, emergence=e, plateau=e // 2) for s, e in enumerate([200, 400, 600])] + \
+              [row(s, mixer="mlp_mixer", emergence=e, plateau=e // 2) for s, e in enumerate([100, 200, 300])] + \
+              [row(s, mixer="rwkv7") for s in range(3)]
+    table = leaderboard.build(records, baseline="mixer=transformer")
+    table.index = table["mixer"].str.split().str[0]  # labels also name the parameters that vary
+    assert table.loc["transformer", "emergence_vs_baseline"] == 1.0
+    assert table.loc["mlp_mixer", "emergence_vs_baseline"] == pytest.approx(0.5)
+    assert table.loc["rwkv7", "emergence_vs_baseline_bound"] == ">"  # never emerged: at least 1000/400
+    assert table.loc["rwkv7", "emergence_vs_baseline"] == pytest.approx(2.5)
+    markdown = leaderboard.to_markdown(table)
+    assert "emergence vs mixer=transformer" in markdown and ">2.50×" in markdown
+    assert "n/a" in markdown  # mixers without attention scores have no pattern-found step
+    with pytest.raises(ValueError, match="key=value"):
+        leaderboard.build(records, baseline="mixer")
+    with pytest.raises(ValueError, match="no config key 'mixr'"):
+        leaderboard.build(records, baseline="mixr=transformer")
