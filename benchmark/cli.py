@@ -105,6 +105,9 @@ def cmd_sweep(args, extra) -> int:
     if args.group:
         sweep.select([g.strip() for g in args.group.split(",") if g.strip()])
     sweep.override(_overrides(extra))
+    if args.scale <= 0:
+        raise ValueError(f"--scale must be > 0, got {args.scale}")
+    sweep.scale = args.scale
     if args.dry_run:
         runs = sweep.runs()
         for group, config in runs:
@@ -179,6 +182,8 @@ def parser() -> argparse.ArgumentParser:
     sweep.add_argument("--num-gpus", type=float, default=0, help="GPUs per run on Ray, may be fractional (default 0)")
     sweep.add_argument("--max-retries", type=int, default=3, help="Ray retries of a run whose worker died")
     sweep.add_argument("--group", help="run only these groups of the sweep (comma-separated)")
+    sweep.add_argument("--scale", type=float, default=1.0,
+                       help="multiply every run's max_steps and eval_every (e.g. 0.1 for a CPU-sized try)")
     sweep.add_argument("--dry-run", action="store_true", help="list the run ids and exit")
     sweep.add_argument("--list", action="store_true", help="list the presets with their run counts")
     board = sub.add_parser("leaderboard", help="aggregate the results under DIR over seeds")

@@ -4,6 +4,7 @@ A sweep file (or preset in ``benchmark/presets/``) is::
 
     name: quick
     description: ...
+    runs: 8                                            # optional: the run count, checked on load
     base: {seed: 0, task: {...}, mixer: {...}, ...}     # a run config
     grid: {seed: [0, 1, 2], task.sparsity: [2, 3]}     # Cartesian product applied to base
     groups:                                            # optional: several experiments in one file
@@ -29,7 +30,7 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from benchmark.config import ConfigError, RunConfig, load_yaml, set_dotted
+from benchmark.config import ConfigError, RunConfig, TrainerConfig, load_yaml, set_dotted
 from benchmark.results import FINISHED, read_result
 
 PRESETS_DIR = Path(__file__).parent / "presets"
@@ -64,6 +65,8 @@ class Sweep:
     grid: dict[str, list] = field(default_factory=dict)
     description: str = ""
     groups: list[Group] = field(default_factory=list)
+    advertised: int | None = None  # the `runs:` count a preset promises
+    scale: float = 1.0  # multiplies every run's trainer.max_steps and trainer.eval_every
 
     def raw_runs(self) -> list[tuple[str, dict]]:
         """Every run as (group name, or "" without groups; raw config)."""
@@ -74,8 +77,16 @@ class Sweep:
                 config = copy.deepcopy(base)
                 for key, value in zip(grid, values):
                     set_dotted(config, key, copy.deepcopy(value))
+                if self.scale != 1.0:
+                    self._rescale(config)
                 runs.append((group.name, config))
         return runs
+
+    def _rescale(self, config: dict) -> None:
+        trainer = config.setdefault("trainer", {})
+        defaults = TrainerConfig()
+        for key in ("max_steps", "eval_every"):
+            trainer[key] = max(1, round(trainer.get(key, getattr(defaults, key)) * self.scale))
 
     def runs(self) -> list[tuple[str, RunConfig]]:
         """Every run resolved and checked (a bad grid point fails here, before any run)."""
@@ -123,7 +134,7 @@ def load_sweep(preset_or_file: str) -> Sweep:
                               f"Presets: {', '.join(known)}")
         path = known[preset_or_file]
     data = load_yaml(path)
-    allowed = {"name", "description", "base", "grid", "groups"}
+    allowed = {"name", "description", "runs", "base", "grid", "groups"}
     for key in data:
         if key not in allowed:
             raise ConfigError(f"unknown sweep key {key!r} in {path}; valid keys: {', '.join(sorted(allowed))}")
@@ -134,8 +145,11 @@ def load_sweep(preset_or_file: str) -> Sweep:
             raise ConfigError(f"groups[{i}] in {path} needs a name and may have base and grid; "
                               f"got keys {sorted(group)}")
         groups.append(Group(group["name"], group.get("base") or {}, _grid(group.get("grid"), path)))
-    return Sweep(name=data.get("name", path.stem), base=data.get("base") or {}, grid=_grid(data.get("grid"), path),
-                 description=data.get("description", ""), groups=groups)
+    sweep = Sweep(name=data.get("name", path.stem), base=data.get("base") or {}, grid=_grid(data.get("grid"), path),
+                  description=data.get("description", ""), groups=groups, advertised=data.get("runs"))
+    if sweep.advertised is not None and len(sweep.raw_runs()) != sweep.advertised:
+        raise ConfigError(f"{path} says runs: {sweep.advertised} but expands to {len(sweep.raw_runs())}")
+    return sweep
 
 
 def _grid(grid, path) -> dict[str, list]:

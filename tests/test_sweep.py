@@ -62,3 +62,20 @@ def test_bad_sweep_files_are_named(tmp_path):
 def test_every_preset_resolves(name):
     sweep = load_sweep(name)
     assert len(sweep.runs()) == len(sweep.raw_runs()) > 0
+
+
+@pytest.mark.parametrize("name", sorted(presets()))
+def test_every_preset_expands_to_the_run_count_it_advertises(name):
+    sweep = load_sweep(name)
+    assert sweep.advertised is not None, f"{name} should say how many runs it has"
+    assert len(sweep.raw_runs()) == sweep.advertised
+
+
+def test_advertised_count_is_checked_and_scale_shrinks_every_run(tmp_path):
+    with pytest.raises(ConfigError, match="says runs: 3 but expands to 2"):
+        load_sweep(str(write_sweep(tmp_path / "a.yaml", runs=3, base={}, grid={"seed": [0, 1]})))
+    sweep = load_sweep(str(write_sweep(tmp_path / "b.yaml", base={"trainer": {"max_steps": 1000}},
+                                       groups=[{"name": "g", "base": {"trainer": {"eval_every": 40}}}])))
+    sweep.scale = 0.1
+    (_, config), = sweep.runs()
+    assert config.trainer.max_steps == 100 and config.trainer.eval_every == 4
