@@ -1,4 +1,4 @@
-"""The `emergence-bench` command: list, run, sweep, leaderboard, report, speed.
+"""The `emergence-bench` command: list, run, sweep, leaderboard, report, speed, analyze.
 
 Every config key can be given as a flag after the command, e.g.
 ``emergence-bench run --task.state_size 16 --mixer.n_heads 4 --trainer.max_steps 2000``.
@@ -11,6 +11,8 @@ import inspect
 import sys
 import warnings
 from pathlib import Path
+
+from benchmark import analyze
 
 EXIT_BAD_INPUT = 2
 
@@ -158,7 +160,7 @@ def cmd_speed(args, extra) -> int:
     from benchmark import speed
 
     lengths = tuple(int(n) for n in args.lengths.split(","))
-    speed.main(args.out, lengths=lengths, repeats=args.repeats, quick=args.quick)
+    speed.main(args.out, lengths=lengths, repeats=args.repeats, quick=args.quick, steps=args.steps)
     print(f"wrote {args.out}", file=sys.stderr)
     return 0
 
@@ -198,16 +200,18 @@ def parser() -> argparse.ArgumentParser:
     rep.add_argument("--axes", help="two config keys for the heatmap, e.g. task.state_size,task.sparsity")
     rep.add_argument("--maps", type=int, default=4, help="attention-map figures to include (default 4)")
     rep.add_argument("--over", default="seed", help="config keys to aggregate over (default: seed)")
+    analyze.add_parser(sub)
     speed = sub.add_parser("speed", help="speed ratios measured side by side on this machine")
     speed.add_argument("--out", default="speed.json", help="where to write the table as JSON")
     speed.add_argument("--lengths", default="64,256", help="sequence lengths (comma-separated)")
     speed.add_argument("--repeats", type=int, default=5, help="timed steps per measurement (median)")
+    speed.add_argument("--steps", type=int, default=100, help="timed training steps per suite measurement")
     speed.add_argument("--quick", action="store_true", help="a smoke run: one short length, one repeat")
     return p
 
 
 COMMANDS = {"list": cmd_list, "run": cmd_run, "sweep": cmd_sweep, "leaderboard": cmd_leaderboard,
-            "report": cmd_report, "speed": cmd_speed}
+            "report": cmd_report, "speed": cmd_speed, "analyze": analyze.main}
 
 
 def main(argv: list[str] | None = None) -> int:

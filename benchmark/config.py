@@ -50,6 +50,7 @@ class TrainerConfig:
     eval_batches: int = 4
     log_every: int = 10
     accelerator: str = "auto"  # auto | cpu | gpu
+    compile: bool = False  # torch.compile the model's forward (see `emergence-bench speed` for its effect)
 
 
 @dataclass
@@ -58,14 +59,15 @@ class CheckpointConfig:
     log_spaced: bool = False  # and at steps 1, 2, 4, 8, ...
 
 
+DEFAULT_TASK, DEFAULT_MIXER = "linear_map", "transformer"
 DEFAULT_CALLBACKS = {"plateau": {}, "emergence": {}, "attention_probe": {}}
 
 
 @dataclass
 class RunConfig:
     seed: int = 0
-    task: dict = field(default_factory=lambda: {"name": "linear_map"})
-    mixer: dict = field(default_factory=lambda: {"name": "transformer"})
+    task: dict = field(default_factory=lambda: {"name": DEFAULT_TASK})
+    mixer: dict = field(default_factory=lambda: {"name": DEFAULT_MIXER})
     model: ModelConfig = field(default_factory=ModelConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
@@ -110,10 +112,13 @@ def _check_type(key: str, value, default):
     return value
 
 
-def _resolve_named(section: str, data: Any, reg: registry.Registry) -> dict:
-    """``{name: ..., **params}`` → the same with every constructor default filled in."""
+def _resolve_named(section: str, data: Any, reg: registry.Registry, default_name: str | None = None) -> dict:
+    """``{name: ..., **params}`` → the same with every constructor default filled in (a missing name
+    is ``default_name``, so ``--task.state_size 16`` alone keeps the default task)."""
     if isinstance(data, str):
         data = {"name": data}
+    if isinstance(data, dict) and "name" not in data and default_name is not None:
+        data = {"name": default_name, **data}
     if not isinstance(data, dict) or "name" not in data:
         raise ConfigError(f"{section} must be a mapping with a 'name' key, got {data!r}")
     params = reg.parameters(data["name"])
@@ -176,8 +181,8 @@ def resolve(data: dict | RunConfig | None = None) -> RunConfig:
         raise ConfigError(f"seed must be an int, got {seed!r}")
     config = RunConfig(
         seed=seed,
-        task=_resolve_named("task", data.get("task", {"name": "linear_map"}), registry.tasks),
-        mixer=_resolve_named("mixer", data.get("mixer", {"name": "transformer"}), registry.mixers),
+        task=_resolve_named("task", data.get("task", {}), registry.tasks, DEFAULT_TASK),
+        mixer=_resolve_named("mixer", data.get("mixer", {}), registry.mixers, DEFAULT_MIXER),
         **{name: _resolve_section(name, data.get(name), cls) for name, cls in SECTIONS.items()},
         callbacks=_resolve_callbacks(data.get("callbacks")),
     )

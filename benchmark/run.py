@@ -100,6 +100,8 @@ def run(config: dict | RunConfig, out: str | Path, progress: bool = False) -> di
         L.seed_everything(config.seed, verbose=False)
         task = build_task(config)
         model = build_model(config, task)
+        if config.trainer.compile:
+            model.compile()  # in place: parameter names (and checkpoints) stay as they are
         module = EmergenceModule(model, task, config.optim, config.trainer.max_steps)
         callbacks = build_callbacks(config, task) + [recorder]
         if config.checkpoints.every or config.checkpoints.log_spaced:

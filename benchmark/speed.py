@@ -104,12 +104,157 @@ def render(rows: list[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def main(out: str | Path, lengths=(64, 256), repeats: int = 5, quick: bool = False) -> dict:
-    """Print the speed table and write it as JSON to ``out``."""
-    if quick:  # a smoke run: tiny and fast, same code path
-        lengths, repeats = (16,), 1
+# The two models the suite-overhead rows measure: the `quick` preset's and the paper's linear map.
+SUITE_MODELS = {
+    "quick": {"task": {"name": "linear_map", "state_size": 8, "sparsity": 3, "batch_size": 128},
+              "mixer": {"name": "transformer", "n_heads": 8, "head_dim": 8},
+              "model": {"d_model": 64, "n_layers": 1, "mlp_ratio": 4}},
+    "paper-linear-map": {"task": {"name": "linear_map", "state_size": 16, "sparsity": 8, "batch_size": 256},
+                         "mixer": {"name": "transformer", "n_heads": 8, "head_dim": 16},
+                         "model": {"d_model": 128, "n_layers": 1, "mlp_ratio": 4}},
+}
+
+
+class BareLoop:
+    """The suite's training step without Lightning or callbacks: same model, data, loss, AdamW,
+    clipping, and the same one host sync per step (the loss value)."""
+
+    def __init__(self, config, compile_model: bool = False):
+        from benchmark.run import build_model, build_task
+
+        torch.manual_seed(config.seed)
+        self.task = build_task(config)
+        self.model = build_model(config, self.task)
+        if compile_model:
+            self.model.compile()  # as `trainer.compile: true` does in the suite
+        self.forward = self.model
+        o = config.optim
+        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=o.lr, weight_decay=o.weight_decay,
+                                           betas=o.betas)
+        self.clip = config.optim.grad_clip
+        self.mask = self.task.loss_mask
+        self.index = 0
+
+    def loss(self, tokens: torch.Tensor) -> torch.Tensor:
+        logits = self.forward(tokens[:, :-1])[:, self.mask]
+        return F.cross_entropy(logits.flatten(0, 1), tokens[:, 1:][:, self.mask].flatten())
+
+    def step(self) -> tuple[float, float]:
+        """One step; returns (seconds generating data, seconds in total)."""
+        start = time.perf_counter()
+        tokens = self.task.batch("train", self.index)
+        data = time.perf_counter() - start
+        self.index += 1
+        loss = self.loss(tokens)
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        if self.clip:
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.clip)
+        self.optimizer.step()
+        loss.item()
+        return data, time.perf_counter() - start
+
+    def seconds_per_step(self, steps: int) -> tuple[float, float]:
+        """(median step seconds, median data seconds) over ``steps`` steps after a warm-up."""
+        for _ in range(3):
+            self.step()
+        data, total = zip(*(self.step() for _ in range(steps)))
+        return statistics.median(total), statistics.median(data)
+
+
+def suite_seconds_per_step(config, steps: int) -> float:
+    """Marginal seconds per training step of `benchmark.run.run`: the wall time of a run of 2N steps
+    minus one of N, over N, with a single eval at the end of each (so setup, eval and teardown cancel)."""
+    import tempfile
+
+    from benchmark.run import run
+
+    def wall(n: int) -> float:
+        data = config.to_dict()
+        data["trainer"].update(max_steps=n, eval_every=n)
+        with tempfile.TemporaryDirectory() as scratch:
+            start = time.perf_counter()
+            record = run(data, scratch)
+            seconds = time.perf_counter() - start
+        return seconds - record["timing"]["eval_seconds"]
+
+    wall(steps // 4)  # warm-up: imports, allocator
+    return max(wall(2 * steps) - wall(steps), 1e-9) / steps
+
+
+def matmul_flops_per_second(n: int = 1024, repeats: int = 10) -> float:
+    """This machine's dense float32 matmul rate (the best of ``repeats``), the yardstick for FLOP/s."""
+    a, b = torch.randn(n, n), torch.randn(n, n)
+    a @ b
+    best = min(_timed(lambda: a @ b) for _ in range(repeats))
+    return 2 * n**3 / best
+
+
+def _timed(fn) -> float:
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+def step_flops(loop: BareLoop) -> int:
+    """FLOPs of one forward + backward of the bare loop's model (torch's flop counter)."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    tokens = loop.task.batch("train", 0)
+    with FlopCounterMode(display=False) as counter:
+        loop.loss(tokens).backward()
+    loop.optimizer.zero_grad(set_to_none=True)
+    return counter.get_total_flops()
+
+
+def suite_rows(steps: int = 100, models: dict | None = None, compile_check: bool = True) -> list[dict]:
+    """Per model: suite vs bare loop, data-generation share, achieved FLOP/s vs matmul peak, and
+    (optionally) a torch.compile'd bare loop vs the eager one."""
+    from benchmark.config import resolve
+
+    peak = matmul_flops_per_second()
+    rows = []
+    for name, raw in (models or SUITE_MODELS).items():
+        config = resolve({**raw, "trainer": {"accelerator": "cpu"}})
+        bare = BareLoop(config)
+        bare_step, data_step = bare.seconds_per_step(steps)
+        suite_step = suite_seconds_per_step(config, steps)
+        flops = step_flops(bare)
+        row = {"model": name, "suite_ms": suite_step * 1e3, "bare_ms": bare_step * 1e3,
+               "suite_vs_bare": suite_step / bare_step, "data_share": data_step / bare_step,
+               "gflops": flops / suite_step / 1e9, "matmul_peak_gflops": peak / 1e9,
+               "fraction_of_peak": flops / suite_step / peak, "compiled_vs_eager": None, "compile_error": None}
+        if compile_check:
+            try:
+                compiled_step, _ = BareLoop(config, compile_model=True).seconds_per_step(steps)
+                row["compiled_vs_eager"] = compiled_step / bare_step
+            except Exception as error:  # a compiler toolchain problem is a finding, not a crash
+                row["compile_error"] = f"{type(error).__name__}: {str(error).splitlines()[0][:200]}"
+        rows.append(row)
+    return rows
+
+
+def render_suite(rows: list[dict]) -> str:
+    lines = ["| model | suite step (ms) | bare loop (ms) | suite / bare | data share | GFLOP/s | "
+             "of matmul peak | compiled / eager |", "|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        compiled = (f"{r['compiled_vs_eager']:.2f}" if r["compiled_vs_eager"] is not None
+                    else f"failed: {r['compile_error']}" if r["compile_error"] else "-")
+        lines.append(f"| {r['model']} | {r['suite_ms']:.2f} | {r['bare_ms']:.2f} | {r['suite_vs_bare']:.2f} | "
+                     f"{r['data_share']:.1%} | {r['gflops']:.1f} | {r['fraction_of_peak']:.1%} "
+                     f"(of {r['matmul_peak_gflops']:.0f}) | {compiled} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(out: str | Path, lengths=(64, 256), repeats: int = 5, quick: bool = False, steps: int = 100) -> dict:
+    """Print the speed tables and write them as JSON to ``out``."""
+    if quick:  # a smoke run: tiny and fast, same code paths
+        lengths, repeats, steps = (16,), 1, 8
+    suite = suite_rows(steps=steps, models={"quick": SUITE_MODELS["quick"]} if quick else None,
+                       compile_check=not quick)
+    print(render_suite(suite))
     rows = mixer_ratios(lengths=lengths, repeats=repeats)
-    report = {"threads": torch.get_num_threads(), "torch": torch.__version__, "mixers": rows}
     print(render(rows), end="")
+    report = {"threads": torch.get_num_threads(), "torch": torch.__version__, "suite": suite, "mixers": rows}
     write_json(Path(out), report)
     return report

@@ -160,3 +160,8 @@ def test_speed_command_prints_every_mixer_and_writes_json(tmp_path):
         assert f"| {name} | 16 | cpu |" in result.stdout
     transformer = next(r for r in report["mixers"] if r["mixer"] == "transformer")
     assert transformer["vs_transformer"] > 0 and transformer["step_ms"] > 0
+
+
+def test_analyze_is_wired_into_the_command(tmp_path):
+    result = cli("analyze", "emergence", tmp_path / "missing")
+    assert result.returncode == 2 and "missing" in result.stderr

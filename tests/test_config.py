@@ -68,3 +68,12 @@ def test_dotted_overrides_and_values():
     assert config.task["state_size"] == 16 and config.optim.lr == 3e-4
     assert config.callbacks["plateau"]["threshold"] == 1.3
     assert parse_value("[1, 2]") == [1, 2] and parse_value("true") is True and parse_value("cosine") == "cosine"
+
+
+def test_a_parameter_flag_alone_keeps_the_default_task_and_mixer():
+    data = {}
+    set_dotted(data, "task.state_size", 5)
+    set_dotted(data, "mixer.n_heads", 2)
+    config = resolve(data)
+    assert config.task["name"] == "linear_map" and config.task["state_size"] == 5
+    assert config.mixer == {"name": "transformer", "n_heads": 2, "head_dim": 8}
