@@ -73,7 +73,7 @@ def km_time(records: list[dict], section: str, key: str) -> dict:
         censored.append(value is None)
     low, high = kaplan_meier_median_ci(times, censored)
     return {"median": kaplan_meier_median(times, censored), "low": low, "high": high,
-            "budget": max(times) if times else 0}
+            "budget": max(times) if times else 0, "measured": any(section in r for r in records)}
 
 
 def build(records: list[dict], over: tuple[str, ...] = ("seed",), keep_keys: bool = False,
@@ -125,6 +125,7 @@ def build(records: list[dict], over: tuple[str, ...] = ("seed",), keep_keys: boo
             "median_plateau_end": plateau["median"],
             "plateau_low": plateau["low"],
             "plateau_high": plateau["high"],
+            "plateau_measured": plateau["measured"],
             "median_pattern_found": pattern["median"] if probed else None,
             "probed": bool(probed),
             "budget": emergence["budget"],
@@ -248,7 +249,7 @@ def to_markdown(table: pd.DataFrame) -> str:
                  _median_cell(row["median_emergence_step"], row["budget"], row["emergence_low"],
                               row["emergence_high"], interval=True),
                  _median_cell(row["median_plateau_end"], row["budget"], row["plateau_low"], row["plateau_high"],
-                              interval=True), _ratio_cell(row["plateau_ratio"], row["plateau_ratio_bound"]),
+                              interval=True) if row["plateau_measured"] else "n/a", _ratio_cell(row["plateau_ratio"], row["plateau_ratio_bound"]),
                  _median_cell(row["median_pattern_found"], row["budget"]) if row["probed"] else "n/a", loss, speed]
         if baseline:
             cells += [_ratio_cell(row["emergence_vs_baseline"], row["emergence_vs_baseline_bound"]),
