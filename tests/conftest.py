@@ -35,6 +35,16 @@ def tiny_config(**sections) -> dict:
     return config
 
 
+def assert_causal(forward, x: torch.Tensor, t: int, atol: float = 1e-6) -> None:
+    """Perturbing position t of ``x`` [B, L, D] leaves every output of ``forward`` before t
+    unchanged and changes some output at or after t."""
+    y = x.clone()
+    y[:, t] += 1.0
+    a, b = forward(x), forward(y)
+    assert torch.allclose(a[:, :t], b[:, :t], atol=atol), "an output before t depends on input t"
+    assert not torch.allclose(a[:, t:], b[:, t:]), "input t changes nothing"
+
+
 def cli(*args, env=None, cwd=None, timeout=300) -> subprocess.CompletedProcess:
     """Run `emergence-bench ARGS` as a user types it."""
     full_env = {**os.environ, **(env or {})}

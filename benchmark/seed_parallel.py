@@ -1,0 +1,641 @@
+"""Seed-parallel training: K seeds of one config trained in one process as one batched model.
+
+The K models' parameters are stacked along a new leading dim ([K, ...]) and one forward over all of
+them is ``torch.func.vmap`` of ``functional_call`` on a template SequenceModel, so K small models
+become one model with K times larger ops. What stays per seed:
+
+- initialisation: seed k's model is built exactly as ``benchmark.run.run`` builds it
+  (``L.seed_everything(seed)``, then the task, then the model), then copied into slice k;
+- data: slice k of each train batch is ``task_k.batch("train", step)`` (the seed's own stream);
+  the eval set is shared by every seed, as in sequential runs;
+- gradient clipping: each seed's gradients are scaled by its own global norm (Lightning's
+  ``clip_grad_norm_`` applied to slice k alone);
+- optimiser state: one AdamW over the stacked tensors *is* K AdamWs, because AdamW is elementwise;
+  the lr schedule is a function of the step, so it is shared;
+- callbacks and result rows: each seed has its own callback instances (built from the config as
+  ``benchmark.run`` builds them), its own ``pl_module`` view (an EmergenceModule whose ``model`` is
+  that seed's SequenceModel, refreshed from slice k whenever a callback reads it), its own
+  Trainer stand-in with its TensorBoard logger, and it writes ``out/<run_id>/result.json`` with the
+  schema and run id of a sequential run, plus ``"seed_parallel": {"k": K, "group": [run ids]}``.
+
+The loop reproduces what ``run()``'s Lightning Trainer does, in its order: per step the
+``on_train_batch_start`` hooks, the forward, a NaN check (a non-finite loss ends that seed as
+``diverged`` before its update; the other seeds go on), backward, clipping, AdamW, the lr schedule,
+``on_train_batch_end``; an eval after every ``eval_every``-th step (as Lightning's
+``val_check_interval`` does: a final step that is not a multiple gets none). Hooks about gradients
+and the optimiser (``on_before_backward``, ``on_before_optimizer_step``, ...) are not called: the
+seeds share one backward and one optimiser step. Timings in each row are those of the shared step.
+
+Mixers whose forward cannot be vmapped (a custom ``autograd.Function`` without vmap support, a
+GPU kernel, randomness) are found by a trial forward and backward (``seed_parallel_supported``);
+their seeds run one after another through ``benchmark.run.run`` with
+``"seed_parallel": {"k": 1, "fallback": reason}`` in each row.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import shutil
+import tempfile
+import time
+import traceback
+import warnings
+from contextlib import contextmanager
+from pathlib import Path
+
+import lightning as L
+import torch
+import torch.nn.functional as F
+import yaml
+from lightning.pytorch.loggers import TensorBoardLogger
+from torch.func import functional_call, vmap
+
+from benchmark.config import OptimConfig, RunConfig, load_yaml, resolve
+from benchmark.model import SequenceModel
+from benchmark.module import Diverged, EmergenceModule, lr_factor
+from benchmark.results import RESULT_FILE, SCHEMA_VERSION, versions, write_json
+from benchmark.run import build_callbacks, build_model, build_task, check, describe_device, quiet_lightning, run
+from callbacks.checkpoints import CheckpointSchedule
+from callbacks.progress import ProgressLine
+from callbacks.recorder import Recorder
+from mixers.base import MixerContext
+from tasks.base import seeded_generator
+
+# functorch warns when an op (CPU SDPA) has no batching rule and it loops over the seeds instead;
+# the numbers are the same, and the speed command measures what it costs.
+_NO_BATCH_RULE = ".*There is a performance drop because we have not yet implemented the batching rule.*"
+
+
+@contextmanager
+def _quiet_vmap():
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=_NO_BATCH_RULE)
+        yield
+
+
+def _device(config: RunConfig) -> torch.device | None:
+    """The device Lightning would pick for ``trainer.accelerator``; None when it cannot run here."""
+    accelerator = config.trainer.accelerator
+    if accelerator == "cpu":
+        return torch.device("cpu")
+    if torch.cuda.is_available():
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu") if accelerator == "auto" else None
+
+
+# ----------------------------------------------------------------------------------------------
+# The batched model and its optimiser.
+
+
+class Ensemble:
+    """K SequenceModels of one architecture as stacked parameters and one vmapped forward.
+
+    ``params[name]`` is a leaf [K, *shape] (slice k = seed k's parameter). Buffers (causal masks)
+    are the same for every seed and stay unbatched in the template. ``version`` counts optimiser
+    steps, so per-seed copies know when they are stale.
+    """
+
+    def __init__(self, models: list[SequenceModel], optim: OptimConfig, max_steps: int,
+                 loss_mask: torch.Tensor, device: torch.device):
+        self.K = len(models)
+        self.template = copy.deepcopy(models[0]).to(device)
+        own = [dict(m.named_parameters()) for m in models]
+        self.params = {name: torch.stack([p[name].detach() for p in own]).to(device).requires_grad_()
+                       for name in own[0]}
+        # Mixers mark parameters that must not be decayed; the groups mirror EmergenceModule's.
+        kept = {name for name, p in own[0].items() if getattr(p, "_no_weight_decay", False)}
+        groups = [{"params": [p for n, p in self.params.items() if n not in kept]}]
+        if kept:
+            groups.append({"params": [p for n, p in self.params.items() if n in kept], "weight_decay": 0.0})
+        self.optimizer = torch.optim.AdamW(groups, lr=optim.lr, weight_decay=optim.weight_decay, betas=optim.betas)
+        self.base_lr, self.factor = optim.lr, lr_factor(optim, max_steps)
+        self.grad_clip = optim.grad_clip
+        self.scored = loss_mask.nonzero().squeeze(1).to(device)  # [N] indices: vmap has no boolean masking
+        self.device = device
+        self.version = 0
+        self._train = vmap(self._seed_loss, in_dims=(0, 0, 0))
+        self._eval = vmap(self._seed_logits, in_dims=(0, None, 0))
+
+    # --- one seed's computation (vmapped over the leading dim of params) ----------------------
+    def _seed_logits(self, params: dict, tokens: torch.Tensor, bias: dict):
+        """tokens [B, L+1] -> (scored logits [B, N, V], targets [B, N]) for one seed's params."""
+        logits = functional_call(self.template, params, (tokens[:, :-1], MixerContext(bias=bias)))
+        return logits.index_select(1, self.scored), tokens[:, 1:].index_select(1, self.scored)
+
+    def _seed_loss(self, params: dict, tokens: torch.Tensor, bias: dict) -> torch.Tensor:
+        logits, targets = self._seed_logits(params, tokens, bias)
+        return F.cross_entropy(logits.flatten(0, 1), targets.flatten())
+
+    # --- training -----------------------------------------------------------------------------
+    def losses(self, tokens: torch.Tensor, bias: dict[int, torch.Tensor]) -> torch.Tensor:
+        """tokens [K, B, L+1] (seed k's batch in slice k), bias {layer: [K, ...]} -> losses [K]."""
+        self.template.train()
+        with _quiet_vmap():
+            return self._train(self.params, tokens, bias)
+
+    def update(self, losses: torch.Tensor, alive: torch.Tensor, step: int) -> None:
+        """Backward, per-seed clipping, AdamW at the lr of ``step``; seeds not ``alive`` [K] bool
+        (diverged) get zero gradients, so a NaN stays in its own slice."""
+        with _quiet_vmap():
+            torch.where(alive, losses, torch.zeros_like(losses)).sum().backward()
+        grads = [p.grad for p in self.params.values() if p.grad is not None]
+        if not bool(alive.all()):
+            for g in grads:  # masked_fill, not a product: 0 · NaN is NaN
+                g.masked_fill_(~alive.view(-1, *[1] * (g.dim() - 1)), 0.0)
+        if self.grad_clip:
+            clip_per_seed_(grads, self.grad_clip)
+        lr = self.base_lr * self.factor(step)
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.version += 1
+
+    # --- evaluation ---------------------------------------------------------------------------
+    @torch.no_grad()
+    def evaluate(self, tokens: torch.Tensor, bias: dict[int, torch.Tensor]):
+        """tokens [B, L+1] shared by all seeds -> (loss [K, B, N], predictions [K, B, N])."""
+        self.template.eval()
+        with _quiet_vmap():
+            logits, targets = self._eval(self.params, tokens, bias)  # [K, B, N, V], [K, B, N]
+        loss = F.cross_entropy(logits.flatten(0, 2), targets.flatten(), reduction="none").view(targets.shape)
+        return loss, logits.argmax(dim=-1)
+
+    @torch.no_grad()
+    def copy_into(self, k: int, model: SequenceModel) -> None:
+        """Write seed k's current parameters into ``model`` (its own storage, so a saved
+        state_dict holds one seed, not the whole stack)."""
+        for name, p in model.named_parameters():
+            p.copy_(self.params[name][k])
+
+
+def clip_per_seed_(grads: list[torch.Tensor], max_norm: float) -> torch.Tensor:
+    """``torch.nn.utils.clip_grad_norm_`` on each seed's slice: grads [K, ...] each, scaled in place
+    by min(1, max_norm / (‖g_k‖ + 1e-6)) with ‖g_k‖ the 2-norm over all of seed k's gradients.
+    Returns the norms before clipping [K]."""
+    K = grads[0].shape[0]
+    norms = torch.stack([torch.linalg.vector_norm(g.reshape(K, -1), dim=1) for g in grads])  # [P, K]
+    total = torch.linalg.vector_norm(norms, dim=0)  # [K]
+    scale = (max_norm / (total + 1e-6)).clamp(max=1.0)
+    for g in grads:
+        g.mul_(scale.view(-1, *[1] * (g.dim() - 1)))
+    return total
+
+
+def stack_bias(biases: list[dict[int, torch.Tensor]], device: torch.device) -> dict[int, torch.Tensor]:
+    """Per-seed ``attention_bias`` dicts -> {layer: [K, ...]}; a seed without a layer's bias (a
+    finished seed) gets zeros, so every seed takes the same code path."""
+    layers = sorted({layer for bias in biases for layer in bias})
+    stacked = {}
+    for layer in layers:
+        like = next(b[layer] for b in biases if layer in b)
+        stacked[layer] = torch.stack([b.get(layer, torch.zeros_like(like)).to(like) for b in biases]).to(device)
+    return stacked
+
+
+# ----------------------------------------------------------------------------------------------
+# What one seed's callbacks see.
+
+
+class SeedModule(EmergenceModule):
+    """One seed's ``pl_module``: an EmergenceModule (so callbacks find ``last_eval``,
+    ``last_train_loss``, ``recent_train_losses``, ``attention_bias``, ``task``, ``device``) whose
+    ``model`` is refreshed from the ensemble's slice k whenever it is read after an update.
+    Callbacks should read ``pl_module.model`` in their hooks rather than keep it from ``setup``."""
+
+    ensemble: Ensemble | None = None
+    index = 0
+    seed_trainer = None
+    _synced = -1
+
+    @property
+    def model(self) -> SequenceModel:
+        model = self._modules["model"]
+        ensemble = self.ensemble
+        if ensemble is not None and self._synced != ensemble.version:
+            ensemble.copy_into(self.index, model)
+            self._synced = ensemble.version
+        return model
+
+    @property
+    def global_step(self) -> int:
+        return self.seed_trainer.global_step if self.seed_trainer is not None else 0
+
+
+class SeedTrainer:
+    """The parts of a Trainer that callbacks read, for one seed of a group."""
+
+    sanity_checking = testing = validating = should_stop = False
+    training = True
+    current_epoch = global_rank = local_rank = 0
+    is_global_zero = True
+    world_size = num_devices = 1
+
+    def __init__(self, max_steps: int, callbacks: list, logger: TensorBoardLogger, run_dir: Path,
+                 module: SeedModule):
+        self.max_steps = self.estimated_stepping_batches = max_steps
+        self.callbacks, self.logger, self.lightning_module = callbacks, logger, module
+        self.default_root_dir = str(run_dir)
+        self.global_step = 0
+
+    @property
+    def loggers(self) -> list:
+        return [self.logger]
+
+    @property
+    def log_dir(self) -> str:
+        return self.logger.log_dir
+
+
+class Seed:
+    """One seed of a group: its config, run dir, record, module view, trainer stand-in, callbacks."""
+
+    def __init__(self, config: RunConfig, out: Path):
+        self.config = config
+        self.run_id = config.run_id()
+        self.run_dir = Path(out) / self.run_id
+        if self.run_dir.exists():  # leftovers of an interrupted attempt
+            shutil.rmtree(self.run_dir)
+        self.run_dir.mkdir(parents=True)
+        (self.run_dir / "config.yaml").write_text(yaml.safe_dump(config.to_dict(), sort_keys=False))
+        self.record = {
+            "schema_version": SCHEMA_VERSION, "run_id": self.run_id, "status": "ok", "error": None,
+            "seed": config.seed, "config": config.to_dict(), "backend": None, "device": None,
+            "versions": versions(), "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        }
+        self.recorder = Recorder(curve_every=config.trainer.log_every)
+        self.module = self.trainer = self.task = None
+        self.callbacks: list = []
+        self.done = False
+
+    def build(self, progress: bool) -> SequenceModel:
+        """Task, model, module and callbacks, in ``run()``'s order, so the model's initial weights
+        are those of the sequential run."""
+        c = self.config
+        L.seed_everything(c.seed, verbose=False)
+        self.task = build_task(c)
+        model = build_model(c, self.task)
+        self.module = SeedModule(model, self.task, c.optim, c.trainer.max_steps)
+        self.callbacks = build_callbacks(c, self.task) + [self.recorder]
+        if c.checkpoints.every or c.checkpoints.log_spaced:
+            self.callbacks.append(CheckpointSchedule(self.run_dir, c.trainer.max_steps, c.checkpoints.every,
+                                                     c.checkpoints.log_spaced))
+        if progress:
+            self.callbacks.append(ProgressLine(prefix=f"[{self.run_id}] "))
+        logger = TensorBoardLogger(save_dir=self.run_dir, name="", version="tensorboard", default_hp_metric=False)
+        self.trainer = SeedTrainer(c.trainer.max_steps, self.callbacks, logger, self.run_dir, self.module)
+        self.module.seed_trainer = self.trainer
+        return model
+
+    def hook(self, name: str, *args) -> None:
+        for callback in self.callbacks:
+            getattr(callback, name)(self.trainer, self.module, *args)
+
+    def log(self, metrics: dict, step: int) -> None:
+        self.trainer.logger.log_metrics({**metrics, "epoch": 0.0}, step)
+
+    def finish(self, status: str = "ok", error: str | None = None, template: SequenceModel | None = None,
+               extra: dict | None = None) -> dict:
+        """Write the seed's result row (once) and return it."""
+        if self.done:
+            return self.record
+        self.done = True
+        if status != "ok":
+            self.record.update(status=status, error=error)
+        if self.module is not None:
+            mixers = (template if template is not None else self.module.model).mixers
+            self.record["backend"] = "+".join(sorted({getattr(m, "backend", "torch") for m in mixers}))
+            self.record["device"] = describe_device(self.module.device)
+        self.record.update(self.recorder.columns(self.trainer, self.module))
+        self.record.update(extra or {})
+        if self.trainer is not None:
+            try:
+                self.trainer.logger.finalize("success" if status == "ok" else "failed")
+            except Exception:  # a logger that cannot flush must not lose the row
+                pass
+        write_json(self.run_dir / RESULT_FILE, self.record)
+        return self.record
+
+
+# ----------------------------------------------------------------------------------------------
+# Public API.
+
+
+def seed_parallel_supported(config: dict | RunConfig) -> tuple[bool, str]:
+    """Whether ``config``'s model trains as a vmapped ensemble here, and why not.
+
+    A trial on two differently initialised copies of the model and two sequences: the batched
+    loss, gradients and eval logits (with and without an attention bias, where a mixer takes one)
+    must equal each copy's own, within float tolerance. Any error (an ``autograd.Function``
+    without vmap support, a GPU kernel, randomness) or mismatch gives (False, reason).
+    Leaves the global RNG state as it was.
+    """
+    config = resolve(config)
+    device = _device(config)
+    if device is None:
+        return False, f"trainer.accelerator={config.trainer.accelerator} but no CUDA device"
+    try:
+        with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+            problem = _trial(config, device)
+    except Exception as error:
+        message = str(error).strip().splitlines()[0] if str(error).strip() else ""
+        return False, f"vmap trial failed: {type(error).__name__}: {message}"
+    if problem:
+        return False, problem
+    return True, "vmap over seeds"
+
+
+def _trial(config: RunConfig, device: torch.device) -> str | None:
+    task = build_task(config)
+    models = []
+    for k in range(2):
+        torch.manual_seed(config.seed + k)
+        models.append(build_model(config, task).to(device))
+    ensemble = Ensemble(models, config.optim, config.trainer.max_steps, task.loss_mask, device)
+    tokens = torch.stack([task.generate(seeded_generator("seed_parallel.trial", k), 2) for k in range(2)]).to(device)
+    mask = task.loss_mask.to(device)
+    L = task.seq_len
+    biases = [{}]
+    attention = [i for i, m in enumerate(models[0].mixers) if getattr(m, "exposes_attention", False)]
+    if attention:  # the intervention's code path (explicit logits) too
+        biases.append({i: torch.zeros(2, 1, 1, L, L, device=device) for i in attention})
+    for bias in biases:
+        losses = ensemble.losses(tokens, bias)
+        with _quiet_vmap():
+            losses.sum().backward()
+        loss_eval, _ = ensemble.evaluate(tokens[0], bias)
+        for k, model in enumerate(models):
+            ctx = lambda: MixerContext(bias={i: b[k] for i, b in bias.items()})  # noqa: E731
+            model.train()
+            logits = model(tokens[k, :, :-1], ctx())[:, mask]
+            loss = F.cross_entropy(logits.flatten(0, 1), tokens[k, :, 1:][:, mask].flatten())
+            model.zero_grad(set_to_none=True)
+            loss.backward()
+            if not math.isclose(float(losses[k]), float(loss), rel_tol=1e-4, abs_tol=1e-5):
+                return f"vmap trial: batched loss {float(losses[k]):.6g} != per-seed loss {float(loss):.6g}"
+            for name, p in model.named_parameters():
+                batched = ensemble.params[name].grad
+                if (p.grad is None) != (batched is None):
+                    return f"vmap trial: gradient of {name} present in one form only"
+                if p.grad is not None:
+                    scale = float(p.grad.abs().max()) + 1e-6
+                    if float((batched[k] - p.grad).abs().max()) > 1e-3 * scale:
+                        return f"vmap trial: batched gradient of {name} differs from the per-seed one"
+            model.eval()
+            with torch.no_grad():
+                logits = model(tokens[0, :, :-1], ctx())[:, mask]
+                own = F.cross_entropy(logits.transpose(1, 2), tokens[0, :, 1:][:, mask], reduction="none")
+            if not torch.allclose(loss_eval[k], own, rtol=1e-4, atol=1e-5):
+                return "vmap trial: batched eval loss differs from the per-seed one"
+        ensemble.optimizer.zero_grad(set_to_none=True)
+    return None
+
+
+def run_seed_parallel(configs: list[dict | RunConfig], out: str | Path, progress: bool = False) -> list[dict]:
+    """Train the seeds of ``configs`` (identical but for ``seed``) together; returns their rows.
+
+    Each seed's row is written to ``out/<run_id>/result.json`` with the run id and schema of
+    ``benchmark.run.run`` plus ``"seed_parallel"``: ``{"k": K, "group": [run ids]}`` when batched,
+    ``{"k": 1, "fallback": reason}`` when the model cannot be vmapped and the seeds ran one by one.
+    A NaN loss ends only its seed (``diverged``); a callback error only its seed (``failed``); an
+    error in the shared step fails every seed still training. Ctrl-C raises KeyboardInterrupt and
+    leaves unfinished seeds without a row, so a resumed sweep reruns them.
+    """
+    configs = [check(c) for c in configs]
+    if not configs:
+        return []
+    _check_group(configs)
+    supported, reason = seed_parallel_supported(configs[0])
+    if not supported:
+        rows = []
+        for config in configs:
+            row = run(config, out, progress=progress)
+            row["seed_parallel"] = {"k": 1, "fallback": reason}
+            write_json(Path(out) / row["run_id"] / RESULT_FILE, row)
+            rows.append(row)
+        return rows
+    quiet_lightning()
+    seeds = [Seed(c, out) for c in configs]
+    note = {"seed_parallel": {"k": len(seeds), "group": [s.run_id for s in seeds]}}
+    _train_group(seeds, _device(configs[0]), progress, note)
+    return [s.record for s in seeds]
+
+
+def _check_group(configs: list[RunConfig]) -> None:
+    def without_seed(c: RunConfig) -> dict:
+        d = c.to_dict()
+        d.pop("seed")
+        return d
+
+    first = without_seed(configs[0])
+    for c in configs[1:]:
+        if without_seed(c) != first:
+            raise ValueError("seed-parallel configs must be identical except for seed; "
+                             f"seed {c.seed} differs from seed {configs[0].seed}")
+    seeds = [c.seed for c in configs]
+    if len(set(seeds)) != len(seeds):
+        raise ValueError(f"seed-parallel configs need distinct seeds, got {seeds}")
+
+
+def _failure(error: BaseException) -> str:
+    return f"{type(error).__name__}: {error}\n{traceback.format_exc()}"
+
+
+def _train_group(seeds: list[Seed], device: torch.device, progress: bool, note: dict) -> None:
+    """The training loop of ``run_seed_parallel`` (see the module docstring for its order)."""
+    models = {}
+    for k, seed in enumerate(seeds):
+        try:
+            models[k] = seed.build(progress)
+        except Exception as error:
+            seed.finish("failed", _failure(error), extra=note)
+    live = [k for k in range(len(seeds)) if not seeds[k].done]
+    if not live:
+        return
+    config = seeds[live[0]].config
+    t = config.trainer
+    ensemble = template = None
+    try:
+        # Every seed keeps a slot (a failed build takes a copy of a live model), so slot k is seed k.
+        ensemble = Ensemble([models.get(k, models[live[0]]) for k in range(len(seeds))], config.optim,
+                            t.max_steps, seeds[live[0]].task.loss_mask, device)
+        template = ensemble.template
+        for k in live:
+            module = seeds[k].module.to(device)
+            module.ensemble, module.index = ensemble, k
+        eval_set = [seeds[live[0]].task.batch("eval", i).to(device) for i in range(t.eval_batches)]
+    except Exception as error:
+        for k in live:
+            seeds[k].finish("failed", _failure(error), template, note)
+        return
+
+    def each(hook_name: str) -> None:
+        per_seed(lambda k, s: s.hook(hook_name))
+
+    def per_seed(fn) -> None:
+        """fn(k, seed) for every live seed; an error (in a callback) ends that seed only."""
+        for k in list(live):
+            try:
+                fn(k, seeds[k])
+            except Exception as error:
+                seeds[k].finish("failed", _failure(error), template, note)
+                live.remove(k)
+
+    try:
+        per_seed(lambda k, s: [cb.setup(s.trainer, s.module, stage="fit") for cb in s.callbacks])
+        for name in ("on_fit_start", "on_train_start", "on_train_epoch_start"):
+            each(name)
+        for step in range(t.max_steps):
+            if not live:
+                break
+            for k in live:
+                seeds[k].trainer.global_step = step
+            batches = {k: seeds[k].task.batch("train", step).to(device) for k in live}
+            per_seed(lambda k, s: s.hook("on_train_batch_start", batches[k], step))
+            if not live:
+                break
+            tokens = torch.stack([batches.get(k, batches[live[0]]) for k in range(len(seeds))])
+            bias = stack_bias([seeds[k].module.attention_bias if k in live else {} for k in range(len(seeds))], device)
+            losses = ensemble.losses(tokens, bias)
+            values = losses.detach().tolist()
+            for k in list(live):
+                if not math.isfinite(values[k]):  # run() raises Diverged here, before the update
+                    error = Diverged(f"training loss became {values[k]} at step {step}")
+                    live.remove(k)
+                    try:
+                        seeds[k].hook("on_exception", error)
+                    except Exception:  # the row says diverged whatever a callback makes of it
+                        pass
+                    seeds[k].finish("diverged", str(error), template, note)
+            if not live:
+                break
+            alive = torch.zeros(len(seeds), dtype=torch.bool, device=device)
+            alive[live] = True
+            ensemble.update(losses, alive, step)
+
+            def after_step(k: int, s: Seed) -> None:
+                value = values[k]
+                s.module.last_train_loss = value
+                s.module.recent_train_losses.append(value)
+                s.trainer.global_step = step + 1
+                s.hook("on_train_batch_end", {"loss": losses[k].detach()}, batches[k], step)
+                if (step + 1) % s.config.trainer.log_every == 0:
+                    s.log({"train/loss": value}, step)
+
+            per_seed(after_step)
+            if (step + 1) % t.eval_every == 0 and live:
+                _evaluate(seeds, live, ensemble, eval_set, step, per_seed)
+        for name in ("on_train_epoch_end", "on_train_end", "on_fit_end"):
+            each(name)
+        per_seed(lambda k, s: [cb.teardown(s.trainer, s.module, stage="fit") for cb in s.callbacks])
+    except Exception as error:  # the shared step failed: every seed still training fails with it
+        for k in live:
+            seeds[k].finish("failed", _failure(error), template, note)
+        return
+    for k in live:
+        seeds[k].trainer.logger.save()
+        seeds[k].finish("ok", None, template, note)
+
+
+def _evaluate(seeds: list[Seed], live: list[int], ensemble: Ensemble, eval_set: list[torch.Tensor],
+              step: int, per_seed) -> None:
+    """One eval of every live seed on the shared eval set: EmergenceModule's metrics, per seed."""
+    for k in live:
+        seeds[k].module.eval()
+    per_seed(lambda k, s: (s.hook("on_validation_start"), s.hook("on_validation_epoch_start")))
+    bias = stack_bias([seeds[k].module.attention_bias if k in live else {} for k in range(len(seeds))],
+                      ensemble.device)
+    task = seeds[live[0]].task
+    scored = ensemble.scored
+    cells = task.output_cell.to(ensemble.device).index_select(0, scored)  # [N]
+    K, C = ensemble.K, task.num_cells
+    sums = {key: torch.zeros(K, C, dtype=torch.float64, device=ensemble.device)
+            for key in ("loss", "correct", "p_correct", "count")}
+    for i, tokens in enumerate(eval_set):
+        per_seed(lambda k, s: s.hook("on_validation_batch_start", tokens, i, 0))
+        loss, predictions = ensemble.evaluate(tokens, bias)  # [K, B, N]
+        targets = tokens[:, 1:].index_select(1, scored)  # [B, N]
+        per_token = {"loss": loss, "correct": (predictions == targets).double(), "p_correct": (-loss).exp(),
+                     "count": torch.ones_like(loss)}
+        index = cells.expand_as(targets).flatten()
+        for key, value in per_token.items():
+            sums[key].index_add_(1, index, value.flatten(1).double())
+        per_seed(lambda k, s: s.hook("on_validation_batch_end", None, tokens, i, 0))
+
+    def finish_eval(k: int, s: Seed) -> None:
+        s.hook("on_validation_epoch_end")  # Lightning calls the callbacks' before the module's
+        count = sums["count"][k].sum()
+        # torchmetrics' micro accuracy is a float32 ratio of integer counts; so is this.
+        accuracy = torch.tensor(float(sums["correct"][k].sum())).float() / torch.tensor(float(count)).float()
+        s.module.last_eval = e = {
+            "step": step + 1,
+            "loss": float(sums["loss"][k].sum() / count),
+            "accuracy": float(accuracy),
+            "p_correct": float(sums["p_correct"][k].sum() / count),
+            "cell_accuracy": (sums["correct"][k] / sums["count"][k]).float().cpu(),
+            "cell_loss": (sums["loss"][k] / sums["count"][k]).float().cpu(),
+        }
+        metrics = {"eval/loss": e["loss"], "eval/accuracy": e["accuracy"], "eval/p_correct": e["p_correct"]}
+        if s.module.num_cells <= 64:
+            metrics.update({f"eval_cell_accuracy/{i}": float(a) for i, a in enumerate(e["cell_accuracy"])})
+            metrics.update({f"eval_cell_loss/{i}": float(v) for i, v in enumerate(e["cell_loss"])})
+        s.log(metrics, step)
+        s.hook("on_validation_end")
+
+    per_seed(finish_eval)
+    for k in live:
+        seeds[k].module.train()
+
+
+# ----------------------------------------------------------------------------------------------
+# Speed: what the `speed` command measures.
+
+QUICK_PRESET = Path(__file__).parent / "presets" / "quick.yaml"
+
+
+def quick_config(steps: int = 100) -> dict:
+    """The ``quick`` preset's base run (linear map S=8 s=3, d_model 64, 8 heads × 8, batch 128)
+    with ``steps`` training steps and the preset's eval cadence."""
+    base = copy.deepcopy(load_yaml(QUICK_PRESET)["base"])
+    base.setdefault("trainer", {})["max_steps"] = steps
+    return base
+
+
+def throughput(config: dict | RunConfig | None = None, ks=(1, 4, 16), steps: int = 100,
+               out: str | Path | None = None) -> list[dict]:
+    """Seed-parallel vs one seed at a time, measured side by side: for each K, K seeds of
+    ``config`` (default: the quick preset at ``steps`` steps) through ``benchmark.run.run`` one
+    after another, then through ``run_seed_parallel`` together; whole runs, wall-clock.
+
+    Returns one row per K: {k, sequential_s, parallel_s, speedup (= sequential_s / parallel_s),
+    seed_steps_per_s_sequential, seed_steps_per_s_parallel, parallel_train_s (the batched
+    training steps alone), mode ("vmap" or the fallback reason)}.
+    """
+    base = resolve(config if config is not None else quick_config(steps)).to_dict()
+    steps = base["trainer"]["max_steps"]
+    rows = []
+    with tempfile.TemporaryDirectory() as scratch:
+        root = Path(out) if out is not None else Path(scratch)
+        warm = {**base, "trainer": {**base["trainer"], "max_steps": 2}}
+        run(warm, root / "warmup")  # first-call costs (imports, allocator, TensorBoard) off the clock
+        run_seed_parallel([warm], root / "warmup")
+        for K in ks:
+            configs = [{**base, "seed": base["seed"] + i} for i in range(K)]
+            start = time.perf_counter()
+            for c in configs:
+                run(c, root / f"k{K}" / "sequential")
+            sequential = time.perf_counter() - start
+            start = time.perf_counter()
+            parallel_rows = run_seed_parallel(configs, root / f"k{K}" / "parallel")
+            parallel = time.perf_counter() - start
+            note = parallel_rows[0]["seed_parallel"]
+            rows.append({
+                "k": K, "steps": steps, "sequential_s": sequential, "parallel_s": parallel,
+                "speedup": sequential / parallel,
+                "seed_steps_per_s_sequential": K * steps / sequential,
+                "seed_steps_per_s_parallel": K * steps / parallel,
+                "parallel_train_s": parallel_rows[0]["timing"]["train_seconds"],
+                "mode": "vmap" if "group" in note else note["fallback"],
+            })
+    return rows
