@@ -24,7 +24,7 @@ from benchmark import registry
 from benchmark.config import RunConfig, resolve
 from benchmark.model import SequenceModel
 from benchmark.module import Diverged, EmergenceModule
-from benchmark.results import RESULT_FILE, SCHEMA_VERSION, versions, write_json
+from benchmark.results import RESULT_FILE, SCHEMA_VERSION, versions, write_json, write_text
 from callbacks.checkpoints import CheckpointSchedule
 from callbacks.progress import ProgressLine
 from callbacks.recorder import Recorder
@@ -80,7 +80,7 @@ def run(config: dict | RunConfig, out: str | Path, progress: bool = False) -> di
     if run_dir.exists():  # leftovers of an interrupted attempt
         shutil.rmtree(run_dir)
     run_dir.mkdir(parents=True)
-    (run_dir / "config.yaml").write_text(yaml.safe_dump(config.to_dict(), sort_keys=False))
+    write_text(run_dir / "config.yaml", yaml.safe_dump(config.to_dict(), sort_keys=False))
 
     record = {
         "schema_version": SCHEMA_VERSION,

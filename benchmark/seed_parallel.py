@@ -372,8 +372,9 @@ def _trial(config: RunConfig, device: torch.device) -> str | None:
             loss = F.cross_entropy(logits.flatten(0, 1), tokens[k, :, 1:][:, mask].flatten())
             model.zero_grad(set_to_none=True)
             loss.backward()
-            if not math.isclose(float(losses[k]), float(loss), rel_tol=1e-4, abs_tol=1e-5):
-                return f"vmap trial: batched loss {float(losses[k]):.6g} != per-seed loss {float(loss):.6g}"
+            batched_loss, own_loss = float(losses[k].detach()), float(loss.detach())
+            if not math.isclose(batched_loss, own_loss, rel_tol=1e-4, abs_tol=1e-5):
+                return f"vmap trial: batched loss {batched_loss:.6g} != per-seed loss {own_loss:.6g}"
             for name, p in model.named_parameters():
                 batched = ensemble.params[name].grad
                 if (p.grad is None) != (batched is None):
