@@ -50,6 +50,7 @@ import torch.nn.functional as F
 import yaml
 from lightning.pytorch.loggers import TensorBoardLogger
 from torch.func import functional_call, vmap
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from benchmark.config import OptimConfig, RunConfig, load_yaml, resolve
 from benchmark.model import SequenceModel
@@ -62,16 +63,77 @@ from callbacks.recorder import Recorder
 from mixers.base import MixerContext
 from tasks.base import seeded_generator
 
-# functorch warns when an op (CPU SDPA) has no batching rule and it loops over the seeds instead;
-# the numbers are the same, and the speed command measures what it costs.
+# functorch warns when an op has no batching rule and it loops over the seeds instead.
 _NO_BATCH_RULE = ".*There is a performance drop because we have not yet implemented the batching rule.*"
 
 
+def _fold_flash_attention(info, in_dims, q, k, v, dropout_p=0.0, is_causal=False, attn_mask=None, scale=None):
+    """Batching rule of CPU flash attention: the seeds are more sequences, so the vmapped dim is
+    folded into the batch dim. q, k, v [K, B, H, L, E] (vmapped dim anywhere) -> one kernel call on
+    [K·B, H, L, E] -> (out [K, B, H, L, E], logsumexp [K, B, H, L]), each seed's numbers exactly
+    those of its own call. Autograd records the kernel on the folded tensors, so the backward is
+    one kernel call too."""
+    if dropout_p:
+        raise RuntimeError("seed-parallel attention does not support dropout (its randomness is per call)")
+    K = info.batch_size
+
+    def fold(x, dim):
+        x = x.movedim(dim, 0) if dim is not None else x.expand(K, *x.shape)
+        return x.reshape(K * x.shape[1], *x.shape[2:])
+
+    q, k, v = (fold(x, d) for x, d in zip((q, k, v), in_dims[:3]))
+    if attn_mask is not None:
+        dim = in_dims[5]
+        mask = attn_mask.movedim(dim, 0) if dim is not None else attn_mask.expand(K, *attn_mask.shape)
+        while mask.dim() < 5:  # [K, B|1, H|1, L, S]
+            mask = mask.unsqueeze(1)
+        attn_mask = mask.expand(K, q.shape[0] // K, *mask.shape[2:]).reshape(q.shape[0], *mask.shape[2:])
+    out, logsumexp = _FLASH_CPU(q, k, v, dropout_p, is_causal, attn_mask=attn_mask, scale=scale)
+    return (out.unflatten(0, (K, -1)), logsumexp.unflatten(0, (K, -1))), (0, 0)
+
+
+_FLASH_CPU = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default
+_flash_rule: str | None = None  # "registered", or why not (then SDPA's math backend is used)
+_flash_library = None  # keeps the registration alive
+
+
+def _register_flash_rule() -> str:
+    """Give CPU flash attention a batching rule (once per process). torch has none: its fallback
+    loops over the seeds and its backward zero-fills a full [K, ...] gradient per seed, which costs
+    more than the rest of a small model. torch.library.register_vmap refuses this op (it has a
+    keyword-only tensor), so this does what it does, with the arguments passed positionally.
+    Needs private functorch helpers; where they are missing, SDPA's math backend is used instead."""
+    global _flash_rule, _flash_library
+    if _flash_rule is not None:
+        return _flash_rule
+    try:
+        from torch._functorch.autograd_function import custom_function_call_vmap_helper
+        from torch._functorch.pyfunctorch import retrieve_current_functorch_interpreter
+
+        def batched(keyset, q, k, v, dropout_p=0.0, is_causal=False, *, attn_mask=None, scale=None):
+            return custom_function_call_vmap_helper(retrieve_current_functorch_interpreter(), _fold_flash_attention,
+                                                    _FLASH_CPU, q, k, v, dropout_p, is_causal, attn_mask, scale)
+
+        library = torch.library.Library("aten", "IMPL")
+        library.impl("_scaled_dot_product_flash_attention_for_cpu", batched, "FuncTorchBatched", with_keyset=True)
+        _flash_library, _flash_rule = library, "registered"
+    except Exception as error:  # another torch version: the math backend still batches
+        _flash_rule = f"{type(error).__name__}: {error}"
+    return _flash_rule
+
+
 @contextmanager
-def _quiet_vmap():
+def _vmapped(device: torch.device):
+    """Context of every vmapped forward and backward: quiet about batching-rule fallbacks, and on
+    CPU without the flash-attention rule above, SDPA's math backend (batched matmuls and a softmax;
+    the same attention within float rounding) rather than the per-seed fallback loop."""
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=_NO_BATCH_RULE)
-        yield
+        if device.type == "cpu" and _register_flash_rule() != "registered":
+            with sdpa_kernel([SDPBackend.MATH]):
+                yield
+        else:
+            yield
 
 
 def _device(config: RunConfig) -> torch.device | None:
@@ -131,18 +193,23 @@ class Ensemble:
     def losses(self, tokens: torch.Tensor, bias: dict[int, torch.Tensor]) -> torch.Tensor:
         """tokens [K, B, L+1] (seed k's batch in slice k), bias {layer: [K, ...]} -> losses [K]."""
         self.template.train()
-        with _quiet_vmap():
+        with _vmapped(self.device):
             return self._train(self.params, tokens, bias)
 
-    def update(self, losses: torch.Tensor, alive: torch.Tensor, step: int) -> None:
-        """Backward, per-seed clipping, AdamW at the lr of ``step``; seeds not ``alive`` [K] bool
-        (diverged) get zero gradients, so a NaN stays in its own slice."""
-        with _quiet_vmap():
-            torch.where(alive, losses, torch.zeros_like(losses)).sum().backward()
+    def update(self, losses: torch.Tensor, step: int, live: list[int] | None = None) -> None:
+        """Backward of losses [K], per-seed clipping, AdamW at the lr of ``step``. Seeds not in
+        ``live`` (default: all) get zero gradients, so a diverged seed's NaN stays in its slice."""
+        dead = None
+        if live is not None and len(live) < self.K:
+            dead = torch.ones(self.K, dtype=torch.bool, device=losses.device)
+            dead[live] = False
+            losses = torch.where(dead, torch.zeros_like(losses), losses)
+        with _vmapped(self.device):
+            losses.sum().backward()
         grads = [p.grad for p in self.params.values() if p.grad is not None]
-        if not bool(alive.all()):
+        if dead is not None:
             for g in grads:  # masked_fill, not a product: 0 · NaN is NaN
-                g.masked_fill_(~alive.view(-1, *[1] * (g.dim() - 1)), 0.0)
+                g.masked_fill_(dead.view(-1, *[1] * (g.dim() - 1)), 0.0)
         if self.grad_clip:
             clip_per_seed_(grads, self.grad_clip)
         lr = self.base_lr * self.factor(step)
@@ -157,7 +224,7 @@ class Ensemble:
     def evaluate(self, tokens: torch.Tensor, bias: dict[int, torch.Tensor]):
         """tokens [B, L+1] shared by all seeds -> (loss [K, B, N], predictions [K, B, N])."""
         self.template.eval()
-        with _quiet_vmap():
+        with _vmapped(self.device):
             logits, targets = self._eval(self.params, tokens, bias)  # [K, B, N, V], [K, B, N]
         loss = F.cross_entropy(logits.flatten(0, 2), targets.flatten(), reduction="none").view(targets.shape)
         return loss, logits.argmax(dim=-1)
@@ -362,7 +429,7 @@ def _trial(config: RunConfig, device: torch.device) -> str | None:
         biases.append({i: torch.zeros(2, 1, 1, L, L, device=device) for i in attention})
     for bias in biases:
         losses = ensemble.losses(tokens, bias)
-        with _quiet_vmap():
+        with _vmapped(device):
             losses.sum().backward()
         loss_eval, _ = ensemble.evaluate(tokens[0], bias)
         for k, model in enumerate(models):
@@ -511,9 +578,7 @@ def _train_group(seeds: list[Seed], device: torch.device, progress: bool, note: 
                     seeds[k].finish("diverged", str(error), template, note)
             if not live:
                 break
-            alive = torch.zeros(len(seeds), dtype=torch.bool, device=device)
-            alive[live] = True
-            ensemble.update(losses, alive, step)
+            ensemble.update(losses, step, live)
 
             def after_step(k: int, s: Seed) -> None:
                 value = values[k]
@@ -603,15 +668,16 @@ def quick_config(steps: int = 100) -> dict:
     return base
 
 
-def throughput(config: dict | RunConfig | None = None, ks=(1, 4, 16), steps: int = 100,
+def throughput(config: dict | RunConfig | None = None, ks=(1, 4, 16), steps: int = 100, repeats: int = 1,
                out: str | Path | None = None) -> list[dict]:
-    """Seed-parallel vs one seed at a time, measured side by side: for each K, K seeds of
-    ``config`` (default: the quick preset at ``steps`` steps) through ``benchmark.run.run`` one
-    after another, then through ``run_seed_parallel`` together; whole runs, wall-clock.
+    """Seed-parallel vs one seed at a time, side by side in this process: for each K, K seeds of
+    ``config`` (default: the quick preset at ``steps`` steps) run one after another with
+    ``benchmark.run.run``, then together with ``run_seed_parallel``; whole runs (setup, evals,
+    result files), wall-clock, each mode the best of ``repeats`` alternating tries.
 
-    Returns one row per K: {k, sequential_s, parallel_s, speedup (= sequential_s / parallel_s),
-    seed_steps_per_s_sequential, seed_steps_per_s_parallel, parallel_train_s (the batched
-    training steps alone), mode ("vmap" or the fallback reason)}.
+    Returns one row per K: {k, steps, sequential_s, parallel_s, speedup (sequential_s /
+    parallel_s), seed_steps_per_s_sequential, seed_steps_per_s_parallel, mode ("vmap", or the
+    fallback reason when the model cannot be batched)}.
     """
     base = resolve(config if config is not None else quick_config(steps)).to_dict()
     steps = base["trainer"]["max_steps"]
@@ -619,24 +685,24 @@ def throughput(config: dict | RunConfig | None = None, ks=(1, 4, 16), steps: int
     with tempfile.TemporaryDirectory() as scratch:
         root = Path(out) if out is not None else Path(scratch)
         warm = {**base, "trainer": {**base["trainer"], "max_steps": 2}}
-        run(warm, root / "warmup")  # first-call costs (imports, allocator, TensorBoard) off the clock
+        run(warm, root / "warmup")  # first-call costs (allocator, TensorBoard, the vmap rule) off the clock
         run_seed_parallel([warm], root / "warmup")
         for K in ks:
             configs = [{**base, "seed": base["seed"] + i} for i in range(K)]
-            start = time.perf_counter()
-            for c in configs:
-                run(c, root / f"k{K}" / "sequential")
-            sequential = time.perf_counter() - start
-            start = time.perf_counter()
-            parallel_rows = run_seed_parallel(configs, root / f"k{K}" / "parallel")
-            parallel = time.perf_counter() - start
-            note = parallel_rows[0]["seed_parallel"]
+            sequential = parallel = math.inf
+            for attempt in range(repeats):
+                start = time.perf_counter()
+                for c in configs:
+                    run(c, root / f"k{K}" / "sequential")
+                sequential = min(sequential, time.perf_counter() - start)
+                start = time.perf_counter()
+                note = run_seed_parallel(configs, root / f"k{K}" / "parallel")[0]["seed_parallel"]
+                parallel = min(parallel, time.perf_counter() - start)
             rows.append({
                 "k": K, "steps": steps, "sequential_s": sequential, "parallel_s": parallel,
                 "speedup": sequential / parallel,
                 "seed_steps_per_s_sequential": K * steps / sequential,
                 "seed_steps_per_s_parallel": K * steps / parallel,
-                "parallel_train_s": parallel_rows[0]["timing"]["train_seconds"],
                 "mode": "vmap" if "group" in note else note["fallback"],
             })
     return rows

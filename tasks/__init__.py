@@ -2,3 +2,4 @@
 
 from tasks import cellular_automata  # noqa: F401
 from tasks import linear_map  # noqa: F401
+from tasks import dyck, in_context_linear_map, mqar, neural_ca  # noqa: F401

@@ -1,0 +1,98 @@
+"""Neural cellular automata: 1-D automata whose transition rules are small random networks.
+
+Like ``cellular_automata`` (PAPER.md), but each rule of the pool is a random MLP instead of a uniform
+lookup table, which gives structured rules (the first layer adds up one vector per neighbour), the
+kind of data proposed for pre-pre-training (PAPER.md, claim 8). Every sequence follows one rule of the
+pool, so the rule is inferred in context.
+
+Rule ρ maps the window x_t[i-r], ..., x_t[i+r] (periodic boundary) to cell i of x_{t+1}:
+
+    h      = tanh(onehot(window) · W1[ρ] + b1[ρ])       onehot [(2r+1)·C], W1 [(2r+1)·C, H], h [H]
+    x_{t+1}[i] = argmax(h · W2[ρ] + b2[ρ])              W2 [H, C]: quantised to one of C colours
+
+The weights are Gaussian (W1, b1 ~ N(0, 1); W2, b2 ~ N(0, 1/H)), drawn once per task instance from
+``task_seed``, independent of ``state_size`` and ``trajectory_length``; computed in float64 so that the
+argmax does not depend on the order of a batched sum.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from benchmark.registry import register_task
+from tasks.base import StateTrajectoryTask, check_range, seeded_generator
+from tasks.cellular_automata import CellularAutomata
+
+
+@register_task("neural_ca")
+class NeuralCA(StateTrajectoryTask):
+    """Trajectories [x_0; ...; x_{T-1}] of S cells with C colours, flattened to S·T tokens.
+
+        W1 [rules, (2r+1)·C, H]   b1 [rules, H]   W2 [rules, H, C]   b2 [rules, C]   (float64)
+        batch [B, S·T] long       each sequence picks one rule uniformly
+
+    x_0 is uniform and unscored; ground truth as in cellular_automata: cell i depends on the 2r+1
+    cells around it in the previous state. ``tokens_per_batch`` works as there.
+    """
+
+    def __init__(
+        self,
+        state_size: int = 16,
+        colors: int = 4,
+        radius: int = 1,
+        hidden: int = 16,
+        rules: int = 256,
+        trajectory_length: int = 16,
+        task_seed: int = 0,
+        batch_size: int | None = None,
+        tokens_per_batch: int | None = None,
+    ):
+        check_range("state_size", state_size, 1)
+        check_range("trajectory_length", trajectory_length, 2)
+        check_range("colors", colors, 2)
+        try:  # the window of 2r + 1 cells must fit in the state
+            check_range("radius", radius, 0, (state_size - 1) // 2)
+        except ValueError as error:
+            raise ValueError(f"{error} (the window 2·radius+1 must fit in state_size={state_size})") from None
+        check_range("hidden", hidden, 1)
+        check_range("rules", rules, 1)
+        batch_size = CellularAutomata._batch_size(batch_size, tokens_per_batch, state_size * trajectory_length)
+        super().__init__(state_size, trajectory_length, batch_size, task_seed)
+        self.vocab_size = colors
+        self.colors, self.radius, self.hidden, self.rules = colors, radius, hidden, rules
+        self.tokens_per_batch = tokens_per_batch
+        width = 2 * radius + 1
+        g = seeded_generator(task_seed, "neural_ca.rules", colors, radius, hidden, rules)
+        f64 = torch.float64
+        self.W1 = torch.randn(rules, width * colors, hidden, generator=g, dtype=f64)
+        self.b1 = torch.randn(rules, hidden, generator=g, dtype=f64)
+        self.W2 = torch.randn(rules, hidden, colors, generator=g, dtype=f64) / hidden**0.5
+        self.b2 = torch.randn(rules, colors, generator=g, dtype=f64) / hidden**0.5
+        offsets = torch.arange(-radius, radius + 1)
+        self.neighbours = (torch.arange(state_size)[:, None] + offsets) % state_size  # [S, 2r+1]
+
+    def step(self, state: torch.Tensor, rule: torch.Tensor) -> torch.Tensor:
+        """One transition: state [B, S] long, rule [B] long (pool indices) -> next state [B, S] long."""
+        window = state[:, self.neighbours]  # [B, S, 2r+1]
+        # One-hot of each neighbour, neighbours side by side: feature k·C + colour.
+        index = window + self.colors * torch.arange(window.shape[-1])  # [B, S, 2r+1]
+        # onehot · W1 is the sum of W1's rows picked by the window, so gather instead of multiplying.
+        W1 = self.W1[rule]  # [B, (2r+1)·C, H]
+        picked = W1[torch.arange(state.shape[0])[:, None, None], index]  # [B, S, 2r+1, H]
+        h = torch.tanh(picked.sum(dim=2) + self.b1[rule][:, None])  # [B, S, H]
+        logits = torch.einsum("bsh,bhc->bsc", h, self.W2[rule]) + self.b2[rule][:, None]  # [B, S, C]
+        return logits.argmax(dim=-1)
+
+    def generate(self, generator: torch.Generator, batch_size: int) -> torch.Tensor:
+        rule = torch.randint(0, self.rules, (batch_size,), generator=generator)
+        state = torch.randint(0, self.colors, (batch_size, self.state_size), generator=generator)
+        states = [state]
+        for _ in range(self.trajectory_length - 1):
+            state = self.step(state, rule)
+            states.append(state)
+        return torch.cat(states, dim=1)
+
+    def source_cells(self) -> torch.Tensor:
+        """[S, S] circulant 0/1: row i marks cells i-r, ..., i+r (mod S)."""
+        S = self.state_size
+        return torch.zeros(S, S, dtype=torch.long).scatter_(1, self.neighbours, 1)

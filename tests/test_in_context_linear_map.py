@@ -1,0 +1,97 @@
+import pytest
+import torch
+
+from benchmark.run import run
+from conftest import tiny_config
+from tasks.in_context_linear_map import InContextLinearMap
+
+
+def test_batch_shape_and_determinism():
+    task = InContextLinearMap(state_size=5, sparsity=2, trajectory_length=4, batch_size=8)
+    tokens = task.batch("train", 0)
+    assert tokens.shape == (8, 20) and tokens.dtype == torch.long and task.seq_len == 19
+    assert set(tokens.unique().tolist()) <= {0, 1} and task.vocab_size == 2
+    assert torch.equal(tokens, task.batch("train", 0)) and not torch.equal(tokens, task.batch("train", 1))
+    assert not torch.equal(tokens, task.batch("eval", 0))
+
+
+def test_each_trajectory_follows_its_own_map_and_the_maps_vary():
+    S, s, T = 6, 2, 5
+    task = InContextLinearMap(state_size=S, sparsity=s, trajectory_length=T, batch_size=32)
+    g = torch.Generator().manual_seed(3)
+    tokens, A = task.generate_with_maps(g, 32)
+    assert A.shape == (32, S, S) and (A.sum(-1) == s).all() and set(A.unique().tolist()) == {0, 1}
+    states = tokens.view(32, T, S).tolist()
+    for b in range(32):
+        for t in range(T - 1):  # cell by cell: the parity of the cells row i of A picks
+            expected = [sum(states[b][t][j] for j in range(S) if A[b, i, j]) % 2 for i in range(S)]
+            assert states[b][t + 1] == expected
+    assert len({tuple(a.flatten().tolist()) for a in A}) == 32  # a fresh map per sequence
+    # The map comes from the batch's generator: the same generator state gives the same maps.
+    assert torch.equal(task.generate_with_maps(torch.Generator().manual_seed(3), 32)[1], A)
+    assert torch.equal(task.generate(torch.Generator().manual_seed(3), 32), tokens)
+
+
+def test_ground_truth_per_sequence_matches_brute_force_with_next_token_shift():
+    """Flip one cell of state t and recompute state t+1 with the sequence's own A: a row that predicts
+    a token of state t+1 marks that cell exactly when the flip changes the token."""
+    S, T, B = 5, 4, 6
+    task = InContextLinearMap(state_size=S, sparsity=2, trajectory_length=T, batch_size=B)
+    g = torch.Generator().manual_seed(0)
+    tokens, A = task.generate_with_maps(g, B)
+    _, truth = task.generate_with_truth(torch.Generator().manual_seed(0), B)
+    L = task.seq_len
+    assert truth.shape == (B, L, L)
+    states = tokens.view(B, T, S)
+    for b in range(B):
+        expected = torch.zeros(L, L, dtype=torch.long)
+        for t in range(T - 1):
+            following = (A[b] @ states[b, t]) % 2
+            for cell in range(S):
+                flipped = states[b, t].clone()
+                flipped[cell] ^= 1
+                changed = ((A[b] @ flipped) % 2) != following  # [S]
+                for i in range(S):
+                    token = (t + 1) * S + i
+                    expected[token - 1, t * S + cell] = int(changed[i])  # row token-1 predicts it
+        assert torch.equal(truth[b], expected), b
+    assert (truth.sum(-1)[:, task.loss_mask] == 2).all() and truth[:, ~task.loss_mask].sum() == 0
+    assert (truth.triu(1) == 0).all() and (truth <= task.ground_truth_attention()).all()
+
+
+def test_batch_with_truth_is_the_batch_and_the_envelope_is_the_previous_state():
+    task = InContextLinearMap(state_size=4, sparsity=1, trajectory_length=3, batch_size=64)
+    tokens, truth = task.batch_with_truth("train", 7)
+    assert torch.equal(tokens, task.batch("train", 7))
+    # Every scored row: A's row marks one cell of the previous state, and over 64 maps all are used.
+    envelope = task.ground_truth_attention()
+    assert torch.equal(envelope.bool(), task.probe_keys())
+    assert torch.equal(truth.amax(0), envelope)
+    full = InContextLinearMap(state_size=4, sparsity=4, trajectory_length=3, batch_size=4)
+    assert (full.batch_with_truth("eval", 0)[1] == full.ground_truth_attention()).all()
+
+
+def test_mask_cells_and_losses():
+    task = InContextLinearMap(state_size=3, sparsity=1, trajectory_length=3)
+    assert task.loss_mask.tolist() == [False] * 2 + [True] * 6
+    assert task.output_cell.tolist() == [-1, -1, 0, 1, 2, 0, 1, 2]
+    assert task.chance_loss == pytest.approx(0.693147, abs=1e-5) and task.floor_loss == 0
+
+
+@pytest.mark.parametrize("kwargs, name", [
+    ({"state_size": 4, "sparsity": 5}, "sparsity"),
+    ({"sparsity": 0}, "sparsity"),
+    ({"state_size": 0}, "state_size"),
+    ({"trajectory_length": 2}, "trajectory_length"),
+    ({"batch_size": 0}, "batch_size"),
+])
+def test_invalid_parameters_name_the_parameter_and_range(kwargs, name):
+    with pytest.raises(ValueError, match=rf"{name} must be in \["):
+        InContextLinearMap(**kwargs)
+
+
+def test_end_to_end_run(tmp_path):
+    config = tiny_config(task={"name": "in_context_linear_map", "state_size": 4, "sparsity": 2,
+                               "trajectory_length": 3, "batch_size": 16})
+    record = run(config, tmp_path)
+    assert record["status"] == "ok", record["error"]
