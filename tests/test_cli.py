@@ -86,7 +86,7 @@ def test_bad_input_exits_non_zero_with_a_clear_message(tmp_path):
     config = write_config(tmp_path / "c.yaml")
     cases = [
         (["--mixer.name", "transfomer"], "Did you mean 'transformer'"),
-        (["--task.name", "linear"], "Known tasks: linear_map"),
+        (["--task.name", "linear"], "Did you mean 'linear_map'"),
         (["--task.sparsity", "9"], "sparsity must be in [1, 4], got 9"),
         (["--task.trajectory_length", "1"], "trajectory_length must be in [2, inf]"),
         (["--trainer.max_stepz", "3"], "unknown config key 'trainer.max_stepz'"),
