@@ -79,6 +79,8 @@ def cmd_run(args, extra) -> int:
     for key, value in _overrides(extra).items():
         set_dotted(data, key, value)
     config = check(data)
+    if args.seed_parallel > 1:
+        return _run_seeds(config, args)
     print(f"run {config.run_id()} → {Path(args.out) / config.run_id()}", file=sys.stderr)
     record = run(config, args.out, progress=True)
     e, p, m = record.get("emergence") or {}, record.get("plateau") or {}, record.get("metrics") or {}
@@ -89,6 +91,27 @@ def cmd_run(args, extra) -> int:
               f"final eval loss {m.get('final_eval_loss')}  steps/s {record['timing']['steps_per_second']}")
     print(f"result: {Path(args.out) / config.run_id() / 'result.json'}")
     return 1 if record["status"] == "failed" else 0
+
+
+def _run_seeds(config, args) -> int:
+    """`run --seed-parallel K`: seeds s, s+1, ..., s+K-1 of the config, trained together."""
+    from benchmark.run import check
+    from benchmark.seed_parallel import run_seed_parallel
+
+    configs = []
+    for offset in range(args.seed_parallel):
+        data = config.to_dict()
+        data["seed"] = config.seed + offset
+        configs.append(check(data))
+    print(f"run seeds {configs[0].seed}..{configs[-1].seed} together → {args.out}", file=sys.stderr)
+    records = run_seed_parallel(configs, args.out, progress=True)
+    for record in records:
+        e = record.get("emergence") or {}
+        note = record.get("seed_parallel") or {}
+        print(f"seed {record['seed']}: status {record['status']}  emergence step {e.get('step')}  "
+              f"({'batched, k=' + str(note.get('k')) if not note.get('fallback') else 'sequential: ' + note['fallback']})"
+              f"  result: {Path(args.out) / record['run_id'] / 'result.json'}")
+    return 1 if any(r["status"] == "failed" for r in records) else 0
 
 
 def cmd_sweep(args, extra) -> int:
@@ -120,7 +143,8 @@ def cmd_sweep(args, extra) -> int:
     ray_options = {"address": args.address, "num_cpus": args.num_cpus, "num_gpus": args.num_gpus,
                    "max_retries": args.max_retries}
     try:
-        counts = run_sweep(sweep, out, workers=args.workers, executor=args.executor, ray_options=ray_options)
+        counts = run_sweep(sweep, out, workers=args.workers, executor=args.executor, ray_options=ray_options,
+                           seed_parallel=args.seed_parallel)
     except KeyboardInterrupt:
         print(f"\ninterrupted: finished results are kept in {out}; rerun the same command to resume",
               file=sys.stderr)
@@ -173,6 +197,8 @@ def parser() -> argparse.ArgumentParser:
     run = sub.add_parser("run", help="run one experiment; any config key can follow as --dotted.key VALUE")
     run.add_argument("--config", help="a run config YAML (default: the built-in defaults)")
     run.add_argument("--out", default="runs", help="results directory (default: runs)")
+    run.add_argument("--seed-parallel", type=int, default=1, metavar="K",
+                     help="train seeds s..s+K-1 together as one batched model (one result each)")
     sweep = sub.add_parser("sweep", help="run a preset or sweep file with local workers; resumes where it stopped")
     sweep.add_argument("sweep", nargs="?", help="preset name or sweep YAML file")
     sweep.add_argument("--out", help="results directory (default: runs/<sweep name>)")
@@ -183,6 +209,8 @@ def parser() -> argparse.ArgumentParser:
     sweep.add_argument("--num-cpus", type=float, default=1, help="CPUs per run on Ray (default 1)")
     sweep.add_argument("--num-gpus", type=float, default=0, help="GPUs per run on Ray, may be fractional (default 0)")
     sweep.add_argument("--max-retries", type=int, default=3, help="Ray retries of a run whose worker died")
+    sweep.add_argument("--seed-parallel", type=int, default=1, metavar="K",
+                       help="train up to K seeds of the same config together (local executor)")
     sweep.add_argument("--group", help="run only these groups of the sweep (comma-separated)")
     sweep.add_argument("--scale", type=float, default=1.0,
                        help="multiply every run's max_steps and eval_every (e.g. 0.1 for a CPU-sized try)")

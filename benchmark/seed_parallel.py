@@ -25,11 +25,16 @@ The loop reproduces what ``run()``'s Lightning Trainer does, in its order: per s
 ``val_check_interval`` does: a final step that is not a multiple gets none). Hooks about gradients
 and the optimiser (``on_before_backward``, ``on_before_optimizer_step``, ...) are not called: the
 seeds share one backward and one optimiser step. Timings in each row are those of the shared step.
+A finished (diverged or failed) seed keeps its slot until the group ends: it is still computed,
+with zero gradients, and nothing of it reaches the others. ``trainer.compile`` does not apply here:
+the batched step runs eagerly (equal to a compiled sequential run within float tolerance).
 
 Mixers whose forward cannot be vmapped (a custom ``autograd.Function`` without vmap support, a
 GPU kernel, randomness) are found by a trial forward and backward (``seed_parallel_supported``);
 their seeds run one after another through ``benchmark.run.run`` with
 ``"seed_parallel": {"k": 1, "fallback": reason}`` in each row.
+
+``throughput()`` measures seed-parallel against one seed at a time, for the ``speed`` command.
 """
 
 from __future__ import annotations
@@ -55,7 +60,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from benchmark.config import OptimConfig, RunConfig, load_yaml, resolve
 from benchmark.model import SequenceModel
 from benchmark.module import Diverged, EmergenceModule, lr_factor
-from benchmark.results import RESULT_FILE, SCHEMA_VERSION, versions, write_json
+from benchmark.results import RESULT_FILE, SCHEMA_VERSION, versions, write_json, write_text
 from benchmark.run import build_callbacks, build_model, build_task, check, describe_device, quiet_lightning, run
 from callbacks.checkpoints import CheckpointSchedule
 from callbacks.progress import ProgressLine
@@ -153,9 +158,10 @@ def _device(config: RunConfig) -> torch.device | None:
 class Ensemble:
     """K SequenceModels of one architecture as stacked parameters and one vmapped forward.
 
-    ``params[name]`` is a leaf [K, *shape] (slice k = seed k's parameter). Buffers (causal masks)
-    are the same for every seed and stay unbatched in the template. ``version`` counts optimiser
-    steps, so per-seed copies know when they are stale.
+    ``params[name]`` is a leaf [K, *shape] (slice k = seed k's parameter). Buffers equal in every
+    seed (causal masks) stay unbatched in the template; ``buffers`` stacks those that differ
+    ([K, *shape], read-only). ``version`` counts optimiser steps, so per-seed copies know when they
+    are stale.
     """
 
     def __init__(self, models: list[SequenceModel], optim: OptimConfig, max_steps: int,
@@ -165,6 +171,9 @@ class Ensemble:
         own = [dict(m.named_parameters()) for m in models]
         self.params = {name: torch.stack([p[name].detach() for p in own]).to(device).requires_grad_()
                        for name in own[0]}
+        buffers = [dict(m.named_buffers()) for m in models]
+        self.buffers = {name: torch.stack([b[name] for b in buffers]).to(device) for name in buffers[0]
+                        if any(not torch.equal(b[name], buffers[0][name]) for b in buffers[1:])}
         # Mixers mark parameters that must not be decayed; the groups mirror EmergenceModule's.
         kept = {name for name, p in own[0].items() if getattr(p, "_no_weight_decay", False)}
         groups = [{"params": [p for n, p in self.params.items() if n not in kept]}]
@@ -181,7 +190,8 @@ class Ensemble:
 
     # --- one seed's computation (vmapped over the leading dim of params) ----------------------
     def _seed_logits(self, params: dict, tokens: torch.Tensor, bias: dict):
-        """tokens [B, L+1] -> (scored logits [B, N, V], targets [B, N]) for one seed's params."""
+        """tokens [B, L+1] -> (scored logits [B, N, V], targets [B, N]) for one seed's params
+        (and per-seed buffers)."""
         logits = functional_call(self.template, params, (tokens[:, :-1], MixerContext(bias=bias)))
         return logits.index_select(1, self.scored), tokens[:, 1:].index_select(1, self.scored)
 
@@ -194,7 +204,7 @@ class Ensemble:
         """tokens [K, B, L+1] (seed k's batch in slice k), bias {layer: [K, ...]} -> losses [K]."""
         self.template.train()
         with _vmapped(self.device):
-            return self._train(self.params, tokens, bias)
+            return self._train({**self.params, **self.buffers}, tokens, bias)
 
     def update(self, losses: torch.Tensor, step: int, live: list[int] | None = None) -> None:
         """Backward of losses [K], per-seed clipping, AdamW at the lr of ``step``. Seeds not in
@@ -225,7 +235,7 @@ class Ensemble:
         """tokens [B, L+1] shared by all seeds -> (loss [K, B, N], predictions [K, B, N])."""
         self.template.eval()
         with _vmapped(self.device):
-            logits, targets = self._eval(self.params, tokens, bias)  # [K, B, N, V], [K, B, N]
+            logits, targets = self._eval({**self.params, **self.buffers}, tokens, bias)  # [K, B, N, V], [K, B, N]
         loss = F.cross_entropy(logits.flatten(0, 2), targets.flatten(), reduction="none").view(targets.shape)
         return loss, logits.argmax(dim=-1)
 
@@ -234,7 +244,7 @@ class Ensemble:
         """Write seed k's current parameters into ``model`` (its own storage, so a saved
         state_dict holds one seed, not the whole stack)."""
         for name, p in model.named_parameters():
-            p.copy_(self.params[name][k])
+            p.copy_(self.params[name][k])  # buffers are read-only: the seed's model has its own
 
 
 def clip_per_seed_(grads: list[torch.Tensor], max_norm: float) -> torch.Tensor:
@@ -325,7 +335,7 @@ class Seed:
         if self.run_dir.exists():  # leftovers of an interrupted attempt
             shutil.rmtree(self.run_dir)
         self.run_dir.mkdir(parents=True)
-        (self.run_dir / "config.yaml").write_text(yaml.safe_dump(config.to_dict(), sort_keys=False))
+        write_text(self.run_dir / "config.yaml", yaml.safe_dump(config.to_dict(), sort_keys=False))
         self.record = {
             "schema_version": SCHEMA_VERSION, "run_id": self.run_id, "status": "ok", "error": None,
             "seed": config.seed, "config": config.to_dict(), "backend": None, "device": None,
@@ -433,7 +443,9 @@ def _trial(config: RunConfig, device: torch.device) -> str | None:
             losses.sum().backward()
         loss_eval, _ = ensemble.evaluate(tokens[0], bias)
         for k, model in enumerate(models):
-            ctx = lambda: MixerContext(bias={i: b[k] for i, b in bias.items()})  # noqa: E731
+            def ctx() -> MixerContext:  # seed k's slice of the bias; a fresh context per forward
+                return MixerContext(bias={i: b[k] for i, b in bias.items()})
+
             model.train()
             logits = model(tokens[k, :, :-1], ctx())[:, mask]
             loss = F.cross_entropy(logits.flatten(0, 1), tokens[k, :, 1:][:, mask].flatten())
@@ -600,7 +612,6 @@ def _train_group(seeds: list[Seed], device: torch.device, progress: bool, note: 
             seeds[k].finish("failed", _failure(error), template, note)
         return
     for k in live:
-        seeds[k].trainer.logger.save()
         seeds[k].finish("ok", None, template, note)
 
 
@@ -609,6 +620,7 @@ def _evaluate(seeds: list[Seed], live: list[int], ensemble: Ensemble, eval_set: 
     """One eval of every live seed on the shared eval set: EmergenceModule's metrics, per seed."""
     for k in live:
         seeds[k].module.eval()
+        seeds[k].trainer.training, seeds[k].trainer.validating = False, True
     per_seed(lambda k, s: (s.hook("on_validation_start"), s.hook("on_validation_epoch_start")))
     bias = stack_bias([seeds[k].module.attention_bias if k in live else {} for k in range(len(seeds))],
                       ensemble.device)
@@ -652,6 +664,7 @@ def _evaluate(seeds: list[Seed], live: list[int], ensemble: Ensemble, eval_set: 
     per_seed(finish_eval)
     for k in live:
         seeds[k].module.train()
+        seeds[k].trainer.training, seeds[k].trainer.validating = True, False
 
 
 # ----------------------------------------------------------------------------------------------

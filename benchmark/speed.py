@@ -246,6 +246,22 @@ def render_suite(rows: list[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def seed_parallel_rows(ks=(1, 4, 16), steps: int = 100) -> list[dict]:
+    """K seeds of the `quick` config trained together vs one after another (whole runs)."""
+    from benchmark.seed_parallel import throughput
+
+    return throughput(ks=ks, steps=steps)
+
+
+def render_seeds(rows: list[dict]) -> str:
+    lines = ["| seeds K | sequential (s) | seed-parallel (s) | speed-up | seed-steps/s sequential → parallel | mode |",
+             "|---|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"| {r['k']} | {r['sequential_s']:.1f} | {r['parallel_s']:.1f} | {r['speedup']:.2f}× | "
+                     f"{r['seed_steps_per_s_sequential']:.0f} → {r['seed_steps_per_s_parallel']:.0f} | {r['mode']} |")
+    return "\n".join(lines) + "\n"
+
+
 def main(out: str | Path, lengths=(64, 256), repeats: int = 5, quick: bool = False, steps: int = 100) -> dict:
     """Print the speed tables and write them as JSON to ``out``."""
     if quick:  # a smoke run: tiny and fast, same code paths
@@ -253,8 +269,11 @@ def main(out: str | Path, lengths=(64, 256), repeats: int = 5, quick: bool = Fal
     suite = suite_rows(steps=steps, models={"quick": SUITE_MODELS["quick"]} if quick else None,
                        compile_check=not quick)
     print(render_suite(suite))
+    seeds = seed_parallel_rows(ks=(1, 2) if quick else (1, 4, 16), steps=4 if quick else steps)
+    print(render_seeds(seeds))
     rows = mixer_ratios(lengths=lengths, repeats=repeats)
     print(render(rows), end="")
-    report = {"threads": torch.get_num_threads(), "torch": torch.__version__, "suite": suite, "mixers": rows}
+    report = {"threads": torch.get_num_threads(), "torch": torch.__version__, "suite": suite,
+              "seed_parallel": seeds, "mixers": rows}
     write_json(Path(out), report)
     return report

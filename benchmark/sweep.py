@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import copy
 import difflib
+import json
 import itertools
 import multiprocessing
 import os
@@ -198,6 +199,26 @@ def _run_one(config: dict, out: str) -> dict:
     return summary(run(config, out))
 
 
+def _run_group(configs: list[dict], out: str) -> list[dict]:
+    """Seeds of one config trained together (see benchmark.seed_parallel)."""
+    from benchmark.seed_parallel import run_seed_parallel
+
+    return [summary(record) for record in run_seed_parallel(configs, out)]
+
+
+def seed_groups(pending: list, k: int) -> list[tuple[Path, list[RunConfig]]]:
+    """``pending`` [(folder, config)] as jobs of up to ``k`` configs equal but for the seed."""
+    by_config: dict[tuple, list] = {}
+    for run_out, config in pending:
+        data = config.to_dict()
+        data.pop("seed")
+        by_config.setdefault((str(run_out), json.dumps(data, sort_keys=True)), []).append(config)
+    jobs = []
+    for (run_out, _), configs in by_config.items():
+        jobs += [(Path(run_out), configs[i:i + k]) for i in range(0, len(configs), k)]
+    return jobs
+
+
 def _lost(run_id: str, error: BaseException) -> dict:
     """A run whose worker died or whose result could not be stored: no result, so a rerun retries it."""
     return {"run_id": run_id, "status": "failed", "error": f"{type(error).__name__}: {error}",
@@ -234,11 +255,13 @@ class Progress:
 
 
 def run_sweep(sweep: Sweep, out: str | Path, workers: int = 1, stream=sys.stderr, executor: str = "local",
-              ray_options: dict | None = None) -> dict:
+              ray_options: dict | None = None, seed_parallel: int = 1) -> dict:
     """Run every unfinished run of ``sweep`` under ``out``; returns counts by status.
 
     ``executor`` is ``local`` (``workers`` processes on this machine) or ``ray`` (one Ray task per run;
     ``ray_options``: address, num_cpus, num_gpus, max_retries — see benchmark.ray_executor).
+    With ``seed_parallel`` K > 1 (local only), runs that differ only in their seed train K at a time
+    as one batched model, each still with its own result row.
     """
     out = Path(out)
     runs = sweep.runs()
@@ -249,26 +272,39 @@ def run_sweep(sweep: Sweep, out: str | Path, workers: int = 1, stream=sys.stderr
     print(f"[{sweep.name}] {len(runs)} runs, {skipped} already finished, {len(pending)} to run {where} → {out}",
           file=stream, flush=True)
     progress = Progress(sweep.name, len(runs), skipped, stream)
+    if executor not in ("local", "ray"):
+        raise ConfigError(f"executor must be local or ray, got {executor!r}")
+    if executor == "ray" and seed_parallel > 1:
+        raise ConfigError("--seed-parallel runs with the local executor only (Ray runs one task per run)")
+    # A job is (function, arguments, the run ids it covers): one run, or a group of seeds.
+    if seed_parallel > 1:
+        jobs = [(_run_group, ([c.to_dict() for c in configs], str(run_out)), [c.run_id() for c in configs])
+                for run_out, configs in seed_groups(pending, seed_parallel)]
+    else:
+        jobs = [(_run_one, (c.to_dict(), str(run_out)), [c.run_id()]) for run_out, c in pending]
+
+    def report(results) -> None:
+        for result in results if isinstance(results, list) else [results]:
+            progress.update(result)
+
     if executor == "ray":
         from benchmark.ray_executor import run_on_ray
 
         run_on_ray(pending, progress.update, **(ray_options or {}))
-    elif executor != "local":
-        raise ConfigError(f"executor must be local or ray, got {executor!r}")
     elif workers <= 1:
-        for run_out, config in pending:
-            progress.update(_run_one(config.to_dict(), str(run_out)))
+        for function, args, _ in jobs:
+            report(function(*args))
     else:
         threads = max(1, (os.cpu_count() or 1) // workers)
         pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"),
                                    initializer=_init_worker, initargs=(threads,))
         try:
-            futures = {pool.submit(_run_one, c.to_dict(), str(run_out)): c.run_id() for run_out, c in pending}
+            futures = {pool.submit(function, *args): run_ids for function, args, run_ids in jobs}
             for future in as_completed(futures):
                 try:
-                    progress.update(future.result())
-                except Exception as error:  # the worker died or the result could not be written
-                    progress.update(_lost(futures[future], error))
+                    report(future.result())
+                except Exception as error:  # the worker died or the results could not be written
+                    report([_lost(run_id, error) for run_id in futures[future]])
         except BaseException:
             _stop_workers(pool)
             raise

@@ -69,6 +69,10 @@ class AttentionBias(L.Callback):
             self._bias[i] = (self.strength * head_mask * pattern).unsqueeze(0).to(pl_module.device)
             self.applied[i] = heads
 
+    def on_fit_start(self, trainer, pl_module) -> None:
+        # Lightning calls `setup` before it moves the model to its device; follow it there now.
+        self._bias = {i: bias.to(pl_module.device) for i, bias in self._bias.items()}
+
     def factor(self, step: int, max_steps: int) -> float:
         if self.anneal:
             end = self.until_step or max_steps

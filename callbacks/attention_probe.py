@@ -61,6 +61,12 @@ class AttentionProbe(L.Callback):
         self.keys = self.task.probe_keys().to(pl_module.device)
         self.rows = (self.task.loss_mask.to(pl_module.device) & (self.pattern.sum(-1) > 0))
 
+    def on_fit_start(self, trainer, pl_module) -> None:
+        # Lightning calls `setup` before it moves the model to its device; follow it there now.
+        if not self.not_applicable:
+            device = pl_module.device
+            self.pattern, self.keys, self.rows = (t.to(device) for t in (self.pattern, self.keys, self.rows))
+
     @torch.no_grad()
     def measure(self, pl_module) -> tuple[list, list, dict]:
         tokens = self.task.batch("eval", 0)[: self.probe_size].to(pl_module.device)

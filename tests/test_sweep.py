@@ -1,3 +1,5 @@
+import json
+
 import pytest
 import yaml
 
@@ -79,3 +81,20 @@ def test_advertised_count_is_checked_and_scale_shrinks_every_run(tmp_path):
     sweep.scale = 0.1
     (_, config), = sweep.runs()
     assert config.trainer.max_steps == 100 and config.trainer.eval_every == 4
+
+
+def test_seed_parallel_sweep_groups_seeds_of_one_config(tmp_path):
+    from benchmark.sweep import seed_groups
+
+    path = write_sweep(tmp_path / "s.yaml", name="sp", base=tiny_config(),
+                       grid={"seed": [0, 1, 2], "task.sparsity": [1, 2]})
+    sweep = load_sweep(str(path))
+    jobs = seed_groups([(tmp_path, c) for _, c in sweep.runs()], 2)
+    assert sorted(len(configs) for _, configs in jobs) == [1, 1, 2, 2]
+    for _, configs in jobs:
+        assert len({c.task["sparsity"] for c in configs}) == 1  # a job never mixes configs
+    counts = run_sweep(sweep, tmp_path / "out", seed_parallel=2)
+    assert counts["ok"] == 6
+    records = [json.loads(p.read_text()) for p in (tmp_path / "out").glob("*/result.json")]
+    assert sorted(r["seed_parallel"]["k"] for r in records) == [1, 1, 2, 2, 2, 2]
+    assert run_sweep(sweep, tmp_path / "out", seed_parallel=2)["skipped"] == 6

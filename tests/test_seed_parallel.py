@@ -1,0 +1,338 @@
+"""Seed-parallel training: each seed's row equals the same seed run alone with benchmark.run.run."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import lightning as L
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from benchmark import registry
+from benchmark.config import resolve
+from benchmark.registry import register_mixer
+from benchmark.run import build_model, build_task, run
+from benchmark.seed_parallel import (Ensemble, _register_flash_rule, clip_per_seed_, run_seed_parallel,
+                                     seed_parallel_supported)
+from callbacks.checkpoints import saved_checkpoints
+from conftest import tiny_config
+from mixers.base import TokenMixer
+
+# Small hyperparameters per built-in mixer; a mixer not listed runs with its defaults.
+SMALL = {"transformer": {"n_heads": 2, "head_dim": 4}, "mamba": {"d_state": 4},
+         "gated_deltanet": {"n_heads": 2, "head_dim": 4}, "rwkv7": {"head_dim": 4}}
+# These must batch on CPU; a regression that silently falls back to sequential fails here.
+BATCHED_ON_CPU = {"transformer", "mlp_mixer", "gated_deltanet", "rwkv7"}
+MIXERS = [name for name in registry.mixers.names() if not name.startswith("test_")]
+
+# Thresholds a 20-step tiny run can cross, so plateau and emergence steps are not all censored.
+MEASURED = {"plateau": {"threshold": 0.685, "window": 5}, "emergence": {"threshold": 0.55}}
+
+
+@register_mixer("test_nan_if_drawn")
+class NanIfDrawn(TokenMixer):
+    """A linear mixer whose output turns NaN after ``steps`` training forwards, in the seeds whose
+    initial ``flag`` (a parameter without gradient, drawn from the seed) is positive."""
+
+    def __init__(self, d_model: int, max_len: int, layer_idx: int, steps: int = 3):
+        super().__init__(d_model, max_len, layer_idx)
+        self.proj = nn.Linear(d_model, d_model)
+        self.flag = nn.Parameter(torch.randn(()))
+        self.steps, self.calls = steps, 0
+
+    def forward(self, x, ctx):
+        self.calls += self.training
+        out = self.proj(x)
+        if self.calls <= self.steps:
+            return out
+        # Added, not selected with where(flag, out * nan, out): that backward sends 0 · NaN = NaN
+        # into every seed's gradient, sequential runs included.
+        return out + torch.where(self.flag > 0, float("nan"), 0.0)
+
+
+@register_mixer("test_gain")
+class Gain(TokenMixer):
+    """sin(gain · linear(x)), with a gain that is ``high`` in about half the seeds (drawn from the
+    seed) and 1 in the others: those seeds' gradients are ``high`` times larger. (A gain outside the
+    sine would not do: the next LayerNorm divides it out.)"""
+
+    def __init__(self, d_model: int, max_len: int, layer_idx: int, high: float = 100.0):
+        super().__init__(d_model, max_len, layer_idx)
+        self.proj = nn.Linear(d_model, d_model)
+        self.register_buffer("gain", torch.where(torch.rand(()) > 0.5, high, 1.0))  # no .item(): meta-safe
+
+    def forward(self, x, ctx):
+        return torch.sin(self.gain * self.proj(x))
+
+
+@register_mixer("test_random_buffer")
+class RandomBuffer(TokenMixer):
+    """A linear mixer times a fixed random buffer drawn from the seed (buffers differ per seed)."""
+
+    def __init__(self, d_model: int, max_len: int, layer_idx: int):
+        super().__init__(d_model, max_len, layer_idx)
+        self.proj = nn.Linear(d_model, d_model)
+        self.register_buffer("scale", torch.rand(d_model) + 0.5)
+
+    def forward(self, x, ctx):
+        return self.proj(x) * self.scale
+
+
+# --- helpers ------------------------------------------------------------------------------------
+def assert_close(a, b, path="row"):
+    """Recursive equality, floats within float32 training tolerance."""
+    if isinstance(a, float) or isinstance(b, float):
+        assert a is not None and b is not None, f"{path}: {a!r} vs {b!r}"
+        assert math.isclose(a, b, rel_tol=2e-4, abs_tol=2e-5), f"{path}: {a!r} vs {b!r}"
+    elif isinstance(a, dict):
+        assert isinstance(b, dict) and set(a) == set(b), f"{path}: keys {sorted(a)} vs {sorted(b)}"
+        for key in a:
+            assert_close(a[key], b[key], f"{path}.{key}")
+    elif isinstance(a, (list, tuple)):
+        assert isinstance(b, (list, tuple)) and len(a) == len(b), f"{path}: {a!r} vs {b!r}"
+        for i, (x, y) in enumerate(zip(a, b)):
+            assert_close(x, y, f"{path}[{i}]")
+    else:
+        assert a == b, f"{path}: {a!r} vs {b!r}"
+
+
+def assert_same_row(parallel: dict, sequential: dict) -> None:
+    """A seed-parallel row equals the sequential row of the same seed, up to timings."""
+    assert set(parallel) == set(sequential) | {"seed_parallel"}
+    for key in ("schema_version", "run_id", "seed", "config", "status", "backend", "device"):
+        assert parallel[key] == sequential[key], key
+    assert (parallel["error"] or "").split("\n")[0] == (sequential["error"] or "").split("\n")[0]
+    assert parallel["timing"]["steps"] == sequential["timing"]["steps"]
+    for key in set(sequential) - {"schema_version", "run_id", "seed", "config", "status", "error", "backend",
+                                  "device", "versions", "started_at", "timing"}:
+        assert_close(parallel[key], sequential[key], key)
+
+
+def seeds_where(config: dict, predicate, count: int = 2) -> list[int]:
+    """The first seeds whose freshly built model satisfies ``predicate`` (model -> bool)."""
+    found = []
+    for seed in range(50):
+        c = resolve({**config, "seed": seed})
+        L.seed_everything(seed, verbose=False)
+        if predicate(build_model(c, build_task(c))):
+            found.append(seed)
+            if len(found) == count:
+                return found
+    raise AssertionError("no such seeds")
+
+
+# --- equality with sequential runs -----------------------------------------------------------
+@pytest.mark.parametrize("mixer", MIXERS)
+def test_each_mixer_matches_sequential_runs_or_falls_back(mixer, tmp_path):
+    configs = [tiny_config(seed=seed, mixer={"name": mixer, **SMALL.get(mixer, {})},
+                           trainer={"log_every": 5}, callbacks=MEASURED) for seed in (0, 1)]
+    supported, reason = seed_parallel_supported(configs[0])
+    if mixer in BATCHED_ON_CPU:
+        assert supported, reason
+    rows = run_seed_parallel(configs, tmp_path / "parallel")
+    ids = [row["run_id"] for row in rows]
+    for config, row in zip(configs, rows):
+        if supported:
+            assert row["seed_parallel"] == {"k": 2, "group": ids}
+        else:
+            assert row["seed_parallel"] == {"k": 1, "fallback": reason} and "vmap trial failed" in reason
+        assert json.loads((tmp_path / "parallel" / row["run_id"] / "result.json").read_text()) == row
+        assert row["status"] == "ok"
+        assert_same_row(row, run(config, tmp_path / "sequential"))
+
+
+def test_mamba_is_detected_by_trial_not_by_name():
+    supported, reason = seed_parallel_supported(tiny_config(mixer={"name": "mamba", "d_state": 4}))
+    if not supported:  # its selective scan is an autograd.Function without a vmap rule
+        assert "autograd.Function" in reason
+
+
+def test_interventions_checkpoints_probe_and_tensorboard_match(tmp_path):
+    extra = {"attention_bias": {"strength": 3.0, "until_step": 12, "heads": [1]}, **MEASURED}
+    configs = [tiny_config(seed=seed, callbacks=extra, checkpoints={"every": 10, "log_spaced": True})
+               for seed in (3, 4, 5)]
+    rows = run_seed_parallel(configs, tmp_path / "parallel")
+    for config, row in zip(configs, rows):
+        alone = run(config, tmp_path / "sequential")
+        assert_same_row(row, alone)
+        assert row["attention_bias"]["steps_applied"] == 12 and row["attention_probe"]["applicable"]
+        mine, theirs = (tmp_path / where / row["run_id"] for where in ("parallel", "sequential"))
+        assert any((mine / "tensorboard").glob("events.out.tfevents.*"))
+        saved, expected = saved_checkpoints(mine), saved_checkpoints(theirs)
+        assert list(saved) == list(expected) == [0, 1, 2, 4, 8, 10, 16, 20]
+        for step in saved:
+            a, b = torch.load(saved[step])["model"], torch.load(expected[step])["model"]
+            assert set(a) == set(b)
+            for key in a:
+                torch.testing.assert_close(a[key], b[key], rtol=1e-4, atol=1e-5)
+        # A checkpoint holds one seed's weights, not the whole stack.
+        assert saved[20].stat().st_size < 1.5 * expected[20].stat().st_size
+        maps, reference = torch.load(mine / "attention_maps.pt"), torch.load(theirs / "attention_maps.pt")
+        torch.testing.assert_close(maps["maps"][0], reference["maps"][0], rtol=1e-4, atol=1e-5)
+
+
+def test_seed_specific_buffers_are_batched(tmp_path):
+    configs = [tiny_config(seed=seed, mixer={"name": "test_random_buffer"}) for seed in (0, 1)]
+    rows = run_seed_parallel(configs, tmp_path / "parallel")
+    assert rows[0]["seed_parallel"]["k"] == 2
+    for config, row in zip(configs, rows):
+        assert_same_row(row, run(config, tmp_path / "sequential"))
+
+
+# --- NaN -----------------------------------------------------------------------------------------
+def test_a_diverging_seed_ends_alone_and_the_others_match(tmp_path):
+    base = tiny_config(mixer={"name": "test_nan_if_drawn", "steps": 3})
+    bad = seeds_where(base, lambda m: float(m.blocks[0].mixer.flag.detach()) > 0, 1)
+    good = seeds_where(base, lambda m: float(m.blocks[0].mixer.flag.detach()) <= 0, 2)
+    configs = [{**base, "seed": s} for s in [good[0], *bad, good[1]]]
+    rows = run_seed_parallel(configs, tmp_path / "parallel")
+    assert [r["status"] for r in rows] == ["ok", "diverged", "ok"]
+    assert rows[1]["error"] == "training loss became nan at step 3" and rows[1]["timing"]["steps"] == 3
+    assert rows[1]["seed_parallel"]["k"] == 3
+    for config, row in zip(configs, rows):
+        assert_same_row(row, run(config, tmp_path / "sequential"))
+
+
+def test_every_seed_diverging_ends_the_group(tmp_path):
+    configs = [tiny_config(seed=s, mixer={"name": "test_nan_after", "steps": 5}) for s in (0, 1)]
+    rows = run_seed_parallel(configs, tmp_path)
+    assert [r["status"] for r in rows] == ["diverged", "diverged"]
+    assert all("at step 5" in r["error"] and r["timing"]["steps"] == 5 for r in rows)
+    assert_same_row(rows[0], run(configs[0], tmp_path / "sequential"))
+
+
+# --- clipping and optimiser state ----------------------------------------------------------------
+def test_clipping_uses_each_seeds_own_norm():
+    torch.manual_seed(0)
+    grads = [torch.randn(3, 4, 5), torch.randn(3, 7)]  # two parameters of three seeds
+    for g in grads:
+        g[0] *= 100.0  # seed 0: norm far above the limit
+        g[2] *= 1e-3  # seed 2: far below
+    reference = []  # torch's clip_grad_norm_ on each seed's gradients alone
+    for k in range(3):
+        params = [nn.Parameter(torch.zeros_like(g[k])) for g in grads]
+        for p, g in zip(params, grads):
+            p.grad = g[k].clone()
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        reference.append([p.grad for p in params])
+    unclipped = [g.clone() for g in grads]
+    norms = clip_per_seed_(grads, 1.0)
+    assert norms[0] > 100 and norms[2] < 0.1
+    for k in range(3):
+        for g, ref in zip(grads, reference[k]):
+            torch.testing.assert_close(g[k], ref, rtol=1e-6, atol=1e-9)
+    assert all(torch.equal(g[2], u[2]) for g, u in zip(grads, unclipped))  # seed 2 untouched
+
+
+def test_a_seed_with_huge_gradients_is_clipped_without_touching_the_others(tmp_path):
+    base = tiny_config(mixer={"name": "test_gain"}, optim={"grad_clip": 0.5})
+    high = seeds_where(base, lambda m: float(m.blocks[0].mixer.gain.detach()) > 1, 1)
+    low = seeds_where(base, lambda m: float(m.blocks[0].mixer.gain.detach()) == 1, 1)
+    configs = [{**base, "seed": s} for s in (*high, *low)]
+    # At the first step the high-gain seed is clipped and the other is not.
+    c = resolve(configs[0])
+    task = build_task(c)
+    models = []
+    for s in (*high, *low):
+        L.seed_everything(s, verbose=False)
+        models.append(build_model(c, task))
+    ensemble = Ensemble(models, c.optim, 20, task.loss_mask, torch.device("cpu"))
+    tokens = torch.stack([task.batch("train", 0)] * 2)
+    ensemble.losses(tokens, {}).sum().backward()
+    norms = clip_per_seed_([p.grad for p in ensemble.params.values()], c.optim.grad_clip)
+    assert norms[0] > 2 * c.optim.grad_clip and norms[1] < c.optim.grad_clip / 2, norms
+    rows = run_seed_parallel(configs, tmp_path / "parallel")
+    for config, row in zip(configs, rows):
+        assert_same_row(row, run(config, tmp_path / "sequential"))
+
+
+def test_optimiser_state_and_clipping_are_per_seed():
+    """One AdamW over the stacked parameters with per-seed clipping = each seed's own AdamW and
+    clip_grad_norm_, given the same gradients (forward numerics are the end-to-end tests' job)."""
+    from benchmark.module import EmergenceModule
+
+    # Strong decay (with the no-decay group) and tight clipping, so both shape the update.
+    c = resolve(tiny_config(mixer={"name": "gated_deltanet", "n_heads": 2, "head_dim": 4},
+                            optim={"weight_decay": 0.1, "grad_clip": 0.05, "warmup_steps": 2}))
+    seeds, steps = (0, 1, 2), 4
+    models, tasks = [], []
+    for s in seeds:
+        L.seed_everything(s, verbose=False)
+        tasks.append(build_task(c))
+        tasks[-1].configure_streams(data_seed=s, eval_batches=1)
+        models.append(build_model(c, tasks[-1]))
+    ensemble = Ensemble(models, c.optim, steps, tasks[0].loss_mask, torch.device("cpu"))
+    optimizers = [EmergenceModule(m, t, c.optim, steps).configure_optimizers() for m, t in zip(models, tasks)]
+    assert len(optimizers[0]["optimizer"].param_groups) == len(ensemble.optimizer.param_groups) == 2
+    names = list(ensemble.params)
+    for step in range(steps):
+        losses = ensemble.losses(torch.stack([t.batch("train", step) for t in tasks]), {})
+        grads = torch.autograd.grad(losses.sum(), [ensemble.params[n] for n in names], retain_graph=True)
+        live = [0, 2] if step == 1 else None  # one step with seed 1 masked out, as after a NaN
+        ensemble.update(losses, step, live)
+        for k, (model, opt) in enumerate(zip(models, optimizers)):
+            if live is not None and k not in live:
+                continue  # its slot got zero gradients; the other seeds must not notice
+            own = dict(model.named_parameters())
+            for name, g in zip(names, grads):
+                own[name].grad = g[k].clone()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), c.optim.grad_clip)
+            opt["optimizer"].step()
+            opt["lr_scheduler"]["scheduler"].step()
+            opt["optimizer"].zero_grad(set_to_none=True)
+    for k in (0, 2):
+        own, optimizer = dict(models[k].named_parameters()), optimizers[k]["optimizer"]
+        for name in names:
+            stacked = ensemble.params[name]
+            torch.testing.assert_close(stacked[k].detach(), own[name].detach(), rtol=1e-6, atol=1e-8)
+            state, reference = ensemble.optimizer.state[stacked], optimizer.state[own[name]]
+            for key in ("exp_avg", "exp_avg_sq"):  # equal up to rounding (a clip factor's last bit)
+                scale = float(reference[key].abs().max())
+                torch.testing.assert_close(state[key][k], reference[key], rtol=1e-5, atol=1e-5 * scale)
+            assert float(state["step"]) == float(reference["step"]) == steps
+
+
+# --- the attention batching rule and the API's checks ----------------------------------------------
+@pytest.mark.parametrize("mask", [None, "shared", "per_seed"])
+def test_flash_attention_rule_equals_a_loop_over_seeds(mask):
+    if _register_flash_rule() != "registered":
+        pytest.skip("this torch has no hook for the rule; the math backend is used")
+    torch.manual_seed(0)
+    K, B, H, Lq, E = 3, 2, 2, 5, 4
+    q, k, v = (torch.randn(K, B, H, Lq, E, requires_grad=True) for _ in range(3))
+    masks = {None: None, "shared": torch.randn(Lq, Lq), "per_seed": torch.randn(K, B, 1, Lq, Lq)}[mask]
+
+    def attend(q, k, v, m):
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=m, is_causal=m is None)
+
+    if mask == "per_seed":
+        batched = torch.vmap(attend)(q, k, v, masks)
+    else:
+        batched = torch.vmap(attend, in_dims=(0, 0, 0, None))(q, k, v, masks)
+    looped = torch.stack([attend(q[i], k[i], v[i], masks[i] if mask == "per_seed" else masks) for i in range(K)])
+    torch.testing.assert_close(batched, looped)
+    grads = torch.autograd.grad(batched.square().sum(), (q, k, v))
+    expected = torch.autograd.grad(looped.square().sum(), (q, k, v))
+    for g, e in zip(grads, expected):
+        torch.testing.assert_close(g, e)
+
+
+def test_configs_must_differ_only_in_seed(tmp_path):
+    with pytest.raises(ValueError, match="identical except for seed"):
+        run_seed_parallel([tiny_config(seed=0), tiny_config(seed=1, optim={"lr": 0.01})], tmp_path)
+    with pytest.raises(ValueError, match="distinct seeds"):
+        run_seed_parallel([tiny_config(seed=0), tiny_config(seed=0)], tmp_path)
+    assert run_seed_parallel([], tmp_path) == []
+
+
+def test_support_check_leaves_the_random_state_alone():
+    torch.manual_seed(123)
+    expected = torch.rand(3)
+    torch.manual_seed(123)
+    assert seed_parallel_supported(tiny_config()) == (True, "vmap over seeds")
+    assert torch.equal(torch.rand(3), expected)
+    supported, reason = seed_parallel_supported(tiny_config(mixer={"name": "test_broken"}))
+    assert not supported and "broken on purpose" in reason
