@@ -65,15 +65,16 @@ def _without_interventions(config: dict, flat: dict) -> str:
 def km_time(records: list[dict], section: str, key: str) -> dict:
     """Kaplan–Meier median (and 95% interval) of ``record[section][key]``, each run that never got
     there censored at its step budget."""
-    times, censored = [], []
+    times, censored, budgets = [], [], []
     for r in records:
         value = (r.get(section) or {}).get(key)
         budget = (r.get("timing") or {}).get("steps") or r["config"]["trainer"]["max_steps"]
         times.append(value if value is not None else budget)
         censored.append(value is None)
+        budgets.append(budget)
     low, high = kaplan_meier_median_ci(times, censored)
     return {"median": kaplan_meier_median(times, censored), "low": low, "high": high,
-            "budget": max(times) if times else 0, "measured": any(section in r for r in records)}
+            "budget": max(budgets, default=0), "measured": any(section in r for r in records)}
 
 
 def build(records: list[dict], over: tuple[str, ...] = ("seed",), keep_keys: bool = False,
