@@ -190,16 +190,19 @@ def cmd_speed(args, extra) -> int:
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="emergence-bench", description=__doc__,
+    p = argparse.ArgumentParser(prog="emergence-bench", description=__doc__, allow_abbrev=False,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="command", required=True)
     sub.add_parser("list", help="every mixer, task, callback and preset with its parameters")
-    run = sub.add_parser("run", help="run one experiment; any config key can follow as --dotted.key VALUE")
+    # No abbreviations: `--seed 3` is a config key, never short for `--seed-parallel`.
+    run = sub.add_parser("run", allow_abbrev=False,
+                         help="run one experiment; any config key can follow as --dotted.key VALUE")
     run.add_argument("--config", help="a run config YAML (default: the built-in defaults)")
     run.add_argument("--out", default="runs", help="results directory (default: runs)")
     run.add_argument("--seed-parallel", type=int, default=1, metavar="K",
                      help="train seeds s..s+K-1 together as one batched model (one result each)")
-    sweep = sub.add_parser("sweep", help="run a preset or sweep file with local workers; resumes where it stopped")
+    sweep = sub.add_parser("sweep", allow_abbrev=False,
+                           help="run a preset or sweep file with local workers; resumes where it stopped")
     sweep.add_argument("sweep", nargs="?", help="preset name or sweep YAML file")
     sweep.add_argument("--out", help="results directory (default: runs/<sweep name>)")
     sweep.add_argument("--workers", type=int, default=1, help="parallel worker processes (default 1)")
