@@ -111,11 +111,19 @@ class SyntheticTask(L.LightningDataModule, metaclass=ABCMeta):
         self.eval_batches = eval_batches
         self._eval_set = None
 
-    def batch(self, split: str, index: int) -> torch.Tensor:
-        """Batch ``index`` of ``split``: train streams depend on the data seed, the eval set does
-        not (every seed of a task is scored on the same sequences)."""
+    def batch_generator(self, split: str, index: int) -> torch.Generator:
+        """The generator of batch ``index`` of ``split``: train streams depend on the data seed, the
+        eval set does not (every seed of a task is scored on the same sequences)."""
         seed = self.data_seed if split == "train" else "shared"
-        return self.generate(seeded_generator(self.task_seed, seed, split, index), self.batch_size)
+        return seeded_generator(self.task_seed, seed, split, index)
+
+    def batch(self, split: str, index: int) -> torch.Tensor:
+        return self.generate(self.batch_generator(split, index), self.batch_size)
+
+    def batch_with_truth(self, split: str, index: int):
+        """``batch(split, index)`` and each sequence's own ground truth [B, seq_len, seq_len], for
+        tasks whose sources change per sequence (they define ``generate_with_truth``)."""
+        return self.generate_with_truth(self.batch_generator(split, index), self.batch_size)
 
     def train_dataloader(self) -> DataLoader:
         start = self.trainer.global_step if self.trainer is not None else 0

@@ -26,7 +26,7 @@ import math
 import torch
 
 from benchmark.registry import register_task
-from tasks.base import SyntheticTask, check_range, seeded_generator
+from tasks.base import SyntheticTask, check_range
 
 MAX_CELLS = 16
 
@@ -112,10 +112,6 @@ class Dyck(SyntheticTask):
         tokens = self.generate(generator, batch_size)
         return tokens, self.ground_truth_for(tokens)
 
-    def batch_with_truth(self, split: str, index: int):
-        """``batch(split, index)`` and its per-sequence truth (the same generator as ``batch``)."""
-        seed = self.data_seed if split == "train" else "shared"
-        return self.generate_with_truth(seeded_generator(self.task_seed, seed, split, index), self.batch_size)
 
     # --- positions ----------------------------------------------------------------------------
     @property

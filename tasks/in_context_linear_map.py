@@ -27,7 +27,7 @@ from __future__ import annotations
 import torch
 
 from benchmark.registry import register_task
-from tasks.base import StateTrajectoryTask, check_range, seeded_generator
+from tasks.base import StateTrajectoryTask, check_range
 
 
 @register_task("in_context_linear_map")
@@ -86,10 +86,6 @@ class InContextLinearMap(StateTrajectoryTask):
         tokens, A = self.generate_with_maps(generator, batch_size)
         return tokens, self.attention_from_maps(A)
 
-    def batch_with_truth(self, split: str, index: int):
-        """``batch(split, index)`` and its per-sequence truth (the same generator as ``batch``)."""
-        seed = self.data_seed if split == "train" else "shared"
-        return self.generate_with_truth(seeded_generator(self.task_seed, seed, split, index), self.batch_size)
 
     def source_cells(self) -> torch.Tensor:
         """[S, S] all ones: the union of every A's support (any previous cell can be a source)."""
