@@ -103,6 +103,8 @@ def build(records: list[dict], over: tuple[str, ...] = ("seed",), keep_keys: boo
         plateau = km_time(measured, "plateau", "end_step")
         probed = [r for r in measured if (r.get("attention_probe") or {}).get("applicable")]
         pattern = km_time(probed, "attention_probe", "pattern_found_step")
+        influenced = [r for r in measured if r.get("influence_probe")]
+        influence = km_time(influenced, "influence_probe", "pattern_found_step")
         speeds = [r["timing"]["steps_per_second"] for r in members if (r.get("timing") or {}).get("steps_per_second")]
         losses = [r["metrics"]["final_eval_loss"] for r in measured
                   if (r.get("metrics") or {}).get("final_eval_loss") is not None]
@@ -129,6 +131,8 @@ def build(records: list[dict], over: tuple[str, ...] = ("seed",), keep_keys: boo
             "plateau_measured": plateau["measured"],
             "median_pattern_found": pattern["median"] if probed else None,
             "probed": bool(probed),
+            "median_influence_found": influence["median"] if influenced else None,
+            "influence_probed": bool(influenced),
             "budget": emergence["budget"],
             "final_eval_loss": sum(losses) / len(losses) if losses else None,
             "steps_per_second": sum(speeds) / len(speeds) if speeds else None,
@@ -231,6 +235,9 @@ def to_markdown(table: pd.DataFrame) -> str:
     header = ["task", "mixer", "setting", "intervention", "seeds", "success (95% CI)",
               "median emergence (95% CI)", "median plateau end (95% CI)", "plateau vs none",
               "median pattern found", "final loss", "steps/s"]
+    influence = bool(table["influence_probed"].any())
+    if influence:
+        header.insert(header.index("final loss"), "median influence found")
     if baseline:
         header += [f"emergence vs {baseline}", f"plateau vs {baseline}"]
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
@@ -251,7 +258,11 @@ def to_markdown(table: pd.DataFrame) -> str:
                               row["emergence_high"], interval=True),
                  _median_cell(row["median_plateau_end"], row["budget"], row["plateau_low"], row["plateau_high"],
                               interval=True) if row["plateau_measured"] else "n/a", _ratio_cell(row["plateau_ratio"], row["plateau_ratio_bound"]),
-                 _median_cell(row["median_pattern_found"], row["budget"]) if row["probed"] else "n/a", loss, speed]
+                 _median_cell(row["median_pattern_found"], row["budget"]) if row["probed"] else "n/a"]
+        if influence:
+            cells.append(_median_cell(row["median_influence_found"], row["budget"])
+                         if row["influence_probed"] else "-")
+        cells += [loss, speed]
         if baseline:
             cells += [_ratio_cell(row["emergence_vs_baseline"], row["emergence_vs_baseline_bound"]),
                       _ratio_cell(row["plateau_vs_baseline"], row["plateau_vs_baseline_bound"])]

@@ -62,3 +62,11 @@ def test_baseline_columns_against_the_transformer():
         leaderboard.build(records, baseline="mixer")
     with pytest.raises(ValueError, match="no config key 'mixr'"):
         leaderboard.build(records, baseline="mixr=transformer")
+
+
+def test_influence_column_appears_when_some_run_measured_it():
+    plain = [row(s, emergence=100, plateau=50) for s in range(2)]
+    assert "influence" not in leaderboard.to_markdown(leaderboard.build(plain))
+    probed = [dict(r, influence_probe={"pattern_found_step": 40}) for r in plain]
+    markdown = leaderboard.to_markdown(leaderboard.build(probed))
+    assert "median influence found" in markdown and "| 40 |" in markdown
