@@ -1,4 +1,11 @@
 """Lightning callbacks that own the suite's measurements. Importing this package registers the
 configurable ones (the `callbacks:` section of a config)."""
 
-from callbacks import attention_bias, attention_probe, emergence, influence_probe, plateau  # noqa: F401
+from callbacks import (  # noqa: F401
+    attention_bias,
+    attention_distillation,
+    attention_probe,
+    emergence,
+    influence_probe,
+    plateau,
+)

@@ -8,15 +8,14 @@ import torch
 from benchmark.registry import register_callback
 
 
-def _selection(name: str, value, count: int) -> list[int]:
+def _selection(key: str, value, count: int) -> list[int]:
     """``"all"`` or a list of indices → the sorted indices, checked against ``count``."""
     if value == "all":
         return list(range(count))
     chosen = [value] if isinstance(value, int) else list(value)
     bad = [i for i in chosen if not isinstance(i, int) or not 0 <= i < count]
     if bad or not chosen:
-        raise ValueError(f"attention_bias.{name} must be 'all' or a non-empty list of indices in "
-                         f"[0, {count - 1}], got {value!r}")
+        raise ValueError(f"{key} must be 'all' or a non-empty list of indices in [0, {count - 1}], got {value!r}")
     return sorted(set(chosen))
 
 
@@ -51,10 +50,14 @@ class AttentionBias(L.Callback):
         self.first_step = self.last_step = None
         self._bias: dict[int, torch.Tensor] = {}
 
+    def pattern(self, layer: int) -> torch.Tensor:
+        """[L, L] the pattern added to ``layer``'s logits (times strength): the task's ground truth."""
+        return self.task.ground_truth_attention().float()
+
     def setup(self, trainer, pl_module, stage: str) -> None:
         mixers = pl_module.model.mixers
-        pattern = self.task.ground_truth_attention().float()
-        layers = _selection("layers", self.layers, len(mixers))
+        name = getattr(self, "registered_name", "attention_bias")
+        layers = _selection(f"{name}.layers", self.layers, len(mixers))
         skipped = [f"layer {i} ({type(mixers[i]).__name__})" for i in layers
                    if not getattr(mixers[i], "exposes_attention", False)]
         if skipped:
@@ -63,10 +66,10 @@ class AttentionBias(L.Callback):
             mixer = mixers[i]
             if not getattr(mixer, "exposes_attention", False):
                 continue
-            heads = _selection("heads", self.heads, mixer.n_heads)
+            heads = _selection(f"{name}.heads", self.heads, mixer.n_heads)
             head_mask = torch.zeros(mixer.n_heads, 1, 1)
             head_mask[heads] = 1.0
-            self._bias[i] = (self.strength * head_mask * pattern).unsqueeze(0).to(pl_module.device)
+            self._bias[i] = (self.strength * head_mask * self.pattern(i)).unsqueeze(0).to(pl_module.device)
             self.applied[i] = heads
 
     def on_fit_start(self, trainer, pl_module) -> None:
