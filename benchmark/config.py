@@ -72,6 +72,7 @@ class RunConfig:
     optim: OptimConfig = field(default_factory=OptimConfig)
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
     checkpoints: CheckpointConfig = field(default_factory=CheckpointConfig)
+    curriculum: list = field(default_factory=list)  # stages trained before `task` (see resolve_stage)
     callbacks: dict = field(default_factory=lambda: copy.deepcopy(DEFAULT_CALLBACKS))
 
     def to_dict(self) -> dict:
@@ -152,6 +153,32 @@ def _resolve_section(name: str, data: Any, cls):
     return cls(**values)
 
 
+STAGE_DEFAULTS = {"vocab": "reinit", "reset_optimizer": True}
+
+
+def resolve_stage(i: int, stage: Any) -> dict:
+    """A curriculum stage ``{task: {...}, steps: N, vocab: reinit|resize, reset_optimizer: bool}``:
+    train ``task`` for ``steps`` steps, then move on. ``vocab`` says what happens to the embeddings
+    and head when the next task's vocabulary differs (re-initialised, or resized keeping the shared
+    rows); ``reset_optimizer`` whether the next stage starts with a fresh AdamW state."""
+    key = f"curriculum[{i}]"
+    if not isinstance(stage, dict) or "task" not in stage or "steps" not in stage:
+        raise ConfigError(f"{key} must be a mapping with task and steps, got {stage!r}")
+    for name in stage:
+        if name not in {"task", "steps", *STAGE_DEFAULTS}:
+            raise _unknown_key(f"{key}.{name}", {"task", "steps", *STAGE_DEFAULTS})
+    resolved = {"task": _resolve_named(f"{key}.task", stage["task"], registry.tasks, DEFAULT_TASK),
+                "steps": stage["steps"], **STAGE_DEFAULTS}
+    resolved.update({k: stage[k] for k in STAGE_DEFAULTS if k in stage})
+    if not isinstance(resolved["steps"], int) or resolved["steps"] < 1:
+        raise ConfigError(f"{key}.steps must be an int ≥ 1, got {resolved['steps']!r}")
+    if resolved["vocab"] not in ("reinit", "resize"):
+        raise ConfigError(f"{key}.vocab must be reinit or resize, got {resolved['vocab']!r}")
+    if not isinstance(resolved["reset_optimizer"], bool):
+        raise ConfigError(f"{key}.reset_optimizer must be true or false, got {resolved['reset_optimizer']!r}")
+    return resolved
+
+
 def _resolve_callbacks(data: Any) -> dict:
     merged = copy.deepcopy(DEFAULT_CALLBACKS)
     for name, params in (data or {}).items():
@@ -184,6 +211,7 @@ def resolve(data: dict | RunConfig | None = None) -> RunConfig:
         task=_resolve_named("task", data.get("task", {}), registry.tasks, DEFAULT_TASK),
         mixer=_resolve_named("mixer", data.get("mixer", {}), registry.mixers, DEFAULT_MIXER),
         **{name: _resolve_section(name, data.get(name), cls) for name, cls in SECTIONS.items()},
+        curriculum=[resolve_stage(i, stage) for i, stage in enumerate(data.get("curriculum") or [])],
         callbacks=_resolve_callbacks(data.get("callbacks")),
     )
     _check_values(config)

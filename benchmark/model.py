@@ -56,6 +56,22 @@ class SequenceModel(nn.Module):
         if isinstance(module, nn.Linear) and module.bias is not None:
             nn.init.zeros_(module.bias)
 
+    def set_vocab(self, vocab_size: int, mode: str = "reinit") -> None:
+        """Give the embeddings and head ``vocab_size`` tokens (a curriculum's next task): fresh
+        weights (``reinit``), or fresh weights with the rows both vocabularies share copied (``resize``)."""
+        old_embedding, old_head = self.token_embedding, self.head
+        d_model = old_embedding.embedding_dim
+        self.token_embedding = nn.Embedding(vocab_size, d_model).to(old_embedding.weight.device)
+        self.head = nn.Linear(d_model, vocab_size).to(old_head.weight.device)
+        self._init_weights(self.token_embedding)
+        self._init_weights(self.head)
+        if mode == "resize":
+            shared = min(vocab_size, old_embedding.num_embeddings)
+            with torch.no_grad():
+                self.token_embedding.weight[:shared] = old_embedding.weight[:shared]
+                self.head.weight[:shared] = old_head.weight[:shared]
+                self.head.bias[:shared] = old_head.bias[:shared]
+
     @property
     def mixers(self) -> list[nn.Module]:
         return [block.mixer for block in self.blocks]

@@ -45,6 +45,7 @@ class EmergenceModule(L.LightningModule):
             num_classes=task.vocab_size, average="micro"
         )
         self.attention_bias: dict[int, torch.Tensor] = {}
+        self.initial_optimizer_state: dict | None = None  # carried over from a curriculum stage
         self.recent_train_losses: deque[float] = deque(maxlen=50)
         self.last_train_loss = math.nan
         self.last_eval: dict = {}
@@ -112,6 +113,10 @@ class EmergenceModule(L.LightningModule):
         kept = [p for p in self.parameters() if getattr(p, "_no_weight_decay", False)]
         groups = [{"params": decayed}] + ([{"params": kept, "weight_decay": 0.0}] if kept else [])
         optimizer = torch.optim.AdamW(groups, lr=o.lr, weight_decay=o.weight_decay, betas=o.betas)
+        if self.initial_optimizer_state is not None:
+            optimizer.load_state_dict(self.initial_optimizer_state)  # moments carry over; the lr does not
+            for group in optimizer.param_groups:
+                group["lr"] = group["initial_lr"] = o.lr
         scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_factor(o, self.max_steps))
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
 

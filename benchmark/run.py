@@ -22,6 +22,7 @@ from lightning.pytorch.loggers import TensorBoardLogger
 
 from benchmark import registry
 from benchmark.config import RunConfig, resolve
+from benchmark.curriculum import check_transitions, pretrain, stage_tasks
 from benchmark.model import SequenceModel
 from benchmark.module import Diverged, EmergenceModule
 from benchmark.results import RESULT_FILE, SCHEMA_VERSION, versions, write_json, write_text
@@ -48,8 +49,13 @@ def build_task(config: RunConfig) -> SyntheticTask:
 
 
 def build_model(config: RunConfig, task: SyntheticTask) -> SequenceModel:
+    """The run's model; with a curriculum, sized for its first stage's vocabulary and the longest task."""
     m = config.model
-    return SequenceModel(task.vocab_size, task.seq_len, config.mixer, m.d_model, m.n_layers, m.mlp_ratio)
+    vocab, max_len = task.vocab_size, task.seq_len
+    if config.curriculum:
+        stages = stage_tasks(config)
+        vocab, max_len = stages[0].vocab_size, max([max_len] + [t.seq_len for t in stages])
+    return SequenceModel(vocab, max_len, config.mixer, m.d_model, m.n_layers, m.mlp_ratio)
 
 
 def check(config: dict | RunConfig) -> RunConfig:
@@ -60,6 +66,8 @@ def check(config: dict | RunConfig) -> RunConfig:
     with torch.device("meta"):
         build_model(config, task)
     build_callbacks(config, task)
+    if config.curriculum:
+        check_transitions(config, stage_tasks(config), task)
     return config
 
 
@@ -102,7 +110,11 @@ def run(config: dict | RunConfig, out: str | Path, progress: bool = False) -> di
         model = build_model(config, task)
         if config.trainer.compile:
             model.compile()  # in place: parameter names (and checkpoints) stay as they are
+        carried = None
+        if config.curriculum:
+            carried, record["curriculum"] = pretrain(config, model, task, run_dir, config.trainer.accelerator)
         module = EmergenceModule(model, task, config.optim, config.trainer.max_steps)
+        module.initial_optimizer_state = carried
         callbacks = build_callbacks(config, task) + [recorder]
         if config.checkpoints.every or config.checkpoints.log_spaced:
             callbacks.append(CheckpointSchedule(run_dir, config.trainer.max_steps, config.checkpoints.every,

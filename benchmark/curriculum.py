@@ -1,0 +1,70 @@
+"""Curricula: stages of other tasks trained before a run's own task, the model carried over.
+
+Each stage trains the same SequenceModel on its task for its steps (no measurements, its loss in
+TensorBoard under ``stage<k>/``); between stages the embeddings and head are re-initialised or
+resized when the vocabulary changes, and AdamW restarts unless ``reset_optimizer`` is false. The run's
+own task then trains from step 0 with every callback, so plateau and emergence are measured on it.
+"""
+
+from __future__ import annotations
+
+import time
+
+import lightning as L
+from lightning.pytorch.loggers import TensorBoardLogger
+
+from benchmark import registry
+from benchmark.config import RunConfig
+from benchmark.model import SequenceModel
+from benchmark.module import EmergenceModule
+from tasks.base import SyntheticTask
+
+
+def stage_tasks(config: RunConfig) -> list[SyntheticTask]:
+    """Each stage's task, with the run's data seed (its own streams) and a small eval set."""
+    tasks = []
+    for stage in config.curriculum:
+        params = {k: v for k, v in stage["task"].items() if k != "name"}
+        task = registry.tasks.get(stage["task"]["name"])(**params)
+        task.configure_streams(data_seed=config.seed, eval_batches=1)
+        tasks.append(task)
+    return tasks
+
+
+def check_transitions(config: RunConfig, tasks: list[SyntheticTask], final: SyntheticTask) -> None:
+    """A kept optimizer state needs the same parameter shapes on both sides of the switch."""
+    following = tasks[1:] + [final]
+    for i, (stage, task, after) in enumerate(zip(config.curriculum, tasks, following)):
+        if not stage["reset_optimizer"] and task.vocab_size != after.vocab_size:
+            raise ValueError(f"curriculum[{i}].reset_optimizer is false but the vocabulary changes "
+                             f"({task.vocab_size} → {after.vocab_size}); the optimizer state cannot carry over")
+
+
+def pretrain(config: RunConfig, model: SequenceModel, final: SyntheticTask, run_dir,
+             accelerator: str) -> tuple[dict | None, list[dict]]:
+    """Train ``model`` through the curriculum's stages, leaving it ready for ``final``'s vocabulary.
+    Returns (the optimizer state to carry into the final stage or None, a report per stage)."""
+    tasks = stage_tasks(config)
+    carried, report = None, []
+    following = tasks[1:] + [final]
+    for k, (stage, task, after) in enumerate(zip(config.curriculum, tasks, following)):
+        module = EmergenceModule(model, task, config.optim, stage["steps"])
+        module.initial_optimizer_state = carried
+        trainer = L.Trainer(
+            accelerator=accelerator, devices=1, max_steps=stage["steps"], limit_val_batches=0,
+            num_sanity_val_steps=0, log_every_n_steps=config.trainer.log_every,
+            gradient_clip_val=config.optim.grad_clip or None,
+            logger=TensorBoardLogger(save_dir=run_dir, name="", version=f"tensorboard/stage{k}",
+                                     default_hp_metric=False),
+            enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
+        )
+        started = time.perf_counter()
+        trainer.fit(module, task)
+        recent = list(module.recent_train_losses)
+        report.append({"task": stage["task"]["name"], "steps": trainer.global_step,
+                       "final_train_loss": sum(recent) / len(recent) if recent else None,
+                       "seconds": round(time.perf_counter() - started, 3)})
+        carried = None if stage["reset_optimizer"] else trainer.optimizers[0].state_dict()
+        if after.vocab_size != task.vocab_size:
+            model.set_vocab(after.vocab_size, stage["vocab"])
+    return carried, report
