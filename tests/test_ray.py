@@ -16,6 +16,9 @@ from conftest import CLI, cli, tiny_config
 
 ray = pytest.importorskip("ray")
 RAY = str(Path(sys.executable).parent / "ray")
+# A loopback test cluster: no usage stats, and no token auth (Ray turns it on by itself when some
+# earlier local Ray left ~/.ray/auth_token behind, and then a fresh cluster and its driver disagree).
+RAY_ENV = {"RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled"}
 
 
 def free_port() -> int:
@@ -27,7 +30,7 @@ def free_port() -> int:
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
     port = free_port()
-    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
+    env = {**os.environ, **RAY_ENV}
     temp = tmp_path_factory.mktemp("ray")
     subprocess.run([RAY, "start", "--head", "--num-cpus=2", f"--port={port}", "--node-ip-address=127.0.0.1",
                     "--include-dashboard=false", "--disable-usage-stats", f"--temp-dir={temp}"],
@@ -41,24 +44,27 @@ def cluster(tmp_path_factory):
 @pytest.mark.slow
 def test_ray_sweep_killed_midway_resumes_without_repeats_or_losses(cluster, tmp_path):
     sweep_file = tmp_path / "s.yaml"
-    sweep_file.write_text(yaml.safe_dump({"name": "ray", "base": tiny_config(),
-                                          "grid": {"seed": [0, 1, 2, 3]}}))
+    sweep_file.write_text(yaml.safe_dump({"name": "ray", "base": tiny_config(trainer={"max_steps": 150}),
+                                          "grid": {"seed": [0, 1, 2, 3, 4, 5]}}))
     out = tmp_path / "out"
     args = [CLI, "sweep", str(sweep_file), "--out", str(out), "--executor", "ray", "--address", cluster]
-    driver = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    driver = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
+                              env={**os.environ, **RAY_ENV})
     deadline = time.time() + 240
     while not list(out.glob("*/result.json")) and time.time() < deadline and driver.poll() is None:
         time.sleep(0.05)
+    assert driver.poll() is None, "the sweep finished before it could be killed: make its runs longer"
     os.killpg(driver.pid, signal.SIGKILL)
     driver.wait()
     first = {p.parent.name: p.stat().st_mtime_ns for p in out.glob("*/result.json")}
-    assert 1 <= len(first) < 4
+    assert 1 <= len(first) < 6
 
-    result = cli("sweep", sweep_file, "--out", out, "--executor", "ray", "--address", cluster, timeout=400)
+    result = cli("sweep", sweep_file, "--out", out, "--executor", "ray", "--address", cluster, timeout=400,
+                 env=RAY_ENV)
     assert result.returncode == 0, result.stderr
-    assert f"{len(first)} already finished, {4 - len(first)} to run on Ray" in result.stderr
+    assert f"{len(first)} already finished, {6 - len(first)} to run on Ray" in result.stderr
     after = {p.parent.name: p.stat().st_mtime_ns for p in out.glob("*/result.json")}
-    assert len(after) == 4 and all(after[k] == v for k, v in first.items())
+    assert len(after) == 6 and all(after[k] == v for k, v in first.items())
     for path in out.glob("*/result.json"):
         record = json.loads(path.read_text())
         assert record["status"] == "ok"
