@@ -20,12 +20,12 @@ from __future__ import annotations
 import torch
 
 from benchmark.registry import register_task
-from tasks.base import StateTrajectoryTask, check_range, seeded_generator
-from tasks.cellular_automata import CellularAutomata
+from tasks.base import check_range, seeded_generator
+from tasks.cellular_automata import WindowRuleTask
 
 
 @register_task("neural_ca")
-class NeuralCA(StateTrajectoryTask):
+class NeuralCA(WindowRuleTask):
     """Trajectories [x_0; ...; x_{T-1}] of S cells with C colours, flattened to S·T tokens.
 
         W1 [rules, (2r+1)·C, H]   b1 [rules, H]   W2 [rules, H, C]   b2 [rules, C]   (float64)
@@ -47,20 +47,10 @@ class NeuralCA(StateTrajectoryTask):
         batch_size: int | None = None,
         tokens_per_batch: int | None = None,
     ):
-        check_range("state_size", state_size, 1)
-        check_range("trajectory_length", trajectory_length, 2)
-        check_range("colors", colors, 2)
-        try:  # the window of 2r + 1 cells must fit in the state
-            check_range("radius", radius, 0, (state_size - 1) // 2)
-        except ValueError as error:
-            raise ValueError(f"{error} (the window 2·radius+1 must fit in state_size={state_size})") from None
         check_range("hidden", hidden, 1)
-        check_range("rules", rules, 1)
-        batch_size = CellularAutomata._batch_size(batch_size, tokens_per_batch, state_size * trajectory_length)
-        super().__init__(state_size, trajectory_length, batch_size, task_seed)
-        self.vocab_size = colors
-        self.colors, self.radius, self.hidden, self.rules = colors, radius, hidden, rules
-        self.tokens_per_batch = tokens_per_batch
+        super().__init__(state_size, colors, radius, rules, trajectory_length, task_seed, batch_size,
+                         tokens_per_batch)
+        self.hidden = hidden
         width = 2 * radius + 1
         g = seeded_generator(task_seed, "neural_ca.rules", colors, radius, hidden, rules)
         f64 = torch.float64
@@ -68,8 +58,6 @@ class NeuralCA(StateTrajectoryTask):
         self.b1 = torch.randn(rules, hidden, generator=g, dtype=f64)
         self.W2 = torch.randn(rules, hidden, colors, generator=g, dtype=f64) / hidden**0.5
         self.b2 = torch.randn(rules, colors, generator=g, dtype=f64) / hidden**0.5
-        offsets = torch.arange(-radius, radius + 1)
-        self.neighbours = (torch.arange(state_size)[:, None] + offsets) % state_size  # [S, 2r+1]
 
     def step(self, state: torch.Tensor, rule: torch.Tensor) -> torch.Tensor:
         """One transition: state [B, S] long, rule [B] long (pool indices) -> next state [B, S] long."""
@@ -82,17 +70,3 @@ class NeuralCA(StateTrajectoryTask):
         h = torch.tanh(picked.sum(dim=2) + self.b1[rule][:, None])  # [B, S, H]
         logits = torch.einsum("bsh,bhc->bsc", h, self.W2[rule]) + self.b2[rule][:, None]  # [B, S, C]
         return logits.argmax(dim=-1)
-
-    def generate(self, generator: torch.Generator, batch_size: int) -> torch.Tensor:
-        rule = torch.randint(0, self.rules, (batch_size,), generator=generator)
-        state = torch.randint(0, self.colors, (batch_size, self.state_size), generator=generator)
-        states = [state]
-        for _ in range(self.trajectory_length - 1):
-            state = self.step(state, rule)
-            states.append(state)
-        return torch.cat(states, dim=1)
-
-    def source_cells(self) -> torch.Tensor:
-        """[S, S] circulant 0/1: row i marks cells i-r, ..., i+r (mod S)."""
-        S = self.state_size
-        return torch.zeros(S, S, dtype=torch.long).scatter_(1, self.neighbours, 1)
