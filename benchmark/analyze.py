@@ -72,11 +72,13 @@ def _checkpoint(checkpoints: dict, step: int) -> Path:
 
 
 @torch.no_grad()
-def greedy_accuracy(model, tokens: torch.Tensor, loss_mask: torch.Tensor, chunk: int = 512) -> float:
-    """Fraction of scored tokens whose greedy prediction is correct (as the run's eval/accuracy)."""
+def greedy_accuracy(model, tokens: torch.Tensor, loss_mask: torch.Tensor, chunk: int = 512,
+                    model_inputs=None) -> float:
+    """Fraction of scored tokens whose greedy prediction is correct (as the run's eval/accuracy);
+    ``model_inputs`` is the task's (default ``tokens[:, :-1]``)."""
     correct = total = 0
     for part in tokens.split(chunk):
-        logits = model(part[:, :-1])[:, loss_mask]
+        logits = model(part[:, :-1] if model_inputs is None else model_inputs(part))[:, loss_mask]
         correct += int((logits.argmax(-1) == part[:, 1:][:, loss_mask]).sum())
         total += logits.shape[0] * logits.shape[1]
     return correct / total
@@ -93,14 +95,19 @@ def emergence(run_dir: str | Path, probe_batches: int | None = None, threshold: 
     config, task, checkpoints = load_run(run_dir)
     dev = resolve_device(device)
     if threshold is None:
-        threshold = (config.callbacks.get("emergence") or {}).get("threshold", DEFAULT_THRESHOLD)
+        from callbacks.emergence import effective_threshold
+
+        settings = config.callbacks.get("emergence") or {}
+        threshold = effective_threshold(settings.get("threshold", DEFAULT_THRESHOLD),
+                                        settings.get("relative", True), task)
     batches = config.trainer.eval_batches if probe_batches is None else probe_batches
     tokens = probe_tokens(task, batches).to(dev)
     mask = task.loss_mask.to(dev)
     accuracy: dict[int, float] = {}
 
     def solves(step: int) -> bool:
-        accuracy[step] = greedy_accuracy(load_model(config, task, checkpoints[step], dev), tokens, mask)
+        accuracy[step] = greedy_accuracy(load_model(config, task, checkpoints[step], dev), tokens, mask,
+                                         model_inputs=task.model_inputs)
         return accuracy[step] >= threshold
 
     found = bisect_steps(checkpoints, solves)
@@ -146,7 +153,7 @@ def patch(run_dir: str | Path, old: int, new: int, top_k: int = 4, ground_truth:
         "probe_batches": probe_batches,
         "probe_sequences": int(tokens.shape[0]),
         "top_k_requested": top_k,
-        **patch_models(old_model, new_model, tokens, task.loss_mask, top_k, pattern),
+        **patch_models(old_model, new_model, tokens, task.loss_mask, top_k, pattern, task.model_inputs),
     }
     name = f"patch_{old}_{new}" + ("_ground_truth" if ground_truth else "") + ".json"
     write_json(run_dir / ANALYSIS_DIR / name, report)

@@ -20,6 +20,7 @@ from typing import Any
 import yaml
 
 from benchmark import registry
+from mixers.init import WeightInit
 
 
 class ConfigError(ValueError):
@@ -31,6 +32,9 @@ class ModelConfig:
     d_model: int = 64
     n_layers: int = 1
     mlp_ratio: int = 4
+    init: str = "lecun_normal"  # torch_default | lecun_normal | normal (mixers/init.py)
+    init_std: float = 0.02  # the std of `normal`
+    init_scale: float = 1.0  # multiplies every weight the init sets
 
 
 @dataclass
@@ -51,6 +55,7 @@ class TrainerConfig:
     log_every: int = 10
     accelerator: str = "auto"  # auto | cpu | gpu
     compile: bool = False  # torch.compile the model's forward (see `emergence-bench speed` for its effect)
+    train_on: str = "scored"  # scored | all: the rows the training loss covers (the paper: all)
 
 
 @dataclass
@@ -229,10 +234,16 @@ def _check_values(config: RunConfig) -> None:
     ]:
         if value < low:
             raise ConfigError(f"{key} must be ≥ {low}, got {value}")
+    try:
+        WeightInit(m.init, m.init_std, m.init_scale)
+    except ValueError as error:
+        raise ConfigError(str(error)) from None
     if o.lr <= 0:
         raise ConfigError(f"optim.lr must be > 0, got {o.lr}")
     if o.schedule not in ("constant", "cosine", "linear"):
         raise ConfigError(f"optim.schedule must be constant, cosine or linear, got {o.schedule!r}")
+    if t.train_on not in ("scored", "all"):
+        raise ConfigError(f"trainer.train_on must be scored or all, got {t.train_on!r}")
     if t.accelerator not in ("auto", "cpu", "gpu", "cuda"):
         raise ConfigError(f"trainer.accelerator must be auto, cpu or gpu, got {t.accelerator!r}")
 

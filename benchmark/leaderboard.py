@@ -106,8 +106,10 @@ def build(records: list[dict], over: tuple[str, ...] = ("seed",), keep_keys: boo
         influenced = [r for r in measured if r.get("influence_probe")]
         influence = km_time(influenced, "influence_probe", "pattern_found_step")
         speeds = [r["timing"]["steps_per_second"] for r in members if (r.get("timing") or {}).get("steps_per_second")]
-        losses = [r["metrics"]["final_eval_loss"] for r in measured
-                  if (r.get("metrics") or {}).get("final_eval_loss") is not None]
+        losses = _values(measured, "metrics", "final_eval_loss")
+        full_losses = _values(measured, "metrics", "final_eval_full_sequence_loss")
+        shortcut = _values(measured, "task_facts", "shortcut_loss")
+        cells = _cells_learned(measured)
         other = [k for k in varying if not k.startswith(("task.", "mixer."))
                  and not (k.startswith("callbacks.") and k.split(".")[1] in intervention_names)]
         rows.append({
@@ -135,6 +137,10 @@ def build(records: list[dict], over: tuple[str, ...] = ("seed",), keep_keys: boo
             "influence_probed": bool(influenced),
             "budget": emergence["budget"],
             "final_eval_loss": sum(losses) / len(losses) if losses else None,
+            "final_full_sequence_loss": sum(full_losses) / len(full_losses) if full_losses else None,
+            "shortcut_loss": shortcut[0] if shortcut else None,
+            "plateau_measures_shortcut": any((r.get("plateau") or {}).get("measures_shortcut") for r in measured),
+            **cells,
             "steps_per_second": sum(speeds) / len(speeds) if speeds else None,
             "_key": key,
             "_baseline": _without_interventions(members[0]["config"], {k: v for k, v in flat.items()
@@ -150,6 +156,30 @@ def build(records: list[dict], over: tuple[str, ...] = ("seed",), keep_keys: boo
     table["_order"] = table["intervention"] != "none"
     table = table.sort_values(["task", "mixer", "setting", "_order", "intervention"], ignore_index=True)
     return table.drop(columns="_order" if keep_keys else ["_order", "_key"])
+
+
+def _values(records: list[dict], section: str, key: str) -> list:
+    return [r[section][key] for r in records if (r.get(section) or {}).get(key) is not None]
+
+
+def _cells_learned(records: list[dict]) -> dict:
+    """Mean over runs of the output cells that emerged, split by how they can be predicted: through
+    the sparse pattern, or through the shortcut of earlier outputs (tasks that name shortcut cells)."""
+    counts = []
+    for r in records:
+        shortcut = (r.get("task_facts") or {}).get("shortcut_cells")
+        per_cell = (r.get("emergence") or {}).get("per_position")
+        if shortcut is None or per_cell is None or len(per_cell) != len(shortcut):
+            continue
+        learned = [step is not None for step in per_cell]
+        counts.append((sum(l and not s for l, s in zip(learned, shortcut)), shortcut.count(False),
+                       sum(l and s for l, s in zip(learned, shortcut)), shortcut.count(True)))
+    if not counts:
+        return {"pattern_cells_learned": None, "pattern_cells": None,
+                "shortcut_cells_learned": None, "shortcut_cells": None}
+    mean = [sum(c[i] for c in counts) / len(counts) for i in range(4)]
+    return {"pattern_cells_learned": mean[0], "pattern_cells": mean[1],
+            "shortcut_cells_learned": mean[2], "shortcut_cells": mean[3]}
 
 
 def group_key(record: dict, over: tuple[str, ...] = ("seed",)) -> str:
@@ -234,7 +264,10 @@ def to_markdown(table: pd.DataFrame) -> str:
     baseline = table.attrs.get("baseline")
     header = ["task", "mixer", "setting", "intervention", "seeds", "success (95% CI)",
               "median emergence (95% CI)", "median plateau end (95% CI)", "plateau vs none",
-              "median pattern found", "final loss", "steps/s"]
+              "median pattern found", "final loss", "full-sequence loss", "shortcut loss", "steps/s"]
+    cells_known = bool(table["pattern_cells"].notna().any())
+    if cells_known:
+        header.insert(header.index("shortcut loss") + 1, "cells learned: pattern + shortcut")
     influence = bool(table["influence_probed"].any())
     if influence:
         header.insert(header.index("final loss"), "median influence found")
@@ -251,23 +284,33 @@ def to_markdown(table: pd.DataFrame) -> str:
         if row["failed"]:
             notes.append(f"{row['failed']} failed")
         seeds = f"{row['seeds']}" + (f" ({', '.join(notes)})" if notes else "")
-        loss = "-" if pd.isna(row["final_eval_loss"]) else f"{row['final_eval_loss']:.3g}"
+        loss = _number(row["final_eval_loss"])
         speed = "-" if pd.isna(row["steps_per_second"]) else f"{row['steps_per_second']:.1f}"
         cells = [row["task"], row["mixer"], row["setting"], row["intervention"], seeds, rate,
                  _median_cell(row["median_emergence_step"], row["budget"], row["emergence_low"],
                               row["emergence_high"], interval=True),
-                 _median_cell(row["median_plateau_end"], row["budget"], row["plateau_low"], row["plateau_high"],
-                              interval=True) if row["plateau_measured"] else "n/a", _ratio_cell(row["plateau_ratio"], row["plateau_ratio_bound"]),
+                 (_median_cell(row["median_plateau_end"], row["budget"], row["plateau_low"], row["plateau_high"],
+                               interval=True) + (" (shortcut)" if row["plateau_measures_shortcut"] else ""))
+                 if row["plateau_measured"] else "n/a", _ratio_cell(row["plateau_ratio"], row["plateau_ratio_bound"]),
                  _median_cell(row["median_pattern_found"], row["budget"]) if row["probed"] else "n/a"]
         if influence:
             cells.append(_median_cell(row["median_influence_found"], row["budget"])
                          if row["influence_probed"] else "-")
-        cells += [loss, speed]
+        cells += [loss, _number(row["final_full_sequence_loss"]), _number(row["shortcut_loss"])]
+        if cells_known:
+            cells.append("-" if pd.isna(row["pattern_cells"]) else
+                         f"{row['pattern_cells_learned']:.3g}/{row['pattern_cells']:.3g} + "
+                         f"{row['shortcut_cells_learned']:.3g}/{row['shortcut_cells']:.3g}")
+        cells.append(speed)
         if baseline:
             cells += [_ratio_cell(row["emergence_vs_baseline"], row["emergence_vs_baseline_bound"]),
                       _ratio_cell(row["plateau_vs_baseline"], row["plateau_vs_baseline_bound"])]
         lines.append("| " + " | ".join(str(c) for c in cells) + " |")
     return "\n".join(lines) + "\n"
+
+
+def _number(value) -> str:
+    return "-" if value is None or pd.isna(value) else f"{value:.3g}"
 
 
 def write(root: str | Path, over: tuple[str, ...] = ("seed",), baseline: str | None = None

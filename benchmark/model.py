@@ -7,6 +7,7 @@ from torch import nn
 
 from benchmark import registry
 from mixers.base import MixerContext
+from mixers.init import WeightInit
 
 
 class Block(nn.Module):
@@ -30,11 +31,15 @@ class SequenceModel(nn.Module):
     """Next-token model: tokens [B, L] -> logits [B, L, vocab_size], with L ≤ max_len.
 
     ``mixer`` is a resolved mixer config ``{name, **hparams}``; each layer gets its own instance.
+    ``init`` is the named weight init (``mixers.init``): the model applies it to what it owns
+    (embeddings, norms, MLPs, head) and hands it to each mixer's ``init_weights`` when it has one;
+    it never touches a mixer's parameters itself, so a plugin's own init survives.
     """
 
     def __init__(self, vocab_size: int, max_len: int, mixer: dict, d_model: int = 64,
-                 n_layers: int = 1, mlp_ratio: int = 4):
+                 n_layers: int = 1, mlp_ratio: int = 4, init: WeightInit | None = None):
         super().__init__()
+        self.init = init if init is not None else WeightInit()
         mixer_cls = registry.mixers.get(mixer["name"])
         hparams = {k: v for k, v in mixer.items() if k != "name"}
         self.max_len = max_len
@@ -46,15 +51,16 @@ class SequenceModel(nn.Module):
         )
         self.norm = nn.LayerNorm(d_model)
         self.head = nn.Linear(d_model, vocab_size)
-        self.apply(self._init_weights)
+        self.reset_parameters()
 
-    @staticmethod
-    def _init_weights(module: nn.Module) -> None:
-        # nanoGPT-style: small normal weights, zero biases (mixers may re-initialise their own).
-        if isinstance(module, (nn.Linear, nn.Embedding)):
-            nn.init.normal_(module.weight, std=0.02)
-        if isinstance(module, nn.Linear) and module.bias is not None:
-            nn.init.zeros_(module.bias)
+    def reset_parameters(self) -> None:
+        owned = [self.token_embedding, self.position_embedding, self.norm, self.head]
+        for block in self.blocks:
+            owned += [block.norm_mixer, block.norm_mlp, block.mlp]
+            if callable(getattr(block.mixer, "init_weights", None)):
+                block.mixer.init_weights(self.init)
+        for module in owned:
+            self.init.apply_(module)
 
     def set_vocab(self, vocab_size: int, mode: str = "reinit") -> None:
         """Give the embeddings and head ``vocab_size`` tokens (a curriculum's next task): fresh
@@ -63,8 +69,8 @@ class SequenceModel(nn.Module):
         d_model = old_embedding.embedding_dim
         self.token_embedding = nn.Embedding(vocab_size, d_model).to(old_embedding.weight.device)
         self.head = nn.Linear(d_model, vocab_size).to(old_head.weight.device)
-        self._init_weights(self.token_embedding)
-        self._init_weights(self.head)
+        self.init.apply_(self.token_embedding)
+        self.init.apply_(self.head)
         if mode == "resize":
             shared = min(vocab_size, old_embedding.num_embeddings)
             with torch.no_grad():

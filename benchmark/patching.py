@@ -90,21 +90,23 @@ def attention_layers(model: SequenceModel) -> list[int]:
 
 @torch.no_grad()
 def p_correct(model: SequenceModel, tokens: torch.Tensor, loss_mask: torch.Tensor,
-              ctx: MixerContext | None = None) -> torch.Tensor:
-    """tokens [B, L+1] -> probability of the correct next token on the scored rows [B, N]."""
-    logits = model(tokens[:, :-1], ctx)[:, loss_mask]
+              ctx: MixerContext | None = None, model_inputs=None) -> torch.Tensor:
+    """tokens [B, L+1] -> probability of the correct next token on the scored rows [B, N].
+    ``model_inputs`` is the task's (tokens -> [B, L] model input; default ``tokens[:, :-1]``)."""
+    inputs = tokens[:, :-1] if model_inputs is None else model_inputs(tokens)
+    logits = model(inputs, ctx)[:, loss_mask]
     targets = tokens[:, 1:][:, loss_mask]
     return logits.float().softmax(-1).gather(-1, targets.unsqueeze(-1)).squeeze(-1)
 
 
 @torch.no_grad()
-def capture(model: SequenceModel, tokens: torch.Tensor, loss_mask: torch.Tensor):
+def capture(model: SequenceModel, tokens: torch.Tensor, loss_mask: torch.Tensor, model_inputs=None):
     """(p(correct) [B, N], {layer: probs [B, H, L, L]}) from one forward with attention captured.
 
     The baseline goes through the same explicit-attention path as the patched forwards, so patching a
     head with its own map changes nothing, bit for bit."""
     ctx = MixerContext(capture=True)
-    p = p_correct(model, tokens, loss_mask, ctx)
+    p = p_correct(model, tokens, loss_mask, ctx, model_inputs)
     return p, dict(ctx.attention)
 
 
@@ -119,14 +121,14 @@ def ground_truth_maps(pattern: torch.Tensor, own: dict[int, torch.Tensor]) -> di
 
 
 def patch_models(old: SequenceModel, new: SequenceModel, tokens: torch.Tensor, loss_mask: torch.Tensor,
-                 top_k: int = 4, ground_truth: torch.Tensor | None = None) -> dict:
+                 top_k: int = 4, ground_truth: torch.Tensor | None = None, model_inputs=None) -> dict:
     """Head patching of ``new`` (or the ground-truth ``pattern`` [L, L]) into ``old`` on ``tokens``
     [B, L+1]; returns ``rank_heads``'s report plus which source was patched in."""
     layers = attention_layers(old)
     old.eval(), new.eval()
     loss_mask = loss_mask.to(tokens.device)
-    p_old, old_maps = capture(old, tokens, loss_mask)
-    p_new, new_maps = capture(new, tokens, loss_mask)
+    p_old, old_maps = capture(old, tokens, loss_mask, model_inputs)
+    p_new, new_maps = capture(new, tokens, loss_mask, model_inputs)
     source = new_maps if ground_truth is None else ground_truth_maps(ground_truth.to(tokens.device), old_maps)
     heads = [(layer, h) for layer in layers for h in range(old_maps[layer].shape[1])]
 
@@ -135,7 +137,7 @@ def patch_models(old: SequenceModel, new: SequenceModel, tokens: torch.Tensor, l
             return float(p_old.mean())
         # capture=True keeps every layer on the explicit path the baseline took (not the fused kernel).
         ctx = MixerContext(patch=replace_heads(source, chosen), capture=True)
-        return float(p_correct(old, tokens, loss_mask, ctx).mean())
+        return float(p_correct(old, tokens, loss_mask, ctx, model_inputs).mean())
 
     report = rank_heads(measure, heads, float(p_old.mean()), float(p_new.mean()), top_k)
     report["source"] = "ground_truth" if ground_truth is not None else "new"

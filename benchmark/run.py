@@ -27,6 +27,7 @@ from benchmark.model import SequenceModel
 from benchmark.module import Diverged, EmergenceModule
 from benchmark.results import RESULT_FILE, SCHEMA_VERSION, versions, write_json, write_text
 from callbacks.checkpoints import CheckpointSchedule
+from mixers.init import WeightInit
 from callbacks.progress import ProgressLine
 from callbacks.recorder import Recorder
 from tasks.base import SyntheticTask
@@ -55,7 +56,8 @@ def build_model(config: RunConfig, task: SyntheticTask) -> SequenceModel:
     if config.curriculum:
         stages = stage_tasks(config)
         vocab, max_len = stages[0].vocab_size, max([max_len] + [t.seq_len for t in stages])
-    return SequenceModel(vocab, max_len, config.mixer, m.d_model, m.n_layers, m.mlp_ratio)
+    return SequenceModel(vocab, max_len, config.mixer, m.d_model, m.n_layers, m.mlp_ratio,
+                         WeightInit(m.init, m.init_std, m.init_scale))
 
 
 def check(config: dict | RunConfig) -> RunConfig:
@@ -64,8 +66,10 @@ def check(config: dict | RunConfig) -> RunConfig:
     config = resolve(config)
     task = build_task(config)
     with torch.device("meta"):
-        build_model(config, task)
-    build_callbacks(config, task)
+        model = build_model(config, task)
+    for callback in build_callbacks(config, task):
+        if callable(getattr(callback, "check_model", None)):  # e.g. a bias naming a layer the model lacks
+            callback.check_model(model)
     if config.curriculum:
         check_transitions(config, stage_tasks(config), task)
     return config
@@ -113,7 +117,7 @@ def run(config: dict | RunConfig, out: str | Path, progress: bool = False) -> di
         carried = None
         if config.curriculum:
             carried, record["curriculum"] = pretrain(config, model, task, run_dir, config.trainer.accelerator)
-        module = EmergenceModule(model, task, config.optim, config.trainer.max_steps)
+        module = EmergenceModule(model, task, config.optim, config.trainer.max_steps, config.trainer.train_on)
         module.initial_optimizer_state = carried
         callbacks = build_callbacks(config, task) + [recorder]
         if config.checkpoints.every or config.checkpoints.log_spaced:

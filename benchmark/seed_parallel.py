@@ -165,7 +165,7 @@ class Ensemble:
     """
 
     def __init__(self, models: list[SequenceModel], optim: OptimConfig, max_steps: int,
-                 loss_mask: torch.Tensor, device: torch.device):
+                 loss_mask: torch.Tensor, device: torch.device, model_inputs=None, train_on: str = "scored"):
         self.K = len(models)
         self.template = copy.deepcopy(models[0]).to(device)
         own = [dict(m.named_parameters()) for m in models]
@@ -184,32 +184,45 @@ class Ensemble:
         self.grad_clip = optim.grad_clip
         self.scored = loss_mask.nonzero().squeeze(1).to(device)  # [N] indices: vmap has no boolean masking
         self.device = device
+        self.model_inputs = model_inputs if model_inputs is not None else (lambda tokens: tokens[:, :-1])
+        self.train_on = train_on
+        self.last_full_sequence_losses: torch.Tensor | None = None  # [K], of the latest `losses`
         self.version = 0
         self._train = vmap(self._seed_loss, in_dims=(0, 0, 0))
         self._eval = vmap(self._seed_logits, in_dims=(0, None, 0))
 
     # --- one seed's computation (vmapped over the leading dim of params) ----------------------
     def _seed_logits(self, params: dict, tokens: torch.Tensor, bias: dict):
-        """tokens [B, L+1] -> (scored logits [B, N, V], targets [B, N]) for one seed's params
+        """tokens [B, L+1] -> (logits [B, L, V], targets [B, L]) on every row, for one seed's params
         (and per-seed buffers)."""
-        logits = functional_call(self.template, params, (tokens[:, :-1], MixerContext(bias=bias)))
-        return logits.index_select(1, self.scored), tokens[:, 1:].index_select(1, self.scored)
+        logits = functional_call(self.template, params, (self.model_inputs(tokens), MixerContext(bias=bias)))
+        return logits, tokens[:, 1:]
 
-    def _seed_loss(self, params: dict, tokens: torch.Tensor, bias: dict) -> torch.Tensor:
+    def _seed_loss(self, params: dict, tokens: torch.Tensor, bias: dict):
+        """-> (scored loss, every-row loss), as EmergenceModule.training_step computes them."""
         logits, targets = self._seed_logits(params, tokens, bias)
-        return F.cross_entropy(logits.flatten(0, 1), targets.flatten())
+        full = F.cross_entropy(logits.flatten(0, 1), targets.flatten())
+        scored = F.cross_entropy(logits.index_select(1, self.scored).flatten(0, 1),
+                                 targets.index_select(1, self.scored).flatten())
+        return scored, full
 
     # --- training -----------------------------------------------------------------------------
     def losses(self, tokens: torch.Tensor, bias: dict[int, torch.Tensor]) -> torch.Tensor:
-        """tokens [K, B, L+1] (seed k's batch in slice k), bias {layer: [K, ...]} -> losses [K]."""
+        """tokens [K, B, L+1] (seed k's batch in slice k), bias {layer: [K, ...]} -> the scored losses
+        [K] (the every-row losses [K] are kept in ``last_full_sequence_losses``). ``update`` trains
+        on the scored losses, or on the every-row ones with ``train_on="all"``."""
         self.template.train()
         with _vmapped(self.device):
-            return self._train({**self.params, **self.buffers}, tokens, bias)
+            scored, full = self._train({**self.params, **self.buffers}, tokens, bias)
+        self.last_full_sequence_losses = full
+        return scored
 
     def update(self, losses: torch.Tensor, step: int, live: list[int] | None = None) -> None:
         """Backward of losses [K], per-seed clipping, AdamW at the lr of ``step``. Seeds not in
         ``live`` (default: all) get zero gradients, so a diverged seed's NaN stays in its slice."""
         dead = None
+        if self.train_on == "all":
+            losses = self.last_full_sequence_losses
         if live is not None and len(live) < self.K:
             dead = torch.ones(self.K, dtype=torch.bool, device=losses.device)
             dead[live] = False
@@ -232,12 +245,14 @@ class Ensemble:
     # --- evaluation ---------------------------------------------------------------------------
     @torch.no_grad()
     def evaluate(self, tokens: torch.Tensor, bias: dict[int, torch.Tensor]):
-        """tokens [B, L+1] shared by all seeds -> (loss [K, B, N], predictions [K, B, N])."""
+        """tokens [B, L+1] shared by all seeds -> (loss [K, B, N], predictions [K, B, N]) on the
+        scored rows and the every-row loss [K, B, L]."""
         self.template.eval()
         with _vmapped(self.device):
-            logits, targets = self._eval({**self.params, **self.buffers}, tokens, bias)  # [K, B, N, V], [K, B, N]
-        loss = F.cross_entropy(logits.flatten(0, 2), targets.flatten(), reduction="none").view(targets.shape)
-        return loss, logits.argmax(dim=-1)
+            logits, targets = self._eval({**self.params, **self.buffers}, tokens, bias)  # [K, B, L, V], [K, B, L]
+        every_row = F.cross_entropy(logits.flatten(0, 2), targets.flatten(), reduction="none").view(targets.shape)
+        predictions = logits.index_select(2, self.scored).argmax(dim=-1)
+        return every_row.index_select(2, self.scored), predictions, every_row
 
     @torch.no_grad()
     def copy_into(self, k: int, model: SequenceModel) -> None:
@@ -429,7 +444,8 @@ def _trial(config: RunConfig, device: torch.device) -> str | None:
     for k in range(2):
         torch.manual_seed(config.seed + k)
         models.append(build_model(config, task).to(device))
-    ensemble = Ensemble(models, config.optim, config.trainer.max_steps, task.loss_mask, device)
+    ensemble = Ensemble(models, config.optim, config.trainer.max_steps, task.loss_mask, device,
+                        task.model_inputs, config.trainer.train_on)
     tokens = torch.stack([task.generate(seeded_generator("seed_parallel.trial", k), 2) for k in range(2)]).to(device)
     mask = task.loss_mask.to(device)
     L = task.seq_len
@@ -441,17 +457,22 @@ def _trial(config: RunConfig, device: torch.device) -> str | None:
         losses = ensemble.losses(tokens, bias)
         with _vmapped(device):
             losses.sum().backward()
-        loss_eval, _ = ensemble.evaluate(tokens[0], bias)
+        loss_eval, _, _ = ensemble.evaluate(tokens[0], bias)
         for k, model in enumerate(models):
             def ctx() -> MixerContext:  # seed k's slice of the bias; a fresh context per forward
                 return MixerContext(bias={i: b[k] for i, b in bias.items()})
 
             model.train()
-            logits = model(tokens[k, :, :-1], ctx())[:, mask]
-            loss = F.cross_entropy(logits.flatten(0, 1), tokens[k, :, 1:][:, mask].flatten())
+            logits = model(task.model_inputs(tokens[k]), ctx())
+            if config.trainer.train_on == "scored":
+                logits, targets = logits[:, mask], tokens[k, :, 1:][:, mask]
+            else:
+                targets = tokens[k, :, 1:]
+            loss = F.cross_entropy(logits.flatten(0, 1), targets.flatten())
             model.zero_grad(set_to_none=True)
             loss.backward()
-            batched_loss, own_loss = float(losses[k].detach()), float(loss.detach())
+            trained = losses if config.trainer.train_on == "scored" else ensemble.last_full_sequence_losses
+            batched_loss, own_loss = float(trained[k].detach()), float(loss.detach())
             if not math.isclose(batched_loss, own_loss, rel_tol=1e-4, abs_tol=1e-5):
                 return f"vmap trial: batched loss {batched_loss:.6g} != per-seed loss {own_loss:.6g}"
             for name, p in model.named_parameters():
@@ -464,7 +485,7 @@ def _trial(config: RunConfig, device: torch.device) -> str | None:
                         return f"vmap trial: batched gradient of {name} differs from the per-seed one"
             model.eval()
             with torch.no_grad():
-                logits = model(tokens[0, :, :-1], ctx())[:, mask]
+                logits = model(task.model_inputs(tokens[0]), ctx())[:, mask]
                 own = F.cross_entropy(logits.transpose(1, 2), tokens[0, :, 1:][:, mask], reduction="none")
             if not torch.allclose(loss_eval[k], own, rtol=1e-4, atol=1e-5):
                 return "vmap trial: batched eval loss differs from the per-seed one"
@@ -538,8 +559,9 @@ def _train_group(seeds: list[Seed], device: torch.device, progress: bool, note: 
     ensemble = template = None
     try:
         # Every seed keeps a slot (a failed build takes a copy of a live model), so slot k is seed k.
+        task = seeds[live[0]].task
         ensemble = Ensemble([models.get(k, models[live[0]]) for k in range(len(seeds))], config.optim,
-                            t.max_steps, seeds[live[0]].task.loss_mask, device)
+                            t.max_steps, task.loss_mask, device, task.model_inputs, t.train_on)
         template = ensemble.template
         for k in live:
             module = seeds[k].module.to(device)
@@ -579,9 +601,11 @@ def _train_group(seeds: list[Seed], device: torch.device, progress: bool, note: 
             bias = stack_bias([seeds[k].module.attention_bias if k in live else {} for k in range(len(seeds))], device)
             losses = ensemble.losses(tokens, bias)
             values = losses.detach().tolist()
+            full_values = ensemble.last_full_sequence_losses.detach().tolist()
             for k in list(live):
-                if not math.isfinite(values[k]):  # run() raises Diverged here, before the update
-                    error = Diverged(f"training loss became {values[k]} at step {step}")
+                bad = next((v for v in (values[k], full_values[k]) if not math.isfinite(v)), None)
+                if bad is not None:  # run() raises Diverged here, before the update
+                    error = Diverged(f"training loss became {bad} at step {step}")
                     live.remove(k)
                     try:
                         seeds[k].hook("on_exception", error)
@@ -596,10 +620,11 @@ def _train_group(seeds: list[Seed], device: torch.device, progress: bool, note: 
                 value = values[k]
                 s.module.last_train_loss = value
                 s.module.recent_train_losses.append(value)
+                s.module.recent_full_sequence_losses.append(full_values[k])
                 s.trainer.global_step = step + 1
                 s.hook("on_train_batch_end", {"loss": losses[k].detach()}, batches[k], step)
                 if (step + 1) % s.config.trainer.log_every == 0:
-                    s.log({"train/loss": value}, step)
+                    s.log({"train/loss": value, "train/full_sequence_loss": full_values[k]}, step)
 
             per_seed(after_step)
             if (step + 1) % t.eval_every == 0 and live:
@@ -630,9 +655,12 @@ def _evaluate(seeds: list[Seed], live: list[int], ensemble: Ensemble, eval_set: 
     K, C = ensemble.K, task.num_cells
     sums = {key: torch.zeros(K, C, dtype=torch.float64, device=ensemble.device)
             for key in ("loss", "correct", "p_correct", "count")}
+    full_sequence = torch.zeros(K, 2, dtype=torch.float64, device=ensemble.device)  # (loss sum, rows)
     for i, tokens in enumerate(eval_set):
         per_seed(lambda k, s: s.hook("on_validation_batch_start", tokens, i, 0))
-        loss, predictions = ensemble.evaluate(tokens, bias)  # [K, B, N]
+        loss, predictions, every_row = ensemble.evaluate(tokens, bias)  # [K, B, N], [K, B, N], [K, B, L]
+        full_sequence[:, 0] += every_row.flatten(1).double().sum(1)
+        full_sequence[:, 1] += every_row[0].numel()
         targets = tokens[:, 1:].index_select(1, scored)  # [B, N]
         per_token = {"loss": loss, "correct": (predictions == targets).double(), "p_correct": (-loss).exp(),
                      "count": torch.ones_like(loss)}
@@ -651,10 +679,12 @@ def _evaluate(seeds: list[Seed], live: list[int], ensemble: Ensemble, eval_set: 
             "loss": float(sums["loss"][k].sum() / count),
             "accuracy": float(accuracy),
             "p_correct": float(sums["p_correct"][k].sum() / count),
+            "full_sequence_loss": float(full_sequence[k, 0] / full_sequence[k, 1]),
             "cell_accuracy": (sums["correct"][k] / sums["count"][k]).float().cpu(),
             "cell_loss": (sums["loss"][k] / sums["count"][k]).float().cpu(),
         }
-        metrics = {"eval/loss": e["loss"], "eval/accuracy": e["accuracy"], "eval/p_correct": e["p_correct"]}
+        metrics = {"eval/loss": e["loss"], "eval/accuracy": e["accuracy"], "eval/p_correct": e["p_correct"],
+                   "eval/full_sequence_loss": e["full_sequence_loss"]}
         if s.module.num_cells <= 64:
             metrics.update({f"eval_cell_accuracy/{i}": float(a) for i, a in enumerate(e["cell_accuracy"])})
             metrics.update({f"eval_cell_loss/{i}": float(v) for i, v in enumerate(e["cell_loss"])})

@@ -1,4 +1,4 @@
-"""AttentionBias: add strength × (the task's ground-truth pattern) to attention logits during training."""
+"""AttentionBias: add strength × (the task's ground-truth patterns) to attention logits during training."""
 
 from __future__ import annotations
 
@@ -6,6 +6,9 @@ import lightning as L
 import torch
 
 from benchmark.registry import register_callback
+
+
+AUTO = "auto"
 
 
 def _selection(key: str, value, count: int) -> list[int]:
@@ -21,10 +24,17 @@ def _selection(key: str, value, count: int) -> list[int]:
 
 @register_callback("attention_bias")
 class AttentionBias(L.Callback):
-    """logits += factor(step) · strength · M on the chosen layers and heads.
+    """logits += factor(step) · strength · M_h on the chosen layers and heads h.
 
-    M [L, L] is ``task.ground_truth_attention()`` (rows that predict a scored token, keys that
-    determine it). factor is 1 before ``until_step`` (always, when it is null) and 0 after; with
+    M_h [L, L] is one of the task's named ground-truth patterns (``task.pattern(name)``; rows that
+    predict a scored token, keys that determine it): ``pattern`` is one name for every biased head,
+    a list with one name per biased head (in the order of ``heads``), or ``auto``. ``auto`` (and
+    ``layers: auto``) take the task's ``bias_defaults``: the linear map biases every head of every
+    layer with ``predict``; cellular automata bias only the first layer, half its heads with
+    ``predict`` (the window of the cell being predicted) and half with ``own`` (the window of the
+    cell the query holds, which in-context rule inference needs), the other layers staying free to
+    look back at earlier matching windows. (Measured: README, "What the suite reproduces".)
+    factor is 1 before ``until_step`` (always, when it is null) and 0 after; with
     ``anneal`` it falls linearly from 1 at step 0 to 0 at ``until_step`` (or at max_steps).
     With ``in_eval`` (default) evals see the same bias as training at that step, so eval metrics
     measure the model as it is trained; without it they measure the model alone. The attention
@@ -34,43 +44,75 @@ class AttentionBias(L.Callback):
 
     is_intervention = True
 
-    def __init__(self, task, strength: float = 5.0, layers="all", heads="all", until_step: int | None = None,
-                 anneal: bool = False, in_eval: bool = True):
+    def __init__(self, task, strength: float = 5.0, layers=AUTO, heads="all", pattern=AUTO,
+                 until_step: int | None = None, anneal: bool = False, in_eval: bool = True):
         if until_step is not None and until_step < 1:
             raise ValueError(f"attention_bias.until_step must be ≥ 1 or null, got {until_step}")
         for name, value in (("layers", layers), ("heads", heads)):
-            if value != "all" and not isinstance(value, (int, list, tuple)):
-                raise ValueError(f"attention_bias.{name} must be 'all' or a list of indices, got {value!r}")
+            if value not in ("all", AUTO) and not isinstance(value, (int, list, tuple)):
+                raise ValueError(f"attention_bias.{name} must be 'all', 'auto' or a list of indices, got {value!r}")
+        defaults = getattr(task, "bias_defaults", {"layers": "all", "patterns": ("predict",)})
         self.task = task
-        self.strength, self.layers, self.heads = float(strength), layers, heads
+        self.strength, self.heads = float(strength), heads
+        self.layers = defaults["layers"] if layers == AUTO else layers
+        self.pattern_names = tuple(defaults["patterns"]) if pattern == AUTO else pattern
+        if isinstance(self.pattern_names, str):
+            self.pattern_names = (self.pattern_names,)
+        self.spread = pattern == AUTO  # auto: the task's patterns in equal blocks of heads
+        self.pattern_names = tuple(self.pattern_names)
+        if type(self).pattern is AttentionBias.pattern:  # the task's patterns (distillation has its own)
+            for name in set(self.pattern_names):
+                task.pattern(name)  # an unknown name fails here, naming the task's patterns
         self.until_step, self.anneal, self.in_eval = until_step, anneal, in_eval
         self.applied: dict[int, list[int]] = {}  # layer -> heads actually biased
+        self.applied_patterns: dict[int, list[str]] = {}  # layer -> the pattern of each biased head
         self.not_applicable: str | None = None
         self.steps_applied = 0
         self.first_step = self.last_step = None
         self._bias: dict[int, torch.Tensor] = {}
 
-    def pattern(self, layer: int) -> torch.Tensor:
-        """[L, L] the pattern added to ``layer``'s logits (times strength): the task's ground truth."""
-        return self.task.ground_truth_attention().float()
+    def pattern(self, layer: int, name: str) -> torch.Tensor:
+        """[L, L] the pattern ``name`` added to a head of ``layer`` (times strength)."""
+        return self.task.pattern(name).float()
 
-    def setup(self, trainer, pl_module, stage: str) -> None:
-        mixers = pl_module.model.mixers
+    def plan(self, model) -> dict[int, list[tuple[int, str]]]:
+        """layer -> [(head, pattern name)] for ``model``; a layer or head it does not have, or a
+        pattern list of the wrong length, raises ValueError (``check`` calls this before training)."""
+        mixers = model.mixers
         name = getattr(self, "registered_name", "attention_bias")
-        layers = _selection(f"{name}.layers", self.layers, len(mixers))
-        skipped = [f"layer {i} ({type(mixers[i]).__name__})" for i in layers
-                   if not getattr(mixers[i], "exposes_attention", False)]
-        if skipped:
-            self.not_applicable = f"no attention scores in {', '.join(skipped)}"
-        for i in layers:
+        plan = {}
+        for i in _selection(f"{name}.layers", self.layers, len(mixers)):
             mixer = mixers[i]
             if not getattr(mixer, "exposes_attention", False):
                 continue
             heads = _selection(f"{name}.heads", self.heads, mixer.n_heads)
-            head_mask = torch.zeros(mixer.n_heads, 1, 1)
-            head_mask[heads] = 1.0
-            self._bias[i] = (self.strength * head_mask * self.pattern(i)).unsqueeze(0).to(pl_module.device)
-            self.applied[i] = heads
+            names = self.pattern_names
+            if self.spread:  # first block of heads the first pattern, and so on
+                names = [names[j * len(names) // len(heads)] for j in range(len(heads))]
+            elif len(names) == 1:
+                names = names * len(heads)
+            elif len(names) != len(heads):
+                raise ValueError(f"{name}.pattern lists {len(names)} names but layer {i} biases {len(heads)} "
+                                 f"heads ({heads}): give one name per biased head, or one name for all")
+            plan[i] = list(zip(heads, names))
+        return plan
+
+    check_model = plan  # run.check: a bias naming a layer or head the model lacks fails before training
+
+    def setup(self, trainer, pl_module, stage: str) -> None:
+        mixers = pl_module.model.mixers
+        layers = _selection(getattr(self, "registered_name", "attention_bias") + ".layers", self.layers, len(mixers))
+        skipped = [f"layer {i} ({type(mixers[i]).__name__})" for i in layers
+                   if not getattr(mixers[i], "exposes_attention", False)]
+        if skipped:
+            self.not_applicable = f"no attention scores in {', '.join(skipped)}"
+        for i, chosen in self.plan(pl_module.model).items():
+            bias = torch.zeros(mixers[i].n_heads, self.task.seq_len, self.task.seq_len)  # [H, L, L]
+            for head, name in chosen:
+                bias[head] = self.strength * self.pattern(i, name)
+            self._bias[i] = bias.unsqueeze(0).to(pl_module.device)
+            self.applied[i] = [head for head, _ in chosen]
+            self.applied_patterns[i] = [name for _, name in chosen]
 
     def on_fit_start(self, trainer, pl_module) -> None:
         # Lightning calls `setup` before it moves the model to its device; follow it there now.
@@ -111,6 +153,7 @@ class AttentionBias(L.Callback):
             "in_eval": self.in_eval,
             "layers": sorted(self.applied),
             "heads": {str(layer): heads for layer, heads in self.applied.items()},
+            "patterns": {str(layer): names for layer, names in self.applied_patterns.items()},
             "steps_applied": self.steps_applied,
             "first_step": self.first_step,
             "last_step": self.last_step,

@@ -71,7 +71,7 @@ class AttentionProbe(L.Callback):
     def measure(self, pl_module) -> tuple[list, list, dict]:
         tokens = self.task.batch("eval", 0)[: self.probe_size].to(pl_module.device)
         ctx = MixerContext(capture=True)
-        pl_module.model(tokens[:, :-1], ctx)
+        pl_module.model(self.task.model_inputs(tokens), ctx)
         entropy, mass = [], []
         for layer in self.layers:
             e, m = attention_stats(ctx.attention[layer], self.pattern, self.keys, self.rows)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from functools import cached_property
+
 import lightning as L
 
 from benchmark.registry import register_callback
@@ -10,13 +12,29 @@ from benchmark.registry import register_callback
 @register_callback("emergence")
 class Emergence(L.Callback):
     """Records eval accuracy overall and per output cell; the emergence step of each is the first
-    eval step with accuracy ≥ ``threshold`` (censored when never reached)."""
+    eval step with accuracy ≥ τ (censored when never reached).
 
-    def __init__(self, task, threshold: float = 0.95):
+    τ is ``threshold`` × the task's reachable ``max_accuracy`` when ``relative`` (the default), so
+    a task whose Bayes accuracy is below 0.95 (cellular automata: ≈0.93–0.95) can still emerge;
+    ``relative: false`` takes ``threshold`` as an absolute accuracy.
+    """
+
+    def __init__(self, task, threshold: float = 0.95, relative: bool = True):
         if not 0 < threshold <= 1:
             raise ValueError(f"emergence.threshold must be in (0, 1], got {threshold}")
-        self.threshold = threshold
+        self.task = task
+        self.requested_threshold, self.relative = threshold, relative
         self.history: list[tuple[int, float, list[float]]] = []  # (step, accuracy, per-cell accuracy)
+
+    @cached_property
+    def max_accuracy(self) -> float:
+        return float(getattr(self.task, "max_accuracy", 1.0))
+
+    @cached_property
+    def threshold(self) -> float:
+        """τ, the accuracy that counts as emerged (computed on first use: the task's max_accuracy
+        may need an oracle pass)."""
+        return effective_threshold(self.requested_threshold, self.relative, self.task)
 
     def update(self, step: int, accuracy: float, cell_accuracy: list[float]) -> None:
         self.history.append((step, float(accuracy), [float(a) for a in cell_accuracy]))
@@ -36,6 +54,9 @@ class Emergence(L.Callback):
         per_position = [self._first((s, c[i]) for s, _, c in self.history) for i in range(cells)]
         return {
             "threshold": self.threshold,
+            "requested_threshold": self.requested_threshold,
+            "relative": self.relative,
+            "max_accuracy": self.max_accuracy,
             "step": step,
             "censored": step is None,
             "per_position": per_position,
@@ -47,3 +68,8 @@ class Emergence(L.Callback):
 
     def load_state_dict(self, state: dict) -> None:
         self.history = [(s, a, list(c)) for s, a, c in state["history"]]
+
+
+def effective_threshold(threshold: float, relative: bool, task) -> float:
+    """The accuracy that counts as emerged: ``threshold`` × ``task.max_accuracy`` when relative."""
+    return threshold * float(getattr(task, "max_accuracy", 1.0)) if relative else threshold

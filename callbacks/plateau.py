@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import warnings
+from functools import cached_property
+
 import lightning as L
 
 from benchmark.registry import register_callback
@@ -12,13 +15,18 @@ class Plateau(L.Callback):
     """End step = first step whose smoothed train loss is below the threshold; censored if never.
 
     The threshold is ``threshold`` when given (e.g. 1.3, as the paper uses for C=4), else
-    ``chance − frac·(chance − floor)``. Smoothing is an EMA with factor ``smoothing`` that starts at
+    ``base − frac·(base − floor)`` with base the chance loss, or the task's shortcut baseline when
+    it is lower (so a shortcut alone never ends the plateau). Smoothing is an EMA with factor ``smoothing`` that starts at
     the chance loss (so early noise alone cannot end the plateau).
     Plateau spans are the maximal stretches where the smoothed loss falls by less than
     ``tolerance·(chance − floor)`` over ``window`` steps. Steps count completed optimiser updates.
 
     Per output cell, the plateau ends at the first eval step whose eval loss on that cell is below
     the same threshold (``per_position``), so a staircase of cells shows as distinct steps.
+
+    The report names the task's ``shortcut_loss`` (the best loss without the sparse pattern, e.g.
+    in-context colour counts on cellular automata) and whether the threshold lies above it: then a
+    shortcut alone ends the plateau, and the fit warns.
     """
 
     def __init__(self, task, frac: float = 0.1, threshold: float | None = None, smoothing: float = 0.9,
@@ -27,13 +35,45 @@ class Plateau(L.Callback):
             raise ValueError(f"plateau.frac must be in (0, 1), got {frac}")
         if not 0 <= smoothing < 1:
             raise ValueError(f"plateau.smoothing must be in [0, 1), got {smoothing}")
-        self.gap = task.chance_loss - task.floor_loss
-        self.threshold = float(threshold) if threshold is not None else task.chance_loss - frac * self.gap
+        self.task, self.frac, self.fixed_threshold = task, frac, threshold
         self.smoothing, self.window, self.tolerance = smoothing, window, tolerance
         self.steps: list[int] = []
         self.smoothed: list[float] = []
         self._ema = task.chance_loss
         self.cell_history: list[tuple[int, list[float]]] = []  # (eval step, eval loss per cell)
+
+    # The floor and the shortcut may need an oracle pass over the task: computed on first use.
+    @cached_property
+    def baseline(self) -> float:
+        """Where the plateau sits: the chance loss, or the shortcut baseline when that is lower."""
+        shortcut = self.shortcut_loss
+        return self.task.chance_loss if shortcut is None else min(self.task.chance_loss, shortcut)
+
+    @cached_property
+    def gap(self) -> float:
+        return self.baseline - self.task.floor_loss
+
+    @cached_property
+    def threshold(self) -> float:
+        if self.fixed_threshold is not None:
+            return float(self.fixed_threshold)
+        return self.baseline - self.frac * self.gap
+
+    @cached_property
+    def shortcut_loss(self) -> float | None:
+        value = getattr(self.task, "shortcut_loss", None)
+        return None if value is None else float(value)
+
+    @property
+    def measures_shortcut(self) -> bool | None:
+        """Whether the threshold lies above the shortcut baseline (None when the task has none)."""
+        return None if self.shortcut_loss is None else self.threshold > self.shortcut_loss
+
+    def setup(self, trainer, pl_module, stage: str) -> None:
+        if self.measures_shortcut:
+            warnings.warn(f"plateau threshold {self.threshold:.4g} is above the task's shortcut baseline "
+                          f"{self.shortcut_loss:.4g}: a predictor without the sparse pattern already crosses "
+                          "it, so this plateau measures the shortcut", stacklevel=2)
 
     def update(self, step: int, loss: float) -> None:
         self._ema = self.smoothing * self._ema + (1 - self.smoothing) * loss
@@ -74,6 +114,8 @@ class Plateau(L.Callback):
         end = self.end_step()
         return {
             "threshold": self.threshold,
+            "shortcut_loss": self.shortcut_loss,
+            "measures_shortcut": self.measures_shortcut,
             "end_step": end,
             "censored": end is None,
             "budget": self.steps[-1] + 1 if self.steps else 0,

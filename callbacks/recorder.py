@@ -49,6 +49,7 @@ class Recorder(L.Callback):
     def columns(self, trainer, module) -> dict:
         last_eval = getattr(module, "last_eval", {}) if module is not None else {}
         recent = list(getattr(module, "recent_train_losses", []))
+        recent_full = list(getattr(module, "recent_full_sequence_losses", []))
         columns = {
             "timing": {
                 "steps": self.steps,
@@ -61,9 +62,13 @@ class Recorder(L.Callback):
                 "final_eval_loss": last_eval.get("loss"),
                 "final_eval_accuracy": last_eval.get("accuracy"),
                 "final_eval_p_correct": last_eval.get("p_correct"),
+                "final_train_full_sequence_loss": sum(recent_full) / len(recent_full) if recent_full else None,
+                "final_eval_full_sequence_loss": last_eval.get("full_sequence_loss"),
             },
             "curves": {"train_loss": self.train_curve, "eval": self.eval_curve},
         }
+        if module is not None and getattr(module, "task", None) is not None:
+            columns["task_facts"] = task_facts(module.task)
         for callback in trainer.callbacks if trainer is not None else []:
             if callback is not self and callable(getattr(callback, "report", None)):
                 name = getattr(callback, "registered_name", type(callback).__name__.lower())
@@ -78,6 +83,17 @@ class Recorder(L.Callback):
         self.steps, self.train_seconds, self.eval_seconds = (
             state["steps"], state["train_seconds"], state["eval_seconds"])
         self.train_curve, self.eval_curve, self._window = state["train_curve"], state["eval_curve"], state["window"]
+
+
+def task_facts(task) -> dict:
+    """What the task says about its own difficulty: chance, floor, shortcut baseline, reachable
+    accuracy and (linear map) which output cells a shortcut through earlier outputs predicts."""
+    facts = {"chance_loss": float(task.chance_loss), "floor_loss": float(task.floor_loss),
+             "shortcut_loss": getattr(task, "shortcut_loss", None),
+             "max_accuracy": float(getattr(task, "max_accuracy", 1.0))}
+    if callable(getattr(task, "shortcut_cells", None)):
+        facts["shortcut_cells"] = [bool(c) for c in task.shortcut_cells()]
+    return facts
 
 
 def _finite(value):

@@ -10,6 +10,7 @@ from torch import nn
 
 from benchmark.registry import register_mixer
 from mixers.base import MixerContext, TokenMixer
+from mixers.init import WeightInit
 
 
 @register_mixer("transformer")
@@ -34,6 +35,11 @@ class CausalSelfAttention(TokenMixer):
         self.out = nn.Linear(n_heads * head_dim, d_model)
         causal = torch.ones(max_len, max_len, dtype=torch.bool).tril()
         self.register_buffer("causal", causal, persistent=False)
+
+    def init_weights(self, init: WeightInit) -> None:
+        """Both projections follow the model's named init (it sets the initial logit scale)."""
+        init.linear_(self.qkv)
+        init.linear_(self.out)
 
     def forward(self, x: torch.Tensor, ctx: MixerContext) -> torch.Tensor:
         B, L, _ = x.shape

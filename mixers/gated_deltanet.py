@@ -24,6 +24,7 @@ from torch import nn
 from benchmark.registry import register_mixer
 from mixers.backend import KERNEL, REFERENCE, choose
 from mixers.base import MixerContext, TokenMixer
+from mixers.init import WeightInit
 
 KERNEL_MODULE = "fla.ops.gated_delta_rule"
 L2NORM_EPS = 1e-6  # the epsilon of fla's in-kernel q/k L2 norm, so either path normalises alike
@@ -185,6 +186,12 @@ class GatedDeltaNet(TokenMixer):
         self.o_proj = nn.Linear(value_dim, d_model, bias=False)
         self.last_backend = REFERENCE
         self.reset_decay_parameters()
+
+    def init_weights(self, init: WeightInit) -> None:
+        """The projections follow the model's named init; the short convolutions keep PyTorch's and
+        the decay parameters their Mamba-2 init (``reset_decay_parameters``)."""
+        for proj in (self.q_proj, self.k_proj, self.v_proj, self.a_proj, self.b_proj, self.g_proj, self.o_proj):
+            init.linear_(proj)
 
     @torch.no_grad()
     def reset_decay_parameters(self) -> None:

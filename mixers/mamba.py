@@ -20,6 +20,7 @@ from torch import nn
 from benchmark.registry import register_mixer
 from mixers import backend as backends
 from mixers.base import MixerContext, TokenMixer
+from mixers.init import WeightInit
 
 KERNEL_MODULE = "mamba_ssm.ops.selective_scan_interface"
 DT_MIN, DT_MAX, DT_FLOOR = 1e-3, 1e-1, 1e-4  # Mamba's range for the initial step size delta
@@ -213,9 +214,9 @@ class Mamba(TokenMixer):
     delta = softplus(dt_proj(dt)) [B, L, E];  A = -exp(A_log) [E, N];  D [E]
     y = selective_scan(u, delta, A, B_t, C_t, D) · SiLU(z) [B, L, E] -out_proj-> [B, L, D]
 
-    ``dt_proj`` is held as two plain parameters (``dt_proj_weight`` [E, R], ``dt_proj_bias`` [E]),
-    not an nn.Linear, so the model's generic Linear re-initialisation leaves Mamba's step-size
-    initialisation in place.
+    ``dt_proj`` is held as two plain parameters (``dt_proj_weight`` [E, R], ``dt_proj_bias`` [E]):
+    its bias is the step-size init, which the kernel takes separately. ``init_weights`` gives the
+    model's named init to in/x/out projections only; the SSM parameters keep Mamba's own init.
     """
 
     exposes_attention = False
@@ -250,6 +251,10 @@ class Mamba(TokenMixer):
             p._no_weight_decay = True
         self.last_backend = backends.REFERENCE
         self.reset_ssm_parameters()
+
+    def init_weights(self, init: WeightInit) -> None:
+        for proj in (self.in_proj, self.x_proj, self.out_proj):
+            init.linear_(proj)
 
     @torch.no_grad()
     def reset_ssm_parameters(self) -> None:

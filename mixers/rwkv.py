@@ -162,8 +162,8 @@ class RWKV7TimeMix(TokenMixer):
         self.n_heads = D // head_dim
         self.last_backend = backends.REFERENCE
 
-        # Plain Parameters rather than nn.Linear: SequenceModel re-initialises every nn.Linear to
-        # N(0, 0.02), which would erase RWKV-7's own initialisation (e.g. the zero output matrix).
+        # Plain [in, out] matrices, as the official code stores them. RWKV-7 has no init_weights: it
+        # keeps its own official init whatever `model.init` names (the model never touches it).
         def param(*shape):
             return nn.Parameter(torch.empty(*shape))
 

@@ -1,12 +1,26 @@
 """The Task contract: a LightningDataModule of synthetic sequences generated on the fly.
 
-A task produces token sequences ``[B, seq_len + 1]``; the model reads ``tokens[:, :-1]`` and the
-logit at query row p predicts ``tokens[:, p + 1]``. Everything a task says about positions is in
-query-row coordinates (length ``seq_len``), so the next-token shift lives here, once:
+A task produces token sequences ``[B, seq_len + 1]``; the model reads ``model_inputs(tokens)``
+(default ``tokens[:, :-1]``) and the logit at query row p predicts ``tokens[:, p + 1]``: the targets
+are always ``tokens[:, 1:]``. A task overrides ``model_inputs`` to hide something from the model
+without changing what is scored (linear_map's ``blank_outputs`` replaces the input tokens of x1 by a
+blank). Everything a task says about positions is in query-row coordinates (length ``seq_len``), so
+the next-token shift lives here, once:
 
+    model_inputs(tokens)      [B, seq_len + 1] -> [B, seq_len] long, what the model reads
     loss_mask                 [seq_len] bool   rows whose target is scored
     output_cell               [seq_len] long   which output cell a scored row predicts (-1: unscored)
     ground_truth_attention()  [seq_len, seq_len] 0/1, row p marks the keys that determine token p+1
+    ground_truth_patterns()   {name: [seq_len, seq_len] 0/1}, ``predict`` is ground_truth_attention();
+                              ``pattern(name)`` picks one (cellular automata add ``own``)
+
+What a task reaches and what a shortcut reaches, for thresholds (losses in nats on scored tokens):
+
+    chance_loss     a uniform guess over the vocabulary
+    floor_loss      the lowest achievable loss (0 for deterministic targets)
+    max_accuracy    the best achievable greedy accuracy (1 for deterministic targets)
+    shortcut_loss   the loss of the best predictor that uses no sparse attention pattern (None: not
+                    defined for the task); a plateau threshold above it measures the shortcut
 
 Batches are deterministic functions of (task seed, data seed, split, batch index): a resumed run sees
 the same stream, and train and eval streams never share a generator. The task instance (e.g. the
@@ -85,6 +99,28 @@ class SyntheticTask(L.LightningDataModule, metaclass=ABCMeta):
     def ground_truth_attention(self) -> torch.Tensor:
         """[seq_len, seq_len] 0/1: row p marks the key positions that determine token p + 1."""
 
+    def ground_truth_patterns(self) -> dict[str, torch.Tensor]:
+        """{name: [seq_len, seq_len] 0/1} in query-row coordinates (row p is the query at token p).
+        ``predict`` (row p marks the keys that determine token p + 1) is always there."""
+        return {"predict": self.ground_truth_attention()}
+
+    def pattern(self, name: str) -> torch.Tensor:
+        """The named ground-truth pattern [seq_len, seq_len]; a ValueError lists the valid names."""
+        patterns = self.ground_truth_patterns()
+        if name not in patterns:
+            raise ValueError(f"unknown pattern {name!r} for {type(self).__name__}; "
+                             f"valid names: {', '.join(sorted(patterns))}")
+        return patterns[name]
+
+    # What `attention_bias: {strength: c}` does on this task (layers "all" or indices, and the named
+    # patterns spread over each biased layer's heads in equal blocks).
+    bias_defaults = {"layers": "all", "patterns": ("predict",)}
+
+    def model_inputs(self, tokens: torch.Tensor) -> torch.Tensor:
+        """tokens [B, seq_len + 1] -> what the model reads [B, seq_len] (default: ``tokens[:, :-1]``).
+        The targets are ``tokens[:, 1:]`` whatever this returns."""
+        return tokens[:, :-1]
+
     def probe_keys(self) -> torch.Tensor:
         """[seq_len, seq_len] bool: the keys over which a row's attention entropy is measured
         (default: every key the row can see)."""
@@ -99,6 +135,16 @@ class SyntheticTask(L.LightningDataModule, metaclass=ABCMeta):
     def floor_loss(self) -> float:
         """The lowest achievable loss on scored tokens (0 for deterministic targets)."""
         return 0.0
+
+    @property
+    def max_accuracy(self) -> float:
+        """The best achievable greedy accuracy on scored tokens (1 for deterministic targets)."""
+        return 1.0
+
+    @property
+    def shortcut_loss(self) -> float | None:
+        """Loss of the best predictor that uses no sparse attention pattern; None: not defined."""
+        return None
 
     @property
     def num_cells(self) -> int:

@@ -2,6 +2,17 @@
 
 Every sequence follows one rule from a pool drawn once per task instance, so the model has to infer
 the rule in context from the trajectory before it can predict the next state.
+
+Named patterns: ``predict`` (row p marks the previous state's window of token p + 1's cell) and
+``own`` (row p marks the previous state's window of token p's own cell). A model that infers the rule
+in context needs ``own``: it pairs each cell it holds with the window that produced it, a
+"window -> outcome" example.
+
+What is reachable, from an exact Bayes oracle (the rule pool known, a uniform prior over it) run on a
+fixed set of sequences drawn from the task seed: ``max_accuracy`` and ``floor_loss``. Early tokens of
+a sequence are uncertain (few rules are ruled out yet), so the floor is positive. ``shortcut_loss`` is
+the in-context colour-count model, which needs no sparse pattern (C=4, 256 rules, T=16: 1.24 at
+S=4, under PAPER.md's plateau threshold 1.3).
 """
 
 from __future__ import annotations
@@ -12,6 +23,8 @@ from benchmark.registry import register_task
 from tasks.base import StateTrajectoryTask, check_range, seeded_generator
 
 DEFAULT_BATCH_SIZE = 64
+ORACLE_TOKENS = 512 * 256  # the oracle's sequences: about this many tokens, 64 to 512 sequences
+COUNT_ALPHAS = (0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0)  # Dirichlet smoothing grid of the count shortcut
 
 
 class WindowRuleTask(StateTrajectoryTask):
@@ -20,9 +33,16 @@ class WindowRuleTask(StateTrajectoryTask):
 
     Shared by ``cellular_automata`` (lookup tables) and ``neural_ca`` (small networks): parameter
     checks, the batch size (``batch_size`` or ``tokens_per_batch``), the window ``neighbours``
-    [S, 2r+1], the circulant ground truth and generation. Subclasses draw their pool and define
-    ``step(state [B, S], rules) -> [B, S]``, where ``rules`` is what ``select_rules`` gives.
+    [S, 2r+1] and its base-C code ``window_index``, the circulant ground truth and the ``own``
+    pattern, generation, and the Bayes oracle behind ``max_accuracy``, ``floor_loss`` and
+    ``shortcut_loss``. Subclasses draw their pool and define ``step(state [B, S], rules) -> [B, S]``,
+    where ``rules`` is what ``select_rules`` gives, and ``rule_tables() -> [rules, C**(2r+1)]``, each
+    rule's output for every window code.
     """
+
+    # The default attention bias: only the first layer, half its heads on `predict` and half on
+    # `own`, so rule inference (own windows, then later layers looking back) is not suppressed.
+    bias_defaults = {"layers": [0], "patterns": ("predict", "own")}
 
     def __init__(self, state_size: int, colors: int, radius: int, rules: int, trajectory_length: int,
                  task_seed: int, batch_size: int | None, tokens_per_batch: int | None):
@@ -41,6 +61,9 @@ class WindowRuleTask(StateTrajectoryTask):
         self.tokens_per_batch = tokens_per_batch
         offsets = torch.arange(-radius, radius + 1)
         self.neighbours = (torch.arange(state_size)[:, None] + offsets) % state_size  # [S, 2r+1]
+        width = 2 * radius + 1
+        self.place = colors ** torch.arange(width - 1, -1, -1)  # [2r+1]: digit k weighs C**(width-1-k)
+        self._oracle_cache: dict | None = None  # filled on first use: validating a config stays cheap
 
     @staticmethod
     def _batch_size(batch_size: int | None, tokens_per_batch: int | None, tokens_per_sequence: int) -> int:
@@ -72,6 +95,113 @@ class WindowRuleTask(StateTrajectoryTask):
         """[S, S] circulant 0/1: row i marks cells i-r, ..., i+r (mod S)."""
         S = self.state_size
         return torch.zeros(S, S, dtype=torch.long).scatter_(1, self.neighbours, 1)
+
+    def window_index(self, state: torch.Tensor) -> torch.Tensor:
+        """state [..., S] long -> [..., S] long: cell i's window x[i-r..i+r] as a base-C number,
+        leftmost cell most significant (the column of ``rule_tables``)."""
+        return (state[..., self.neighbours] * self.place).sum(dim=-1)
+
+    def rule_tables(self) -> torch.Tensor:
+        """[rules, C**(2r+1)] long: each pool rule's output for every window code."""
+        raise NotImplementedError
+
+    # --- named patterns -----------------------------------------------------------------------
+    def own_attention(self) -> torch.Tensor:
+        """[seq_len, seq_len] 0/1: row p holds token p, cell j of state t; it marks cells j-r..j+r
+        (periodic) of state t − 1, the window that produced it. Rows of state 0 mark nothing."""
+        S = self.state_size
+        pattern = torch.zeros(self.seq_len, self.seq_len, dtype=torch.long)
+        for t in range(1, self.trajectory_length):
+            rows = t * S + torch.arange(S)  # the rows holding state t's cells
+            keep = rows < self.seq_len  # the last token is a target only, never read
+            pattern[rows[keep], (t - 1) * S : t * S] = self.source_cells()[keep]
+        return pattern
+
+    def ground_truth_patterns(self) -> dict[str, torch.Tensor]:
+        return {"predict": self.ground_truth_attention(), "own": self.own_attention()}
+
+    # --- the Bayes oracle and the count shortcut ----------------------------------------------
+    def bayes_oracle(self, tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The exact posterior predictive of every scored token, the rule pool known.
+
+            tokens  [B, S·T] long whole sequences
+            returns (p_true, p_max), each [B, S·(T−1)] float64: the predictive probability of the
+                    true token, and of the most probable colour (the Bayes greedy predictor's
+                    expected accuracy on that token, whatever the tie-break)
+
+        Walks the scored tokens in order, keeping per sequence the pool rules consistent with every
+        transition revealed so far (cells of the current state already seen count too). A uniform
+        prior over the pool makes the predictive the share of consistent rules that output each
+        colour for the token's window.
+        """
+        B, S, C = tokens.shape[0], self.state_size, self.colors
+        states = tokens.view(B, self.trajectory_length, S)
+        windows = self.window_index(states[:, :-1]).flatten(1)  # [B, S·(T−1)]: each target's window
+        targets = states[:, 1:].flatten(1)  # [B, S·(T−1)]
+        by_window = self.rule_tables().T.contiguous()  # [C**(2r+1), R]
+        consistent = torch.ones(B, by_window.shape[1], dtype=torch.float64)  # [B, R] 1 = not ruled out
+        p_true = torch.empty(targets.shape, dtype=torch.float64)
+        p_max = torch.empty(targets.shape, dtype=torch.float64)
+        for k in range(targets.shape[1]):
+            outputs = by_window[windows[:, k]]  # [B, R]: every rule's output for this window
+            votes = torch.zeros(B, C, dtype=torch.float64).scatter_add_(1, outputs, consistent)
+            predictive = votes / consistent.sum(dim=1, keepdim=True)  # [B, C]
+            p_true[:, k] = predictive.gather(1, targets[:, k, None])[:, 0]
+            p_max[:, k] = predictive.max(dim=1).values
+            consistent *= outputs == targets[:, k, None]  # the true rule always survives
+        return p_true, p_max
+
+    @staticmethod
+    def count_model_loss(tokens: torch.Tensor, colors: int, first: int, alpha: float) -> torch.Tensor:
+        """The in-context count shortcut: token k is predicted from the colours of tokens 0..k−1 of
+        its own sequence, p(c) = (n_c + α) / (k + C·α) (Dirichlet smoothing α).
+
+            tokens [B, N] long -> [B, N − first] float64, −log p(true token) of tokens first..N−1
+        """
+        onehot = torch.nn.functional.one_hot(tokens, colors).double()  # [B, N, C]
+        seen = onehot.cumsum(dim=1) - onehot  # [B, N, C]: counts before each token
+        n_true = (seen * onehot).sum(dim=-1)  # [B, N]
+        position = torch.arange(tokens.shape[1], dtype=torch.float64)
+        loss = -torch.log((n_true + alpha) / (position + colors * alpha))
+        return loss[:, first:]
+
+    def oracle_sequences(self) -> torch.Tensor:
+        """[B, S·T] fixed sequences for the oracle, from their own stream of the task seed: about
+        ORACLE_TOKENS tokens, between 64 and 512 sequences."""
+        n = min(512, max(64, ORACLE_TOKENS // (self.state_size * self.trajectory_length)))
+        return self.generate(seeded_generator(self.task_seed, "oracle", n), n)
+
+    def oracle_statistics(self) -> dict:
+        """{max_accuracy, floor_loss, shortcut_loss, shortcut_alpha, sequences}, computed once."""
+        if self._oracle_cache is None:
+            tokens = self.oracle_sequences()
+            p_true, p_max = self.bayes_oracle(tokens)
+            counts = {alpha: float(self.count_model_loss(tokens, self.colors, self.state_size, alpha).mean())
+                      for alpha in COUNT_ALPHAS}
+            alpha = min(counts, key=counts.get)
+            self._oracle_cache = {
+                "max_accuracy": float(p_max.mean()),
+                "floor_loss": float(-p_true.log().mean()),
+                "shortcut_loss": counts[alpha],
+                "shortcut_alpha": alpha,
+                "sequences": tokens.shape[0],
+            }
+        return self._oracle_cache
+
+    @property
+    def max_accuracy(self) -> float:
+        """Bayes greedy accuracy with the rule pool known (oracle estimate, see bayes_oracle)."""
+        return self.oracle_statistics()["max_accuracy"]
+
+    @property
+    def floor_loss(self) -> float:
+        """Bayes loss with the rule pool known (oracle estimate): positive, early tokens are uncertain."""
+        return self.oracle_statistics()["floor_loss"]
+
+    @property
+    def shortcut_loss(self) -> float:
+        """Loss of the in-context colour-count model, at its best smoothing α of COUNT_ALPHAS."""
+        return self.oracle_statistics()["shortcut_loss"]
 
 
 @register_task("cellular_automata")
@@ -105,12 +235,13 @@ class CellularAutomata(WindowRuleTask):
         width = 2 * radius + 1
         g = seeded_generator(task_seed, "cellular_automata.rules", colors, radius, rules)
         self.tables = torch.randint(0, colors, (rules, colors**width), generator=g)
-        self.place = colors ** torch.arange(width - 1, -1, -1)  # [2r+1]: window digit k weighs C**(width-1-k)
 
     def select_rules(self, chosen: torch.Tensor) -> torch.Tensor:
         return self.tables[chosen]  # [B, C**(2r+1)]
 
+    def rule_tables(self) -> torch.Tensor:
+        return self.tables
+
     def step(self, state: torch.Tensor, tables: torch.Tensor) -> torch.Tensor:
         """One transition: state [B, S] long, tables [B, C**(2r+1)] long -> next state [B, S] long."""
-        index = (state[:, self.neighbours] * self.place).sum(dim=-1)  # [B, S, 2r+1] -> [B, S]
-        return tables.gather(1, index)
+        return tables.gather(1, self.window_index(state))

@@ -31,8 +31,10 @@ class NeuralCA(WindowRuleTask):
         W1 [rules, (2r+1)·C, H]   b1 [rules, H]   W2 [rules, H, C]   b2 [rules, C]   (float64)
         batch [B, S·T] long       each sequence picks one rule uniformly
 
-    x_0 is uniform and unscored; ground truth as in cellular_automata: cell i depends on the 2r+1
-    cells around it in the previous state. ``tokens_per_batch`` works as there.
+    x_0 is uniform and unscored; ground truth, the named patterns (``predict``, ``own``), the Bayes
+    oracle (``max_accuracy``, ``floor_loss``) and the count shortcut as in cellular_automata, the
+    oracle reading each network as its lookup table (``rule_tables``). ``tokens_per_batch`` works
+    as there.
     """
 
     def __init__(
@@ -61,12 +63,29 @@ class NeuralCA(WindowRuleTask):
 
     def step(self, state: torch.Tensor, rule: torch.Tensor) -> torch.Tensor:
         """One transition: state [B, S] long, rule [B] long (pool indices) -> next state [B, S] long."""
-        window = state[:, self.neighbours]  # [B, S, 2r+1]
+        return self.apply_rules(state[:, self.neighbours], rule)
+
+    def apply_rules(self, window: torch.Tensor, rule: torch.Tensor) -> torch.Tensor:
+        """window [B, N, 2r+1] long colours, rule [B] long -> [B, N] long: rule[b]'s output for each
+        of its N windows. ``step`` and ``rule_tables`` both go through here, so they agree exactly."""
         # One-hot of each neighbour, neighbours side by side: feature k·C + colour.
-        index = window + self.colors * torch.arange(window.shape[-1])  # [B, S, 2r+1]
+        index = window + self.colors * torch.arange(window.shape[-1])  # [B, N, 2r+1]
         # onehot · W1 is the sum of W1's rows picked by the window, so gather instead of multiplying.
         W1 = self.W1[rule]  # [B, (2r+1)·C, H]
-        picked = W1[torch.arange(state.shape[0])[:, None, None], index]  # [B, S, 2r+1, H]
-        h = torch.tanh(picked.sum(dim=2) + self.b1[rule][:, None])  # [B, S, H]
-        logits = torch.einsum("bsh,bhc->bsc", h, self.W2[rule]) + self.b2[rule][:, None]  # [B, S, C]
+        picked = W1[torch.arange(window.shape[0])[:, None, None], index]  # [B, N, 2r+1, H]
+        h = torch.tanh(picked.sum(dim=2) + self.b1[rule][:, None])  # [B, N, H]
+        logits = torch.einsum("bsh,bhc->bsc", h, self.W2[rule]) + self.b2[rule][:, None]  # [B, N, C]
         return logits.argmax(dim=-1)
+
+    def rule_tables(self) -> torch.Tensor:
+        """[rules, C**(2r+1)] long: each network rule as a lookup table over window codes (code w
+        has digit k = (w // C**(2r-k)) % C, leftmost most significant, as in ``window_index``)."""
+        if getattr(self, "_tables", None) is None:
+            codes = torch.arange(self.colors ** len(self.place))
+            windows = codes[:, None] // self.place % self.colors  # [C**(2r+1), 2r+1]
+            chunk = max(1, 2**22 // (windows.numel() * self.hidden))  # rules at a time: bounded memory
+            self._tables = torch.cat([
+                self.apply_rules(windows.expand(len(rules), -1, -1), rules)
+                for rules in torch.arange(self.rules).split(chunk)
+            ])
+        return self._tables

@@ -95,6 +95,48 @@ def test_bias_shortens_the_plateau_and_the_leaderboard_shows_the_ratio(tmp_path)
     assert biased["plateau"]["end_step"] is not None
     assert plain["plateau"]["end_step"] is None or biased["plateau"]["end_step"] < plain["plateau"]["end_step"] / 2
     table, markdown = leaderboard.write(tmp_path)
-    assert list(table["intervention"]) == ["none", "attention_bias(strength=5.0, layers=all, heads=all, "
-                                                   "until_step=None, anneal=False, in_eval=True)"]
+    assert list(table["intervention"]) == ["none", "attention_bias(strength=5.0, layers=auto, heads=all, "
+                                                   "pattern=auto, until_step=None, anneal=False, in_eval=True)"]
     assert table["plateau_ratio"][1] < 0.5 and "×" in markdown
+
+
+def test_the_default_bias_follows_the_task():
+    """Linear map: every layer and head on `predict`; cellular automata: layer 0 only, half its heads
+    on `predict` and half on `own`."""
+    from tasks.cellular_automata import CellularAutomata
+
+    ca = CellularAutomata(state_size=5, trajectory_length=3, rules=4, batch_size=2)
+    model = SequenceModel(ca.vocab_size, ca.seq_len, {"name": "transformer", "n_heads": 4, "head_dim": 4},
+                          d_model=16, n_layers=2)
+    callback = AttentionBias(ca, strength=2.0)
+    callback.setup(None, SimpleNamespace(model=model, device=torch.device("cpu")), "fit")
+    assert set(callback._bias) == {0}
+    bias = callback._bias[0][0]
+    for head, name in enumerate(["predict", "predict", "own", "own"]):
+        assert torch.equal(bias[head], 2.0 * ca.pattern(name).float()), head
+    assert callback.report()["patterns"] == {"0": ["predict", "predict", "own", "own"]}
+    _, _, _, linear = setup_bias(strength=1.0)
+    assert sorted(linear._bias) == [0, 1] and linear.report()["patterns"]["1"] == ["predict"] * 3
+
+
+def test_a_pattern_per_head_and_bad_patterns_are_rejected():
+    from tasks.cellular_automata import CellularAutomata
+
+    ca = CellularAutomata(state_size=5, trajectory_length=3, rules=4, batch_size=2)
+    model = SequenceModel(ca.vocab_size, ca.seq_len, {"name": "transformer", "n_heads": 3, "head_dim": 4},
+                          d_model=16, n_layers=1)
+    callback = AttentionBias(ca, layers=[0], heads=[0, 2], pattern=["own", "predict"])
+    assert callback.plan(model) == {0: [(0, "own"), (2, "predict")]}
+    with pytest.raises(ValueError, match="one name per biased head"):
+        AttentionBias(ca, layers=[0], heads=[0, 1, 2], pattern=["own", "predict"]).plan(model)
+    with pytest.raises(ValueError, match="own"):  # the message lists the task's patterns
+        AttentionBias(ca, pattern="window")
+
+
+@pytest.mark.parametrize("bias", [{"layers": [3]}, {"heads": [8]}])
+def test_a_bias_naming_a_missing_layer_or_head_fails_before_training(bias, tmp_path):
+    from benchmark.run import check
+
+    config = tiny_config(callbacks={"attention_bias": {"strength": 1.0, **bias}})
+    with pytest.raises(ValueError, match="layers|heads"):
+        check(config)

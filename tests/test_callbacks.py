@@ -2,6 +2,8 @@ from types import SimpleNamespace
 
 import math
 
+import pytest
+
 from callbacks.emergence import Emergence
 from callbacks.plateau import Plateau
 
@@ -89,3 +91,28 @@ def test_emergence_censored():
     emergence.update(50, 0.94, [0.96, 0.9])
     report = emergence.report()
     assert report["step"] is None and report["censored"] and report["per_position"] == [50, None]
+
+
+def test_plateau_threshold_sits_below_a_shortcut_and_warns_when_a_fixed_one_does_not():
+    # A task whose shortcut already reaches 0.5 (e.g. linear-map cells predictable from earlier outputs).
+    task = SimpleNamespace(chance_loss=math.log(2), floor_loss=0.0, shortcut_loss=0.5)
+    relative = Plateau(task, frac=0.1)
+    assert relative.threshold == 0.9 * 0.5 and relative.measures_shortcut is False
+    fixed = Plateau(task, threshold=0.6)
+    assert fixed.measures_shortcut is True
+    with pytest.warns(UserWarning, match="measures the shortcut"):
+        fixed.setup(None, None, "fit")
+    report = fixed.report()
+    assert report["shortcut_loss"] == 0.5 and report["measures_shortcut"] is True
+    assert Plateau(TASK).report()["measures_shortcut"] is None  # no shortcut known
+
+
+def test_emergence_threshold_is_relative_to_the_reachable_accuracy():
+    task = SimpleNamespace(max_accuracy=0.9)
+    relative, absolute = Emergence(task, threshold=0.95), Emergence(task, threshold=0.95, relative=False)
+    for callback in (relative, absolute):
+        callback.update(100, 0.88, [0.88])
+        callback.update(200, 0.96, [0.96])
+    assert relative.threshold == pytest.approx(0.855) and relative.report()["step"] == 100
+    assert absolute.threshold == 0.95 and absolute.report()["step"] == 200
+    assert relative.report()["max_accuracy"] == 0.9 and relative.report()["relative"] is True

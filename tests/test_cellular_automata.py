@@ -1,3 +1,5 @@
+import itertools
+
 import pytest
 import torch
 
@@ -161,3 +163,62 @@ def test_radius_error_gives_the_range_for_the_state_size():
 def test_batch_size_and_tokens_per_batch_together_is_an_error():
     with pytest.raises(ValueError, match="batch_size or tokens_per_batch"):
         CellularAutomata(batch_size=8, tokens_per_batch=4096)
+
+
+def influence_by_brute_force(task: CellularAutomata) -> torch.Tensor:
+    """[S·T, S·T] bool, [source token, token]: some previous state and pool table, with one cell of
+    the previous state changed to another colour, changes the token (a cell-by-cell loop)."""
+    S, C, T = task.state_size, task.colors, task.trajectory_length
+    within = torch.zeros(S, S, dtype=torch.bool)  # [cell of state t−1, cell of state t]
+    for table in task.tables:
+        for state in itertools.product(range(C), repeat=S):
+            following = oracle_step(list(state), table, C, task.radius)
+            for cell, shift in itertools.product(range(S), range(1, C)):
+                changed = list(state)
+                changed[cell] = (changed[cell] + shift) % C
+                after = oracle_step(changed, table, C, task.radius)
+                for i in range(S):
+                    within[cell, i] |= after[i] != following[i]
+    influence = torch.zeros(S * T, S * T, dtype=torch.bool)
+    for t in range(1, T):
+        influence[(t - 1) * S : t * S, t * S : (t + 1) * S] = within
+    return influence
+
+
+def test_named_patterns_match_brute_force():
+    """``predict`` row p: the cells whose change can change token p + 1; ``own`` row p: the cells
+    whose change can change token p itself. Cells outside never do."""
+    task = CellularAutomata(state_size=5, colors=3, radius=1, rules=4, trajectory_length=3)
+    L = task.seq_len
+    influence = influence_by_brute_force(task)
+    patterns = task.ground_truth_patterns()
+    assert set(patterns) == {"predict", "own"}
+    assert torch.equal(patterns["predict"], influence[:L, 1:].T.long())  # row p predicts token p + 1
+    assert torch.equal(patterns["own"], influence[:L, :L].T.long())  # row p holds token p
+    assert torch.equal(task.pattern("predict"), task.ground_truth_attention())
+    assert torch.equal(task.pattern("own"), patterns["own"])
+
+
+@pytest.mark.parametrize("S, r, T", [(5, 1, 3), (7, 2, 4), (4, 0, 2)])
+def test_own_pattern_is_the_window_of_the_held_cell(S, r, T):
+    task = CellularAutomata(state_size=S, colors=3, radius=r, rules=2, trajectory_length=T)
+    expected = torch.zeros(task.seq_len, task.seq_len, dtype=torch.long)
+    for p in range(task.seq_len):
+        t, j = divmod(p, S)  # row p holds cell j of state t
+        if t >= 1:
+            for offset in range(-r, r + 1):
+                expected[p, (t - 1) * S + (j + offset) % S] = 1
+    own = task.pattern("own")
+    assert torch.equal(own, expected)
+    assert own[: S].sum() == 0 and (own.triu() == 0).all()  # state 0 marks nothing; keys before p
+
+
+def test_unknown_pattern_lists_the_valid_names():
+    with pytest.raises(ValueError, match=r"'nope'.*valid names: own, predict"):
+        CellularAutomata(state_size=4).pattern("nope")
+
+
+def test_floor_accuracy_and_shortcut_are_between_chance_and_perfect():
+    task = CellularAutomata(state_size=4, rules=16, trajectory_length=4)
+    assert 0 < task.floor_loss < task.shortcut_loss < task.chance_loss
+    assert 0.25 < task.max_accuracy < 1

@@ -32,12 +32,13 @@ def test_influence_of_a_fixed_shift_is_the_shift():
 def test_influence_agrees_with_attention_on_a_trained_transformer_and_runs_for_any_mixer(tmp_path):
     task = {"name": "linear_map", "state_size": 4, "sparsity": 1, "batch_size": 64}
     config = tiny_config(task=task, trainer={"max_steps": 200, "eval_every": 50}, optim={"lr": 3e-3},
-                         callbacks={"influence_probe": {"probe_size": 8}})
+                         callbacks={"influence_probe": {"probe_size": 8, "found_mass": 0.4}})
     record = run(config, tmp_path)
     influence, attention = record["influence_probe"], record["attention_probe"]
     assert attention["pattern_found_step"] is not None  # the transformer learned the pattern ...
     assert influence["pattern_found_step"] is not None  # ... and the influence map sees it too
-    assert influence["final_mass"][0] >= 0.5 and max(attention["final_mass"][0]) >= 0.5
+    # Perturbing a key also moves every row's softmax, so influence is more spread than attention.
+    assert influence["final_mass"][0] >= 0.4 and max(attention["final_mass"][0]) >= 0.5
     # Before training the influence is spread out: the first eval's mass is below the last.
     assert influence["history"][0][1] < influence["final_mass"][0]
     other = run({**config, "mixer": {"name": "mlp_mixer"}}, tmp_path)

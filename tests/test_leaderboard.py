@@ -38,8 +38,8 @@ def test_intervention_rows_sit_under_their_baseline_with_the_plateau_ratio():
     records = [row(s, plateau=p) for s, p in enumerate([400, 500, 600])] + \
               [row(s, plateau=p, bias=True) for s, p in enumerate([40, 50, 60])]
     table = leaderboard.build(records)
-    assert list(table["intervention"]) == ["none", "attention_bias(strength=5.0, layers=all, heads=all, "
-                                                   "until_step=None, anneal=False, in_eval=True)"]
+    assert list(table["intervention"]) == ["none", "attention_bias(strength=5.0, layers=auto, heads=all, "
+                                                   "pattern=auto, until_step=None, anneal=False, in_eval=True)"]
     assert table["plateau_ratio"][1] == pytest.approx(0.1) and table["plateau_ratio_bound"][1] == "="
     markdown = leaderboard.to_markdown(table)
     assert "| 0.10× |" in markdown

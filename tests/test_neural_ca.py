@@ -114,7 +114,33 @@ def test_next_token_shift_of_mask_and_cells():
     task = NeuralCA(state_size=3, trajectory_length=3, rules=2)
     assert task.loss_mask.tolist() == [False] * 2 + [True] * 6
     assert task.output_cell.tolist() == [-1, -1, 0, 1, 2, 0, 1, 2]
-    assert task.chance_loss == pytest.approx(math.log(4)) and task.floor_loss == 0
+    assert task.chance_loss == pytest.approx(math.log(4))
+    # Early tokens are uncertain until the sequence reveals its rule: the Bayes floor is positive.
+    assert 0 < task.floor_loss < task.chance_loss and task.max_accuracy < 1
+
+
+@pytest.mark.parametrize("radius, colors", [(0, 3), (1, 3), (2, 2)])
+def test_rule_tables_reproduce_step(radius, colors):
+    """Each network rule as a lookup table over window codes gives the same next state as the
+    network, for every rule of the pool."""
+    task = NeuralCA(state_size=6, colors=colors, radius=radius, hidden=8, rules=12)
+    tables = task.rule_tables()
+    assert tables.shape == (12, colors ** (2 * radius + 1)) and tables.dtype == torch.long
+    g = torch.Generator().manual_seed(0)
+    state = torch.randint(0, colors, (12 * 20, 6), generator=g)
+    rule = torch.arange(12).repeat_interleave(20)
+    looked_up = tables[rule[:, None], task.window_index(state)]  # [240, 6]
+    assert torch.equal(looked_up, task.step(state, rule))
+    assert len(tables.unique()) == colors  # the rules use every colour
+
+
+def test_named_patterns_are_the_cellular_automata_ones():
+    from tasks.cellular_automata import CellularAutomata
+
+    ca = CellularAutomata(state_size=5, colors=3, radius=1, rules=2, trajectory_length=3)
+    task = NeuralCA(state_size=5, colors=3, radius=1, rules=2, trajectory_length=3)
+    for name in ("predict", "own"):
+        assert torch.equal(task.pattern(name), ca.pattern(name))
 
 
 @pytest.mark.parametrize("kwargs, name", [
