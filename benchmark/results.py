@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pandas as pd
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: task_facts, full-sequence losses, init and bias patterns in the config
 RESULT_FILE = "result.json"
 FINISHED = ("ok", "diverged")  # a sweep does not rerun these; `failed` runs are retried
 

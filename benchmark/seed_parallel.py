@@ -629,15 +629,25 @@ def _train_group(seeds: list[Seed], device: torch.device, progress: bool, note: 
             per_seed(after_step)
             if (step + 1) % t.eval_every == 0 and live:
                 _evaluate(seeds, live, ensemble, eval_set, step, per_seed)
-        for name in ("on_train_epoch_end", "on_train_end", "on_fit_end"):
-            each(name)
-        per_seed(lambda k, s: [cb.teardown(s.trainer, s.module, stage="fit") for cb in s.callbacks])
+                for k in [k for k in live if seeds[k].trainer.should_stop]:  # a callback ended this seed
+                    live.remove(k)
+                    try:
+                        _end(seeds[k], template, note)
+                    except Exception as error:
+                        seeds[k].finish("failed", _failure(error), template, note)
+        per_seed(lambda k, s: _end(s, template, note))
     except Exception as error:  # the shared step failed: every seed still training fails with it
         for k in live:
             seeds[k].finish("failed", _failure(error), template, note)
-        return
-    for k in live:
-        seeds[k].finish("ok", None, template, note)
+
+
+def _end(seed: Seed, template: SequenceModel, note: dict) -> None:
+    """The end-of-fit hooks of one seed (at max_steps, or when a callback set should_stop), its row."""
+    for name in ("on_train_epoch_end", "on_train_end", "on_fit_end"):
+        seed.hook(name)
+    for callback in seed.callbacks:
+        callback.teardown(seed.trainer, seed.module, stage="fit")
+    seed.finish("ok", None, template, note)
 
 
 def _evaluate(seeds: list[Seed], live: list[int], ensemble: Ensemble, eval_set: list[torch.Tensor],

@@ -16,14 +16,15 @@ class Emergence(L.Callback):
 
     τ is ``threshold`` × the task's reachable ``max_accuracy`` when ``relative`` (the default), so
     a task whose Bayes accuracy is below 0.95 (cellular automata: ≈0.93–0.95) can still emerge;
-    ``relative: false`` takes ``threshold`` as an absolute accuracy.
+    ``relative: false`` takes ``threshold`` as an absolute accuracy. With ``stop`` the run ends at
+    the eval where it emerged (a sweep that only asks "when?" saves the rest of the budget).
     """
 
-    def __init__(self, task, threshold: float = 0.95, relative: bool = True):
+    def __init__(self, task, threshold: float = 0.95, relative: bool = True, stop: bool = False):
         if not 0 < threshold <= 1:
             raise ValueError(f"emergence.threshold must be in (0, 1], got {threshold}")
         self.task = task
-        self.requested_threshold, self.relative = threshold, relative
+        self.requested_threshold, self.relative, self.stop = threshold, relative, stop
         self.history: list[tuple[int, float, list[float]]] = []  # (step, accuracy, per-cell accuracy)
 
     @cached_property
@@ -44,6 +45,8 @@ class Emergence(L.Callback):
             return
         e = pl_module.last_eval
         self.update(e["step"], e["accuracy"], e["cell_accuracy"].tolist())
+        if self.stop and e["accuracy"] >= self.threshold:
+            trainer.should_stop = True
 
     def _first(self, accuracies) -> int | None:
         return next((step for step, acc in accuracies if acc >= self.threshold), None)
@@ -56,6 +59,7 @@ class Emergence(L.Callback):
             "threshold": self.threshold,
             "requested_threshold": self.requested_threshold,
             "relative": self.relative,
+            "stopped": self.stop and step is not None,
             "max_accuracy": self.max_accuracy,
             "step": step,
             "censored": step is None,

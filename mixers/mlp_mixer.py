@@ -15,8 +15,10 @@ from torch import nn
 
 from benchmark.registry import register_mixer
 from mixers.base import MixerContext, TokenMixer
+from mixers.init import WeightInit
 
 TOKEN_MIXING = ("static", "mlp")
+MIXING_INIT = ("uniform", "scheme")
 
 
 @register_mixer("mlp_mixer")
@@ -44,10 +46,13 @@ class CausalMLPMixer(TokenMixer):
     exposes_attention = False
 
     def __init__(self, d_model: int, max_len: int, layer_idx: int, token_mixing: str = "static",
-                 n_heads: int = 8, head_dim: int = 8, expansion: int = 2):
+                 n_heads: int = 8, head_dim: int = 8, expansion: int = 2, mixing_init: str = "uniform"):
         super().__init__(d_model, max_len, layer_idx)
         if token_mixing not in TOKEN_MIXING:
             raise ValueError(f"token_mixing must be one of {', '.join(TOKEN_MIXING)}, got {token_mixing!r}")
+        if mixing_init not in MIXING_INIT:
+            raise ValueError(f"mixing_init must be one of {', '.join(MIXING_INIT)}, got {mixing_init!r}")
+        self.mixing_init = mixing_init
         if n_heads < 1 or head_dim < 1:
             raise ValueError(f"n_heads and head_dim must be ≥ 1, got n_heads={n_heads}, head_dim={head_dim}")
         if expansion < 1:
@@ -70,6 +75,19 @@ class CausalMLPMixer(TokenMixer):
             self.b_in = nn.Parameter(torch.zeros(N, E))
             self.b_out = nn.Parameter(torch.zeros(N))
         self.reset_parameters()
+
+    def init_weights(self, init: WeightInit) -> None:
+        """The model's named init for the projections (value/out); ``mixing_init`` says whether the
+        mixing matrices keep the uniform average (``uniform``) or follow the scheme too
+        (``scheme``: fan-in max_len, as the JAX reproduction's N(0, 1/L)). The ``mlp`` form keeps
+        its own fan-in-scaled init."""
+        if self.token_mixing != "static":
+            return
+        init.linear_(self.value)
+        init.linear_(self.out)
+        if self.mixing_init == "scheme":
+            with torch.no_grad():
+                init.matrix_(self.mixing, fan_in=self.max_len).mul_(self.mask)
 
     @torch.no_grad()
     def reset_parameters(self) -> None:

@@ -116,3 +116,19 @@ def test_emergence_threshold_is_relative_to_the_reachable_accuracy():
     assert relative.threshold == pytest.approx(0.855) and relative.report()["step"] == 100
     assert absolute.threshold == 0.95 and absolute.report()["step"] == 200
     assert relative.report()["max_accuracy"] == 0.9 and relative.report()["relative"] is True
+
+
+def test_emergence_can_end_the_run_where_it_emerged(tmp_path):
+    from benchmark.run import run
+    from benchmark.seed_parallel import run_seed_parallel
+    from conftest import tiny_config
+
+    config = tiny_config(task={"sparsity": 1, "batch_size": 64}, optim={"lr": 3e-3},
+                         trainer={"max_steps": 400, "eval_every": 20}, callbacks={"emergence": {"stop": True}})
+    alone = run(config, tmp_path / "alone")
+    step = alone["emergence"]["step"]
+    assert step is not None and alone["emergence"]["stopped"]
+    assert alone["timing"]["steps"] == step < 400  # nothing trained past the eval where it emerged
+    together = run_seed_parallel([config, {**config, "seed": 1}], tmp_path / "together")
+    assert together[0]["timing"]["steps"] == step and together[0]["emergence"]["stopped"]
+    assert all(r["status"] == "ok" for r in together)

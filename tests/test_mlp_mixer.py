@@ -221,5 +221,22 @@ def test_trains_end_to_end(token_mixing, tmp_path):
     record = run(tiny_config(mixer={"name": "mlp_mixer", "token_mixing": token_mixing, "expansion": 2}), tmp_path)
     assert record["status"] == "ok", record["error"]
     assert record["config"]["mixer"] == {"name": "mlp_mixer", "token_mixing": token_mixing,
-                                         "n_heads": 8, "head_dim": 8, "expansion": 2}
+                                         "n_heads": 8, "head_dim": 8, "expansion": 2,
+                                         "mixing_init": "uniform"}
     assert record["backend"] == "torch"
+
+
+def test_the_static_mixing_matrix_follows_the_named_init_only_when_asked():
+    from benchmark.model import SequenceModel
+    from mixers.init import WeightInit
+
+    torch.manual_seed(0)
+    uniform, scheme = (SequenceModel(2, 16, {"name": "mlp_mixer", "mixing_init": m}, d_model=16,
+                                     init=WeightInit("lecun_normal")).mixers[0] for m in ("uniform", "scheme"))
+    rows = torch.arange(1, 17, dtype=torch.float)[:, None]
+    assert torch.allclose(uniform.mixing[0], torch.ones(16, 16).tril() / rows)
+    visible = torch.ones(16, 16, dtype=torch.bool).tril()
+    assert float(scheme.mixing[:, ~visible].abs().max()) == 0.0  # masked entries stay zero
+    assert float(scheme.mixing[:, visible].std()) == pytest.approx(16 ** -0.5, rel=0.1)  # N(0, 1/max_len)
+    with pytest.raises(ValueError, match="mixing_init"):
+        SequenceModel(2, 16, {"name": "mlp_mixer", "mixing_init": "zeros"}, d_model=16)
