@@ -455,8 +455,9 @@ def _trial(config: RunConfig, device: torch.device) -> str | None:
         biases.append({i: torch.zeros(2, 1, 1, L, L, device=device) for i in attention})
     for bias in biases:
         losses = ensemble.losses(tokens, bias)
+        trained = losses if config.trainer.train_on == "scored" else ensemble.last_full_sequence_losses
         with _vmapped(device):
-            losses.sum().backward()
+            trained.sum().backward()
         loss_eval, _, _ = ensemble.evaluate(tokens[0], bias)
         for k, model in enumerate(models):
             def ctx() -> MixerContext:  # seed k's slice of the bias; a fresh context per forward
@@ -471,7 +472,6 @@ def _trial(config: RunConfig, device: torch.device) -> str | None:
             loss = F.cross_entropy(logits.flatten(0, 1), targets.flatten())
             model.zero_grad(set_to_none=True)
             loss.backward()
-            trained = losses if config.trainer.train_on == "scored" else ensemble.last_full_sequence_losses
             batched_loss, own_loss = float(trained[k].detach()), float(loss.detach())
             if not math.isclose(batched_loss, own_loss, rel_tol=1e-4, abs_tol=1e-5):
                 return f"vmap trial: batched loss {batched_loss:.6g} != per-seed loss {own_loss:.6g}"

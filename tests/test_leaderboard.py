@@ -70,3 +70,21 @@ def test_influence_column_appears_when_some_run_measured_it():
     probed = [dict(r, influence_probe={"pattern_found_step": 40}) for r in plain]
     markdown = leaderboard.to_markdown(leaderboard.build(probed))
     assert "median influence found" in markdown and "| 40 |" in markdown
+
+
+def test_cells_learned_through_the_pattern_and_the_shortcut_and_the_shortcut_columns():
+    records = []
+    for seed, per_cell in enumerate([[100, None, 200, 300], [100, 150, None, None]]):
+        record = row(seed, emergence=None, plateau=50)
+        record["emergence"]["per_position"] = per_cell
+        record["task_facts"] = {"shortcut_loss": 0.52, "shortcut_cells": [False, False, True, True]}
+        record["metrics"]["final_eval_full_sequence_loss"] = 0.3 + seed * 0.1
+        record["plateau"]["measures_shortcut"] = seed == 1
+        records.append(record)
+    (only,) = leaderboard.build(records).to_dict("records")
+    # Pattern cells 0 and 1: 1 and 2 learned; shortcut cells 2 and 3: 2 and 0 learned.
+    assert (only["pattern_cells_learned"], only["pattern_cells"]) == (1.5, 2)
+    assert (only["shortcut_cells_learned"], only["shortcut_cells"]) == (1.0, 2)
+    assert only["final_full_sequence_loss"] == pytest.approx(0.35) and only["shortcut_loss"] == 0.52
+    markdown = leaderboard.to_markdown(leaderboard.build(records))
+    assert "| 1.5/2 + 1/2 |" in markdown and "(shortcut)" in markdown and "| 0.52 |" in markdown

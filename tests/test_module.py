@@ -1,0 +1,66 @@
+"""EmergenceModule: which rows the loss covers, the full-sequence loss, and what the model reads."""
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from benchmark.config import OptimConfig
+from benchmark.model import SequenceModel
+from benchmark.module import EmergenceModule
+from benchmark.run import run
+from benchmark.seed_parallel import run_seed_parallel
+from conftest import tiny_config
+from tasks.linear_map import LinearMap
+
+
+def module_for(task, train_on="scored"):
+    torch.manual_seed(0)
+    model = SequenceModel(task.vocab_size, task.seq_len, {"name": "transformer", "n_heads": 2, "head_dim": 4},
+                          d_model=16)
+    return EmergenceModule(model, task, OptimConfig(), 10, train_on=train_on)
+
+
+@pytest.mark.parametrize("train_on", ["scored", "all"])
+def test_the_training_loss_covers_the_rows_asked_for_and_the_full_sequence_loss_every_row(train_on):
+    task = LinearMap(6, 2, batch_size=16)
+    module = module_for(task, train_on)
+    tokens = task.batch("train", 0)
+    loss = module.training_step(tokens, 0)
+    logits = module.model(tokens[:, :-1])  # [B, L, V]
+    every_row = F.cross_entropy(logits.flatten(0, 1), tokens[:, 1:].flatten())
+    mask = task.loss_mask
+    scored = F.cross_entropy(logits[:, mask].flatten(0, 1), tokens[:, 1:][:, mask].flatten())
+    assert float(loss) == pytest.approx(float(every_row if train_on == "all" else scored), rel=1e-5)
+    assert module.recent_full_sequence_losses[-1] == pytest.approx(float(every_row), rel=1e-5)
+    assert module.last_train_loss == pytest.approx(float(scored), rel=1e-5)  # plateaus read the scored loss
+    # Eval: the full-sequence loss averages every row of every eval batch.
+    module.on_validation_epoch_start()
+    module.validation_step(tokens, 0)
+    module.log_dict = lambda *args, **kwargs: None  # no trainer attached
+    module.on_validation_epoch_end()
+    assert module.last_eval["full_sequence_loss"] == pytest.approx(float(every_row), rel=1e-5)
+    assert module.last_eval["loss"] == pytest.approx(float(scored), rel=1e-5)
+
+
+def test_a_bad_train_on_is_rejected():
+    with pytest.raises(ValueError, match="train_on"):
+        module_for(LinearMap(4, 1), "x1")
+
+
+def test_blank_outputs_reach_the_model_and_seed_parallel_matches_a_run_alone(tmp_path):
+    config = tiny_config(task={"blank_outputs": True}, trainer={"train_on": "all", "max_steps": 10})
+    alone = run(config, tmp_path / "alone")
+    assert alone["status"] == "ok" and alone["task_facts"]["shortcut_cells"] == [False] * 4
+    assert alone["task_facts"]["chance_loss"] == pytest.approx(math.log(2))
+    together = run_seed_parallel([config, {**config, "seed": 1}], tmp_path / "together")[0]
+    assert "group" in together["seed_parallel"]  # batched, not the fallback
+    for key in ("final_train_loss", "final_eval_loss", "final_train_full_sequence_loss",
+                "final_eval_full_sequence_loss"):
+        assert together["metrics"][key] == pytest.approx(alone["metrics"][key], rel=1e-4, abs=1e-5), key
+    # What the model reads: x0, then blanks where x1 stands.
+    task = LinearMap(4, 2, blank_outputs=True)
+    tokens = task.batch("eval", 0)
+    assert torch.all(task.model_inputs(tokens)[:, 4:] == 2) and torch.equal(task.model_inputs(tokens)[:, :4],
+                                                                            tokens[:, :4])
