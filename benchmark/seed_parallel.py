@@ -368,7 +368,7 @@ class Seed:
         L.seed_everything(c.seed, verbose=False)
         self.task = build_task(c)
         model = build_model(c, self.task)
-        self.module = SeedModule(model, self.task, c.optim, c.trainer.max_steps)
+        self.module = SeedModule(model, self.task, c.optim, c.trainer.max_steps, c.trainer.train_on)
         self.callbacks = build_callbacks(c, self.task) + [self.recorder]
         if c.checkpoints.every or c.checkpoints.log_spaced:
             self.callbacks.append(CheckpointSchedule(self.run_dir, c.trainer.max_steps, c.checkpoints.every,
@@ -622,19 +622,20 @@ def _train_group(seeds: list[Seed], device: torch.device, progress: bool, note: 
                 s.module.recent_train_losses.append(value)
                 s.module.recent_full_sequence_losses.append(full_values[k])
                 s.trainer.global_step = step + 1
-                s.hook("on_train_batch_end", {"loss": losses[k].detach()}, batches[k], step)
+                trained = losses if t.train_on == "scored" else ensemble.last_full_sequence_losses
+                s.hook("on_train_batch_end", {"loss": trained[k].detach()}, batches[k], step)
                 if (step + 1) % s.config.trainer.log_every == 0:
                     s.log({"train/loss": value, "train/full_sequence_loss": full_values[k]}, step)
 
             per_seed(after_step)
             if (step + 1) % t.eval_every == 0 and live:
                 _evaluate(seeds, live, ensemble, eval_set, step, per_seed)
-                for k in [k for k in live if seeds[k].trainer.should_stop]:  # a callback ended this seed
-                    live.remove(k)
-                    try:
-                        _end(seeds[k], template, note)
-                    except Exception as error:
-                        seeds[k].finish("failed", _failure(error), template, note)
+            for k in [k for k in live if seeds[k].trainer.should_stop]:  # a callback ended this seed
+                live.remove(k)
+                try:
+                    _end(seeds[k], template, note)
+                except Exception as error:
+                    seeds[k].finish("failed", _failure(error), template, note)
         per_seed(lambda k, s: _end(s, template, note))
     except Exception as error:  # the shared step failed: every seed still training fails with it
         for k in live:

@@ -25,7 +25,7 @@ class AttentionDistillation(AttentionBias):
     def __init__(self, task, teacher: str, teacher_layer: int | None = None, strength: float = 5.0,
                  layers="all", heads="all", until_step: int | None = None, anneal: bool = False,
                  in_eval: bool = True):
-        super().__init__(task, strength, layers, heads, "predict", until_step, anneal, in_eval)
+        super().__init__(task, strength, layers, heads, "teacher", until_step, anneal, in_eval)
         path = Path(teacher) / MAPS_FILE
         if not path.is_file():
             raise ValueError(f"attention_distillation.teacher must be a run folder holding {MAPS_FILE} "

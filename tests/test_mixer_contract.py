@@ -10,19 +10,23 @@ from mixers.base import MixerContext
 
 D, L = 16, 12
 # Small hyper-parameters per mixer so the contract runs fast; unknown mixers use their defaults.
+# A mixer with several forms is checked in each ("name:form" -> its name and hyper-parameters).
 SMALL = {
     "transformer": {"n_heads": 2, "head_dim": 4},
-    "mlp_mixer": {"expansion": 2},
+    "mlp_mixer": {"token_mixing": "static", "n_heads": 2, "head_dim": 4},
+    "mlp_mixer:mlp": {"token_mixing": "mlp", "expansion": 2},
     "mamba": {"d_state": 4, "expand": 2},
     "gated_deltanet": {"n_heads": 2, "head_dim": 8, "expand_v": 1},
     "rwkv7": {"head_dim": 8},
 }
 MIXERS = [name for name in registry.mixers.names() if not name.startswith("test_")]
+MIXERS += [form for form in SMALL if ":" in form and form.split(":")[0] in MIXERS]
 
 
 def build(name: str, layer_idx: int = 0, seed: int = 0) -> torch.nn.Module:
     torch.manual_seed(seed)
-    return registry.mixers.get(name)(d_model=D, max_len=L, layer_idx=layer_idx, **SMALL.get(name, {}))
+    return registry.mixers.get(name.split(":")[0])(d_model=D, max_len=L, layer_idx=layer_idx,
+                                                   **SMALL.get(name, {}))
 
 
 @pytest.mark.parametrize("name", MIXERS)
@@ -57,10 +61,10 @@ def test_state_dict_loads_into_a_fresh_module(name):
 
 @pytest.mark.parametrize("name", MIXERS)
 def test_a_short_run_lowers_the_loss(name, tmp_path):
-    config = tiny_config(mixer={"name": name, **SMALL.get(name, {})},
+    config = tiny_config(mixer={"name": name.split(":")[0], **SMALL.get(name, {})},
                          task={"name": "linear_map", "state_size": 4, "sparsity": 1, "batch_size": 64},
                          trainer={"max_steps": 60, "eval_every": 60}, optim={"lr": 3e-3})
     record = run(config, tmp_path)
     assert record["status"] == "ok", record["error"]
     assert record["metrics"]["final_eval_loss"] < 0.9 * 0.6931  # below chance
-    assert record["backend"] in registry.mixers.get(name).backends
+    assert record["backend"] in registry.mixers.get(name.split(":")[0]).backends

@@ -59,8 +59,19 @@ def test_blank_outputs_reach_the_model_and_seed_parallel_matches_a_run_alone(tmp
     for key in ("final_train_loss", "final_eval_loss", "final_train_full_sequence_loss",
                 "final_eval_full_sequence_loss"):
         assert together["metrics"][key] == pytest.approx(alone["metrics"][key], rel=1e-4, abs=1e-5), key
-    # What the model reads: x0, then blanks where x1 stands.
+    # What the model reads, in both engines: x0, then blanks where x1 stands.
+    from benchmark.seed_parallel import Ensemble
+
     task = LinearMap(4, 2, blank_outputs=True)
     tokens = task.batch("eval", 0)
     assert torch.all(task.model_inputs(tokens)[:, 4:] == 2) and torch.equal(task.model_inputs(tokens)[:, :4],
                                                                             tokens[:, :4])
+    module = module_for(task)
+    with torch.no_grad():
+        expected = module.model(task.model_inputs(tokens))
+        assert not torch.allclose(expected, module.model(tokens[:, :-1]))  # the blanks change the output
+        assert torch.equal(module.all_rows(tokens)[0], expected)
+        ensemble = Ensemble([module.model], OptimConfig(), 10, task.loss_mask, torch.device("cpu"),
+                            task.model_inputs)
+        params = {name: p[0] for name, p in ensemble.params.items()}
+        assert torch.allclose(ensemble._seed_logits(params, tokens, {})[0], expected, atol=1e-6)
