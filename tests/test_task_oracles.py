@@ -9,18 +9,7 @@ import torch
 
 from tasks.cellular_automata import COUNT_ALPHAS, CellularAutomata
 from tasks.neural_ca import NeuralCA
-
-
-def loop_step(state: list[int], table: list[int], colors: int, radius: int) -> list[int]:
-    """One transition cell by cell: the periodic window read as a base-C number indexes the table."""
-    S = len(state)
-    out = []
-    for i in range(S):
-        index = 0
-        for offset in range(-radius, radius + 1):
-            index = index * colors + state[(i + offset) % S]
-        out.append(table[index])
-    return out
+from test_cellular_automata import oracle_step  # one transition, cell by cell
 
 
 def every_sequence(task) -> list[list[int]]:
@@ -31,7 +20,7 @@ def every_sequence(task) -> list[list[int]]:
         for table in tables:
             states = [list(x0)]
             for _ in range(task.trajectory_length - 1):
-                states.append(loop_step(states[-1], table, task.colors, task.radius))
+                states.append(oracle_step(states[-1], table, task.colors, task.radius))
             sequences.append(sum(states, []))
     return sequences
 
