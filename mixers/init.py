@@ -9,8 +9,9 @@ longer), so the scheme is a recorded config choice, never a hidden one:
                    same variance, truncated at 2σ)
     normal         Linear and Embedding weights N(0, std), zero biases (nanoGPT; ``model.init_std``)
 
-``scale`` (``model.init_scale``) multiplies every weight a scheme sets, Linear and Embedding, so a
-sweep can put the init scale on an axis. Norms always start at ones and zeros.
+``scale`` (``model.init_scale``) multiplies every weight a scheme sets, Linear and Embedding (not
+biases, norms, or a mixer's own architecture-specific parameters), so a sweep can put the init scale
+on an axis. Norms always start at ones and zeros.
 
 SequenceModel applies the scheme to what it owns. A mixer owns its init: it gets the scheme through
 ``init_weights(init)`` when it defines that method (the built-in mixers pass their generic
