@@ -41,7 +41,8 @@ class LinearMap(StateTrajectoryTask):
 
     x_0 is uniform and unscored; every later cell is scored. Output cell i depends on the cells of the
     previous state where row i of A is 1. A ∈ {0,1}^{S×S} has exactly ``sparsity`` ones per row, drawn
-    uniformly from ``task_seed`` once per task instance.
+    uniformly from ``task_seed`` once per task instance, or given as ``matrix`` (S rows of S 0/1
+    entries, ``sparsity`` ones each), e.g. another implementation's A, to compare on the same task.
 
     ``blank_outputs=True`` (only with trajectory_length 2): ``model_inputs`` replaces the input
     tokens of x1 with BLANK (vocab_size 3); targets, loss mask and patterns are unchanged.
@@ -57,6 +58,7 @@ class LinearMap(StateTrajectoryTask):
         task_seed: int = 0,
         batch_size: int = 128,
         blank_outputs: bool = False,
+        matrix: list | None = None,
     ):
         check_range("state_size", state_size, 1)
         check_range("sparsity", sparsity, 1, state_size)
@@ -68,9 +70,26 @@ class LinearMap(StateTrajectoryTask):
         self.sparsity = sparsity
         self.blank_outputs = bool(blank_outputs)
         self.vocab_size = 3 if self.blank_outputs else 2
-        g = seeded_generator(task_seed, "linear_map.A", state_size, sparsity)
-        columns = torch.rand(state_size, state_size, generator=g).argsort(dim=1)[:, :sparsity]
-        self.A = torch.zeros(state_size, state_size, dtype=torch.long).scatter_(1, columns, 1)
+        if matrix is None:
+            g = seeded_generator(task_seed, "linear_map.A", state_size, sparsity)
+            columns = torch.rand(state_size, state_size, generator=g).argsort(dim=1)[:, :sparsity]
+            self.A = torch.zeros(state_size, state_size, dtype=torch.long).scatter_(1, columns, 1)
+        else:
+            self.A = self._check_matrix(matrix, state_size, sparsity)
+
+    @staticmethod
+    def _check_matrix(matrix, state_size: int, sparsity: int) -> torch.Tensor:
+        try:
+            A = torch.tensor(matrix, dtype=torch.long)
+        except (TypeError, ValueError):
+            A = None
+        if A is None or A.shape != (state_size, state_size) or not torch.all((A == 0) | (A == 1)):
+            raise ValueError(f"matrix must be {state_size} rows of {state_size} entries 0 or 1 "
+                             f"(state_size={state_size}), got {matrix!r}")
+        if not torch.all(A.sum(1) == sparsity):
+            raise ValueError(f"matrix must have sparsity={sparsity} ones in every row, got rows with "
+                             f"{sorted(set(A.sum(1).tolist()))}")
+        return A
 
     def generate(self, generator: torch.Generator, batch_size: int) -> torch.Tensor:
         state = torch.randint(0, 2, (batch_size, self.state_size), generator=generator)

@@ -160,3 +160,15 @@ def test_patterns_and_reachable_statistics():
     with pytest.raises(ValueError, match=r"unknown pattern 'own'.*valid names: predict"):
         task.pattern("own")
     assert task.max_accuracy == 1.0 and task.floor_loss == 0
+
+
+def test_an_explicit_matrix_replaces_the_seeded_one_and_bad_ones_are_rejected():
+    rows = [[1, 1, 0], [0, 1, 1], [1, 0, 1]]
+    task = LinearMap(3, 2, matrix=rows)
+    assert task.A.tolist() == rows
+    tokens = task.batch("train", 0)
+    assert torch.equal(tokens[:, 3:], (tokens[:, :3] @ torch.tensor(rows).T) % 2)
+    for bad, match in [([[1, 1, 0]], "3 rows of 3"), ([[1, 1, 0], [0, 1, 1], [1, 2, 0]], "0 or 1"),
+                       ([[1, 1, 1], [0, 1, 1], [1, 0, 1]], "sparsity=2")]:
+        with pytest.raises(ValueError, match=match):
+            LinearMap(3, 2, matrix=bad)
