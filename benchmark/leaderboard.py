@@ -107,7 +107,9 @@ def build(records: list[dict], over: tuple[str, ...] = ("seed",), keep_keys: boo
         influence = km_time(influenced, "influence_probe", "pattern_found_step")
         speeds = [r["timing"]["steps_per_second"] for r in members if (r.get("timing") or {}).get("steps_per_second")]
         losses = _values(measured, "metrics", "final_eval_loss")
-        full_losses = _values(measured, "metrics", "final_eval_full_sequence_loss")
+        # Over every row, only where every row was trained: otherwise x0's rows were never fit.
+        full_losses = _values([r for r in measured if r["config"]["trainer"].get("train_on") == "all"],
+                              "metrics", "final_eval_full_sequence_loss")
         shortcut = _values(measured, "task_facts", "shortcut_loss")
         cells = _cells_learned(measured)
         other = [k for k in varying if not k.startswith(("task.", "mixer."))

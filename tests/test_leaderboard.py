@@ -79,6 +79,7 @@ def test_cells_learned_through_the_pattern_and_the_shortcut_and_the_shortcut_col
         record["emergence"]["per_position"] = per_cell
         record["task_facts"] = {"shortcut_loss": 0.52, "shortcut_cells": [False, False, True, True]}
         record["metrics"]["final_eval_full_sequence_loss"] = 0.3 + seed * 0.1
+        record["config"]["trainer"]["train_on"] = "all"  # shown only where every row was trained
         record["plateau"]["measures_shortcut"] = seed == 1
         records.append(record)
     (only,) = leaderboard.build(records).to_dict("records")
@@ -87,4 +88,7 @@ def test_cells_learned_through_the_pattern_and_the_shortcut_and_the_shortcut_col
     assert (only["shortcut_cells_learned"], only["shortcut_cells"]) == (1.0, 2)
     assert only["final_full_sequence_loss"] == pytest.approx(0.35) and only["shortcut_loss"] == 0.52
     markdown = leaderboard.to_markdown(leaderboard.build(records))
+    for record in records:
+        record["config"]["trainer"]["train_on"] = "scored"
+    assert leaderboard.build(records)["final_full_sequence_loss"].isna().all()
     assert "| 1.5/2 + 1/2 |" in markdown and "(shortcut)" in markdown and "| 0.52 |" in markdown
