@@ -8,7 +8,7 @@ from benchmark.run import check
 def test_defaults_are_resolved_in_full():
     config = resolve({})
     assert config.task == {"name": "linear_map", "state_size": 8, "sparsity": 3, "trajectory_length": 2,
-                           "task_seed": 0, "batch_size": 128, "blank_outputs": False}
+                           "task_seed": 0, "batch_size": 128, "blank_outputs": False, "matrix": None}
     assert config.mixer == {"name": "transformer", "n_heads": 8, "head_dim": 8}
     assert config.callbacks["plateau"]["frac"] == 0.1 and config.callbacks["emergence"]["threshold"] == 0.95
     assert resolve(config.to_dict()) == config  # a saved config resolves to itself
