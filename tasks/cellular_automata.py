@@ -17,6 +17,8 @@ S=4, under PAPER.md's plateau threshold 1.3).
 
 from __future__ import annotations
 
+from abc import abstractmethod
+
 import torch
 
 from benchmark.registry import register_task
@@ -101,9 +103,9 @@ class WindowRuleTask(StateTrajectoryTask):
         leftmost cell most significant (the column of ``rule_tables``)."""
         return (state[..., self.neighbours] * self.place).sum(dim=-1)
 
+    @abstractmethod
     def rule_tables(self) -> torch.Tensor:
         """[rules, C**(2r+1)] long: each pool rule's output for every window code."""
-        raise NotImplementedError
 
     # --- named patterns -----------------------------------------------------------------------
     def own_attention(self) -> torch.Tensor:
