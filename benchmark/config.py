@@ -55,7 +55,7 @@ class TrainerConfig:
     log_every: int = 10
     accelerator: str = "auto"  # auto | cpu | gpu
     compile: bool = False  # torch.compile the model's forward (see `emergence-bench speed` for its effect)
-    train_on: str = "scored"  # scored | all: the rows the training loss covers (the paper: all)
+    train_on: str = "scored"  # one of TRAIN_ON: the rows the training loss covers (the paper: all)
 
 
 @dataclass
@@ -64,6 +64,7 @@ class CheckpointConfig:
     log_spaced: bool = False  # and at steps 1, 2, 4, 8, ...
 
 
+TRAIN_ON = ("scored", "all")  # the rows the training loss covers: the task's scored ones, or every row
 DEFAULT_TASK, DEFAULT_MIXER = "linear_map", "transformer"
 DEFAULT_CALLBACKS = {"plateau": {}, "emergence": {}, "attention_probe": {}}
 
@@ -242,8 +243,8 @@ def _check_values(config: RunConfig) -> None:
         raise ConfigError(f"optim.lr must be > 0, got {o.lr}")
     if o.schedule not in ("constant", "cosine", "linear"):
         raise ConfigError(f"optim.schedule must be constant, cosine or linear, got {o.schedule!r}")
-    if t.train_on not in ("scored", "all"):
-        raise ConfigError(f"trainer.train_on must be scored or all, got {t.train_on!r}")
+    if t.train_on not in TRAIN_ON:
+        raise ConfigError(f"trainer.train_on must be one of {', '.join(TRAIN_ON)}, got {t.train_on!r}")
     if t.accelerator not in ("auto", "cpu", "gpu", "cuda"):
         raise ConfigError(f"trainer.accelerator must be auto, cpu or gpu, got {t.accelerator!r}")
 

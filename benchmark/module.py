@@ -10,13 +10,12 @@ import torch
 import torch.nn.functional as F
 import torchmetrics
 
-from benchmark.config import OptimConfig
+from benchmark.config import TRAIN_ON, OptimConfig
 from benchmark.model import SequenceModel
 from mixers.base import MixerContext
 from tasks.base import SyntheticTask
 
 
-TRAIN_ON = ("scored", "all")  # the rows the training loss covers: the task's scored ones, or every row
 FINAL_LOSS_WINDOW = 50  # final_train_loss is the mean over this many last steps
 
 

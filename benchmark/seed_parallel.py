@@ -217,12 +217,15 @@ class Ensemble:
         self.last_full_sequence_losses = full
         return scored
 
+    def trained(self, scored: torch.Tensor) -> torch.Tensor:
+        """The losses [K] the update trains on: ``scored``, or the every-row ones (``train_on="all"``)."""
+        return scored if self.train_on == "scored" else self.last_full_sequence_losses
+
     def update(self, losses: torch.Tensor, step: int, live: list[int] | None = None) -> None:
         """Backward of losses [K], per-seed clipping, AdamW at the lr of ``step``. Seeds not in
         ``live`` (default: all) get zero gradients, so a diverged seed's NaN stays in its slice."""
         dead = None
-        if self.train_on == "all":
-            losses = self.last_full_sequence_losses
+        losses = self.trained(losses)
         if live is not None and len(live) < self.K:
             dead = torch.ones(self.K, dtype=torch.bool, device=losses.device)
             dead[live] = False
@@ -455,7 +458,7 @@ def _trial(config: RunConfig, device: torch.device) -> str | None:
         biases.append({i: torch.zeros(2, 1, 1, L, L, device=device) for i in attention})
     for bias in biases:
         losses = ensemble.losses(tokens, bias)
-        trained = losses if config.trainer.train_on == "scored" else ensemble.last_full_sequence_losses
+        trained = ensemble.trained(losses)
         with _vmapped(device):
             trained.sum().backward()
         loss_eval, _, _ = ensemble.evaluate(tokens[0], bias)
@@ -622,8 +625,7 @@ def _train_group(seeds: list[Seed], device: torch.device, progress: bool, note: 
                 s.module.recent_train_losses.append(value)
                 s.module.recent_full_sequence_losses.append(full_values[k])
                 s.trainer.global_step = step + 1
-                trained = losses if t.train_on == "scored" else ensemble.last_full_sequence_losses
-                s.hook("on_train_batch_end", {"loss": trained[k].detach()}, batches[k], step)
+                s.hook("on_train_batch_end", {"loss": ensemble.trained(losses)[k].detach()}, batches[k], step)
                 if (step + 1) % s.config.trainer.log_every == 0:
                     s.log({"train/loss": value, "train/full_sequence_loss": full_values[k]}, step)
 

@@ -55,11 +55,9 @@ class AttentionBias(L.Callback):
         self.task = task
         self.strength, self.heads = float(strength), heads
         self.layers = defaults["layers"] if layers == AUTO else layers
-        self.pattern_names = tuple(defaults["patterns"]) if pattern == AUTO else pattern
-        if isinstance(self.pattern_names, str):
-            self.pattern_names = (self.pattern_names,)
         self.spread = pattern == AUTO  # auto: the task's patterns in equal blocks of heads
-        self.pattern_names = tuple(self.pattern_names)
+        names = defaults["patterns"] if self.spread else pattern
+        self.pattern_names = (names,) if isinstance(names, str) else tuple(names)
         if type(self).pattern is AttentionBias.pattern:  # the task's patterns (distillation has its own)
             for name in set(self.pattern_names):
                 task.pattern(name)  # an unknown name fails here, naming the task's patterns

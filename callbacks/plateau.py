@@ -16,8 +16,8 @@ class Plateau(L.Callback):
 
     The threshold is ``threshold`` when given (e.g. 1.3, as the paper uses for C=4), else
     ``base − frac·(base − floor)`` with base the chance loss, or the task's shortcut baseline when
-    it is lower (so a shortcut alone never ends the plateau). Smoothing is an EMA with factor ``smoothing`` that starts at
-    the chance loss (so early noise alone cannot end the plateau).
+    it is lower (so a shortcut alone never ends the plateau). Smoothing is an EMA with factor
+    ``smoothing`` that starts at the chance loss (so early noise alone cannot end the plateau).
     Plateau spans are the maximal stretches where the smoothed loss falls by less than
     ``tolerance·(chance − floor)`` over ``window`` steps. Steps count completed optimiser updates.
 
