@@ -12,14 +12,14 @@ import sys
 import warnings
 from pathlib import Path
 
-from benchmark import analyze
+from emergence_bench.analysis import analyze
 
 EXIT_BAD_INPUT = 2
 
 
 def _overrides(extra: list[str]) -> dict:
     """``["--task.state_size", "16", "--seed=3"]`` → {"task.state_size": 16, "seed": 3}."""
-    from benchmark.config import ConfigError, parse_value
+    from emergence_bench.config import ConfigError, parse_value
 
     overrides, i = {}, 0
     while i < len(extra):
@@ -56,8 +56,8 @@ def _describe(reg) -> list[str]:
 
 
 def cmd_list(args, extra) -> int:
-    from benchmark import registry
-    from benchmark.sweep import load_sweep, presets
+    from emergence_bench import registry
+    from emergence_bench.execution.sweep import load_sweep, presets
 
     lines = []
     for title, reg in (("mixers", registry.mixers), ("tasks", registry.tasks), ("callbacks", registry.callbacks)):
@@ -72,8 +72,8 @@ def cmd_list(args, extra) -> int:
 
 
 def cmd_run(args, extra) -> int:
-    from benchmark.config import load_yaml, set_dotted
-    from benchmark.run import check, run
+    from emergence_bench.config import load_yaml, set_dotted
+    from emergence_bench.run import check, run
 
     data = load_yaml(args.config) if args.config else {}
     for key, value in _overrides(extra).items():
@@ -95,8 +95,8 @@ def cmd_run(args, extra) -> int:
 
 def _run_seeds(config, args) -> int:
     """`run --seed-parallel K`: seeds s, s+1, ..., s+K-1 of the config, trained together."""
-    from benchmark.run import check
-    from benchmark.seed_parallel import run_seed_parallel
+    from emergence_bench.run import check
+    from emergence_bench.execution.seed_parallel import run_seed_parallel
 
     configs = []
     for offset in range(args.seed_parallel):
@@ -115,7 +115,7 @@ def _run_seeds(config, args) -> int:
 
 
 def cmd_sweep(args, extra) -> int:
-    from benchmark.sweep import load_sweep, presets, run_sweep
+    from emergence_bench.execution.sweep import load_sweep, presets, run_sweep
 
     if args.list:
         for name in presets():
@@ -156,7 +156,7 @@ def cmd_sweep(args, extra) -> int:
 
 
 def cmd_leaderboard(args, extra) -> int:
-    from benchmark import leaderboard
+    from emergence_bench.reporting import leaderboard
 
     if not Path(args.dir).is_dir():
         raise ValueError(f"no such results directory: {args.dir}")
@@ -169,7 +169,7 @@ def cmd_leaderboard(args, extra) -> int:
 
 
 def cmd_report(args, extra) -> int:
-    from benchmark import report
+    from emergence_bench.reporting import report
 
     axes = tuple(a.strip() for a in args.axes.split(",")) if args.axes else None
     if axes is not None and len(axes) != 2:
@@ -181,7 +181,7 @@ def cmd_report(args, extra) -> int:
 
 
 def cmd_speed(args, extra) -> int:
-    from benchmark import speed
+    from emergence_bench.reporting import speed
 
     lengths = tuple(int(n) for n in args.lengths.split(","))
     speed.main(args.out, lengths=lengths, repeats=args.repeats, quick=args.quick, steps=args.steps)
@@ -250,7 +250,7 @@ def main(argv: list[str] | None = None) -> int:
     args, extra = parser().parse_known_args(argv)
     if extra and args.command in ("list", "leaderboard", "report", "speed"):
         parser().error(f"unrecognized arguments: {' '.join(extra)}")
-    from benchmark.registry import UnknownNameError
+    from emergence_bench.registry import UnknownNameError
 
     try:
         return COMMANDS[args.command](args, extra)

@@ -19,8 +19,8 @@ from typing import Any
 
 import yaml
 
-from benchmark import registry
-from mixers.init import WeightInit
+from emergence_bench import registry
+from emergence_bench.mixers.init import WeightInit
 
 
 class ConfigError(ValueError):

@@ -13,11 +13,11 @@ import time
 import lightning as L
 from lightning.pytorch.loggers import TensorBoardLogger
 
-from benchmark import registry
-from benchmark.config import RunConfig
-from benchmark.model import SequenceModel
-from benchmark.module import EmergenceModule
-from tasks.base import SyntheticTask
+from emergence_bench import registry
+from emergence_bench.config import RunConfig
+from emergence_bench.model import SequenceModel
+from emergence_bench.module import EmergenceModule
+from emergence_bench.tasks.base import SyntheticTask
 
 
 def stage_tasks(config: RunConfig) -> list[SyntheticTask]:

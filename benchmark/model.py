@@ -5,9 +5,9 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from benchmark import registry
-from mixers.base import MixerContext
-from mixers.init import WeightInit
+from emergence_bench import registry
+from emergence_bench.mixers.base import MixerContext
+from emergence_bench.mixers.init import WeightInit
 
 
 class Block(nn.Module):
@@ -31,7 +31,7 @@ class SequenceModel(nn.Module):
     """Next-token model: tokens [B, L] -> logits [B, L, vocab_size], with L ≤ max_len.
 
     ``mixer`` is a resolved mixer config ``{name, **hparams}``; each layer gets its own instance.
-    ``init`` is the named weight init (``mixers.init``): the model applies it to what it owns
+    ``init`` is the named weight init (``emergence_bench.mixers.init``): the model applies it to what it owns
     (embeddings, norms, MLPs, head) and hands it to each mixer's ``init_weights`` when it has one;
     it never touches a mixer's parameters itself, so a plugin's own init survives.
     """

@@ -10,10 +10,10 @@ import torch
 import torch.nn.functional as F
 import torchmetrics
 
-from benchmark.config import TRAIN_ON, OptimConfig
-from benchmark.model import SequenceModel
-from mixers.base import MixerContext
-from tasks.base import SyntheticTask
+from emergence_bench.config import TRAIN_ON, OptimConfig
+from emergence_bench.model import SequenceModel
+from emergence_bench.mixers.base import MixerContext
+from emergence_bench.tasks.base import SyntheticTask
 
 
 FINAL_LOSS_WINDOW = 50  # final_train_loss is the mean over this many last steps

@@ -107,9 +107,9 @@ def constructor_parameters(cls: type, skip: set[str]) -> dict[str, Any]:
     return params
 
 
-mixers = Registry("mixer", "emergence_bench.mixers", "mixers")
-tasks = Registry("task", "emergence_bench.tasks", "tasks")
-callbacks = Registry("callback", "emergence_bench.callbacks", "callbacks")
+mixers = Registry("mixer", "emergence_bench.mixers", "emergence_bench.mixers")
+tasks = Registry("task", "emergence_bench.tasks", "emergence_bench.tasks")
+callbacks = Registry("callback", "emergence_bench.callbacks", "emergence_bench.callbacks")
 
 register_mixer = mixers.register
 register_task = tasks.register

@@ -1,4 +1,4 @@
-"""benchmark.run(config, out): one experiment from a config to a result.json.
+"""emergence_bench.run(config, out): one experiment from a config to a result.json.
 
     DIR/<run_id>/config.yaml     the fully resolved config (re-run it with `emergence-bench run`)
     DIR/<run_id>/tensorboard/    TensorBoard logs
@@ -20,17 +20,17 @@ import torch
 import yaml
 from lightning.pytorch.loggers import TensorBoardLogger
 
-from benchmark import registry
-from benchmark.config import RunConfig, resolve
-from benchmark.curriculum import check_transitions, pretrain, stage_tasks
-from benchmark.model import SequenceModel
-from benchmark.module import Diverged, EmergenceModule
-from benchmark.results import RESULT_FILE, SCHEMA_VERSION, versions, write_json, write_text
-from callbacks.checkpoints import CheckpointSchedule
-from mixers.init import WeightInit
-from callbacks.progress import ProgressLine
-from callbacks.recorder import Recorder
-from tasks.base import SyntheticTask
+from emergence_bench import registry
+from emergence_bench.config import RunConfig, resolve
+from emergence_bench.curriculum import check_transitions, pretrain, stage_tasks
+from emergence_bench.model import SequenceModel
+from emergence_bench.module import Diverged, EmergenceModule
+from emergence_bench.results import RESULT_FILE, SCHEMA_VERSION, versions, write_json, write_text
+from emergence_bench.callbacks.checkpoints import CheckpointSchedule
+from emergence_bench.mixers.init import WeightInit
+from emergence_bench.callbacks.progress import ProgressLine
+from emergence_bench.callbacks.recorder import Recorder
+from emergence_bench.tasks.base import SyntheticTask
 
 
 def quiet_lightning() -> None:

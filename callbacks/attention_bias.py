@@ -5,7 +5,7 @@ from __future__ import annotations
 import lightning as L
 import torch
 
-from benchmark.registry import register_callback
+from emergence_bench.registry import register_callback
 
 
 AUTO = "auto"

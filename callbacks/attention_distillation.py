@@ -6,9 +6,9 @@ from pathlib import Path
 
 import torch
 
-from benchmark.registry import register_callback
-from callbacks.attention_bias import AttentionBias
-from callbacks.attention_probe import MAPS_FILE
+from emergence_bench.registry import register_callback
+from emergence_bench.callbacks.attention_bias import AttentionBias
+from emergence_bench.callbacks.attention_probe import MAPS_FILE
 
 
 @register_callback("attention_distillation")

@@ -8,8 +8,8 @@ from pathlib import Path
 import lightning as L
 import torch
 
-from benchmark.registry import register_callback
-from mixers.base import MixerContext
+from emergence_bench.registry import register_callback
+from emergence_bench.mixers.base import MixerContext
 
 
 def attention_stats(probs: torch.Tensor, pattern: torch.Tensor, keys: torch.Tensor, rows: torch.Tensor):

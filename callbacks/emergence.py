@@ -6,7 +6,7 @@ from functools import cached_property
 
 import lightning as L
 
-from benchmark.registry import register_callback
+from emergence_bench.registry import register_callback
 
 
 @register_callback("emergence")

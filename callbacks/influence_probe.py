@@ -13,9 +13,9 @@ from __future__ import annotations
 import lightning as L
 import torch
 
-from benchmark.registry import register_callback
-from callbacks.attention_probe import attention_stats
-from mixers.base import MixerContext
+from emergence_bench.registry import register_callback
+from emergence_bench.callbacks.attention_probe import attention_stats
+from emergence_bench.mixers.base import MixerContext
 
 
 def _repeat_context(ctx: MixerContext, batch: int, times: int) -> MixerContext:

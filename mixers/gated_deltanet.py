@@ -21,10 +21,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from benchmark.registry import register_mixer
-from mixers.backend import KERNEL, REFERENCE, choose
-from mixers.base import MixerContext, TokenMixer
-from mixers.init import WeightInit
+from emergence_bench.registry import register_mixer
+from emergence_bench.mixers.backend import KERNEL, REFERENCE, choose
+from emergence_bench.mixers.base import MixerContext, TokenMixer
+from emergence_bench.mixers.init import WeightInit
 
 KERNEL_MODULE = "fla.ops.gated_delta_rule"
 L2NORM_EPS = 1e-6  # the epsilon of fla's in-kernel q/k L2 norm, so either path normalises alike

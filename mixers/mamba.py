@@ -17,10 +17,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from benchmark.registry import register_mixer
-from mixers import backend as backends
-from mixers.base import MixerContext, TokenMixer
-from mixers.init import WeightInit
+from emergence_bench.registry import register_mixer
+from emergence_bench.mixers import backend as backends
+from emergence_bench.mixers.base import MixerContext, TokenMixer
+from emergence_bench.mixers.init import WeightInit
 
 KERNEL_MODULE = "mamba_ssm.ops.selective_scan_interface"
 DT_MIN, DT_MAX, DT_FLOOR = 1e-3, 1e-1, 1e-4  # Mamba's range for the initial step size delta

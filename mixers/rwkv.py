@@ -22,9 +22,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from benchmark.registry import register_mixer
-from mixers import backend as backends
-from mixers.base import MixerContext, TokenMixer
+from emergence_bench.registry import register_mixer
+from emergence_bench.mixers import backend as backends
+from emergence_bench.mixers.base import MixerContext, TokenMixer
 
 KERNEL_MODULE = "fla.ops.rwkv7"
 # The decay is exp(-exp(-0.5) * sigmoid(·)): the official soft clamp w = -softplus(-z) - 0.5 of the

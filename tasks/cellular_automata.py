@@ -21,8 +21,8 @@ from abc import abstractmethod
 
 import torch
 
-from benchmark.registry import register_task
-from tasks.base import StateTrajectoryTask, check_range, seeded_generator
+from emergence_bench.registry import register_task
+from emergence_bench.tasks.base import StateTrajectoryTask, check_range, seeded_generator
 
 DEFAULT_BATCH_SIZE = 64
 ORACLE_TOKENS = 512 * 256  # the oracle's sequences: about this many tokens, 64 to 512 sequences

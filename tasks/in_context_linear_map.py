@@ -32,8 +32,8 @@ from functools import cached_property
 
 import torch
 
-from benchmark.registry import register_task
-from tasks.base import StateTrajectoryTask, check_range, seeded_generator
+from emergence_bench.registry import register_task
+from emergence_bench.tasks.base import StateTrajectoryTask, check_range, seeded_generator
 
 MAX_CANDIDATES = 2_000  # C(S, s) rows of A beyond which the Bayes oracle is not run (~5 s at 1,820)
 ORACLE_SEQUENCES = 256

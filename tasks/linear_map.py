@@ -14,8 +14,8 @@ import math
 
 import torch
 
-from benchmark.registry import register_task
-from tasks.base import StateTrajectoryTask, check_range, seeded_generator
+from emergence_bench.registry import register_task
+from emergence_bench.tasks.base import StateTrajectoryTask, check_range, seeded_generator
 
 BLANK = 2  # the input token that replaces x1's tokens under blank_outputs; never a target
 

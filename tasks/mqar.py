@@ -24,8 +24,8 @@ import math
 
 import torch
 
-from benchmark.registry import register_task
-from tasks.base import SyntheticTask, check_range
+from emergence_bench.registry import register_task
+from emergence_bench.tasks.base import SyntheticTask, check_range
 
 MAX_CELLS = 64
 SOURCES = ("value", "key")

@@ -19,9 +19,9 @@ from __future__ import annotations
 
 import torch
 
-from benchmark.registry import register_task
-from tasks.base import check_range, seeded_generator
-from tasks.cellular_automata import WindowRuleTask
+from emergence_bench.registry import register_task
+from emergence_bench.tasks.base import check_range, seeded_generator
+from emergence_bench.tasks.cellular_automata import WindowRuleTask
 
 
 @register_task("neural_ca")

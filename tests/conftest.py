@@ -11,8 +11,8 @@ import pytest
 import torch
 from torch import nn
 
-from benchmark.registry import register_mixer
-from mixers.base import TokenMixer
+from emergence_bench.registry import register_mixer
+from emergence_bench.mixers.base import TokenMixer
 
 CLI = str(Path(sys.executable).parent / "emergence-bench")
 

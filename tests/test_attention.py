@@ -1,10 +1,10 @@
 import pytest
 import torch
 
-from benchmark.model import SequenceModel
+from emergence_bench.model import SequenceModel
 from conftest import assert_causal
-from mixers.attention import CausalSelfAttention
-from mixers.base import MixerContext
+from emergence_bench.mixers.attention import CausalSelfAttention
+from emergence_bench.mixers.base import MixerContext
 
 
 def make(n_heads=4, head_dim=6, d_model=16, L=10):

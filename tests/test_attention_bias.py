@@ -3,12 +3,12 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from benchmark.model import SequenceModel
-from benchmark.run import run
-from callbacks.attention_bias import AttentionBias
+from emergence_bench.model import SequenceModel
+from emergence_bench.run import run
+from emergence_bench.callbacks.attention_bias import AttentionBias
 from conftest import tiny_config
-from mixers.base import MixerContext
-from tasks.linear_map import LinearMap
+from emergence_bench.mixers.base import MixerContext
+from emergence_bench.tasks.linear_map import LinearMap
 
 
 def setup_bias(**kwargs):
@@ -86,7 +86,7 @@ def test_mixer_without_attention_scores_is_reported_not_applicable(tmp_path):
 
 @pytest.mark.slow
 def test_bias_shortens_the_plateau_and_the_leaderboard_shows_the_ratio(tmp_path):
-    from benchmark import leaderboard
+    from emergence_bench.reporting import leaderboard
 
     base = {"task": {"name": "linear_map", "state_size": 8, "sparsity": 3},
             "trainer": {"max_steps": 300, "eval_every": 50, "accelerator": "cpu"}}
@@ -103,7 +103,7 @@ def test_bias_shortens_the_plateau_and_the_leaderboard_shows_the_ratio(tmp_path)
 def test_the_default_bias_follows_the_task():
     """Linear map: every layer and head on `predict`; cellular automata: layer 0 only, half its heads
     on `predict` and half on `own`."""
-    from tasks.cellular_automata import CellularAutomata
+    from emergence_bench.tasks.cellular_automata import CellularAutomata
 
     ca = CellularAutomata(state_size=5, trajectory_length=3, rules=4, batch_size=2)
     model = SequenceModel(ca.vocab_size, ca.seq_len, {"name": "transformer", "n_heads": 4, "head_dim": 4},
@@ -120,7 +120,7 @@ def test_the_default_bias_follows_the_task():
 
 
 def test_a_pattern_per_head_and_bad_patterns_are_rejected():
-    from tasks.cellular_automata import CellularAutomata
+    from emergence_bench.tasks.cellular_automata import CellularAutomata
 
     ca = CellularAutomata(state_size=5, trajectory_length=3, rules=4, batch_size=2)
     model = SequenceModel(ca.vocab_size, ca.seq_len, {"name": "transformer", "n_heads": 3, "head_dim": 4},
@@ -135,7 +135,7 @@ def test_a_pattern_per_head_and_bad_patterns_are_rejected():
 
 @pytest.mark.parametrize("bias", [{"layers": [3]}, {"heads": [8]}])
 def test_a_bias_naming_a_missing_layer_or_head_fails_before_training(bias, tmp_path):
-    from benchmark.run import check
+    from emergence_bench.run import check
 
     config = tiny_config(callbacks={"attention_bias": {"strength": 1.0, **bias}})
     with pytest.raises(ValueError, match="layers|heads"):

@@ -3,10 +3,10 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from benchmark.config import ConfigError
-from benchmark.model import SequenceModel
-from benchmark.run import check, run
-from callbacks.attention_distillation import AttentionDistillation
+from emergence_bench.config import ConfigError
+from emergence_bench.model import SequenceModel
+from emergence_bench.run import check, run
+from emergence_bench.callbacks.attention_distillation import AttentionDistillation
 from conftest import tiny_config
 
 TASK = {"name": "linear_map", "state_size": 4, "sparsity": 1, "batch_size": 64}
@@ -22,7 +22,7 @@ def teacher(tmp_path_factory):
 
 
 def test_the_bias_is_the_teachers_strongest_head_per_key(teacher):
-    from tasks.linear_map import LinearMap
+    from emergence_bench.tasks.linear_map import LinearMap
 
     task = LinearMap(**{k: v for k, v in TASK.items() if k != "name"})
     callback = AttentionDistillation(task, teacher=str(teacher), strength=2.0, heads=[1])

@@ -3,10 +3,10 @@ import math
 import pytest
 import torch
 
-from benchmark.run import run
-from callbacks.attention_probe import attention_stats
+from emergence_bench.run import run
+from emergence_bench.callbacks.attention_probe import attention_stats
 from conftest import tiny_config
-from tasks.linear_map import LinearMap
+from emergence_bench.tasks.linear_map import LinearMap
 
 
 def test_entropy_and_source_mass_on_hand_built_maps():

@@ -4,8 +4,8 @@ import math
 
 import pytest
 
-from benchmark.bisect import bisect_steps
-from callbacks.checkpoints import schedule
+from emergence_bench.analysis.bisect import bisect_steps
+from emergence_bench.callbacks.checkpoints import schedule
 
 
 def scripted(first: int | None):

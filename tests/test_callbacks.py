@@ -4,8 +4,8 @@ import math
 
 import pytest
 
-from callbacks.emergence import Emergence
-from callbacks.plateau import Plateau
+from emergence_bench.callbacks.emergence import Emergence
+from emergence_bench.callbacks.plateau import Plateau
 
 TASK = SimpleNamespace(chance_loss=math.log(2), floor_loss=0.0)
 
@@ -119,8 +119,8 @@ def test_emergence_threshold_is_relative_to_the_reachable_accuracy():
 
 
 def test_emergence_can_end_the_run_where_it_emerged(tmp_path):
-    from benchmark.run import run
-    from benchmark.seed_parallel import run_seed_parallel
+    from emergence_bench.run import run
+    from emergence_bench.execution.seed_parallel import run_seed_parallel
     from conftest import tiny_config
 
     config = tiny_config(task={"sparsity": 1, "batch_size": 64}, optim={"lr": 3e-3},

@@ -3,7 +3,7 @@ import itertools
 import pytest
 import torch
 
-from tasks.cellular_automata import CellularAutomata
+from emergence_bench.tasks.cellular_automata import CellularAutomata
 
 
 def oracle_step(state: list[int], table: torch.Tensor, colors: int, radius: int) -> list[int]:

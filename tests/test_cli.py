@@ -148,7 +148,7 @@ def test_quick_preset_expands_to_its_runs():
 
 
 def test_speed_command_prints_every_mixer_and_writes_json(tmp_path):
-    from benchmark import registry
+    from emergence_bench import registry
 
     out = tmp_path / "speed.json"
     result = cli("speed", "--quick", "--out", out)

@@ -1,10 +1,10 @@
 import pytest
 import torch
 
-from benchmark.config import ConfigError, resolve
-from benchmark.curriculum import pretrain
-from benchmark.module import EmergenceModule
-from benchmark.run import build_model, build_task, check, run
+from emergence_bench.config import ConfigError, resolve
+from emergence_bench.curriculum import pretrain
+from emergence_bench.module import EmergenceModule
+from emergence_bench.run import build_model, build_task, check, run
 from conftest import tiny_config
 
 DYCK = {"name": "dyck", "length": 8, "bracket_types": 2, "max_depth": 2, "batch_size": 16}

@@ -4,9 +4,9 @@ import math
 import pytest
 import torch
 
-from benchmark.run import run
+from emergence_bench.run import run
 from conftest import tiny_config
-from tasks.dyck import Dyck
+from emergence_bench.tasks.dyck import Dyck
 
 
 def stack_match(sequence: list[int], k: int) -> tuple[bool, int, dict[int, int]]:

@@ -7,12 +7,12 @@ import warnings
 import pytest
 import torch
 
-import mixers.gated_deltanet  # noqa: F401  (registers "gated_deltanet" before the lead imports it)
-from benchmark.run import run
+import emergence_bench.mixers.gated_deltanet  # noqa: F401  (registers "gated_deltanet" before the lead imports it)
+from emergence_bench.run import run
 from conftest import assert_causal, tiny_config
-from mixers.backend import ENV, importable
-from mixers.base import MixerContext
-from mixers.gated_deltanet import (
+from emergence_bench.mixers.backend import ENV, importable
+from emergence_bench.mixers.base import MixerContext
+from emergence_bench.mixers.gated_deltanet import (
     KERNEL_MODULE,
     GatedDeltaNet,
     gated_delta_rule_chunked,
@@ -170,7 +170,7 @@ def test_mixer_with_chunked_core_matches_mixer_with_step_by_step_core(monkeypatc
     mixer = make().double()
     x = torch.randn(2, 40, 16, dtype=torch.float64)
     chunked = mixer(x, MixerContext())
-    monkeypatch.setattr(mixers.gated_deltanet, "gated_delta_rule_chunked", gated_delta_rule_recurrent)
+    monkeypatch.setattr(emergence_bench.mixers.gated_deltanet, "gated_delta_rule_chunked", gated_delta_rule_recurrent)
     torch.testing.assert_close(chunked, mixer(x, MixerContext()), atol=1e-12, rtol=1e-10)
 
 
@@ -252,7 +252,7 @@ def test_kernel_matches_reference_forward_and_gradients(monkeypatch, head_dim, e
                     reason="needs CUDA and flash-linear-attention's Triton kernels")
 def test_kernel_core_matches_reference_core():
     """The core op alone, with gradients w.r.t. q, k, v, g and beta."""
-    from mixers.gated_deltanet import gated_delta_rule_kernel
+    from emergence_bench.mixers.gated_deltanet import gated_delta_rule_kernel
 
     inputs = [x.detach().cuda().requires_grad_() for x in core_inputs(B=2, T=150, H=4, K=16, V=32)]
     upstream = torch.randn(2, 150, 4, 32, device="cuda")

@@ -1,9 +1,9 @@
 import pytest
 import torch
 
-from benchmark.run import run
+from emergence_bench.run import run
 from conftest import tiny_config
-from tasks.in_context_linear_map import InContextLinearMap
+from emergence_bench.tasks.in_context_linear_map import InContextLinearMap
 
 
 def test_batch_shape_and_determinism():

@@ -1,12 +1,12 @@
 import torch
 from torch import nn
 
-from benchmark.model import SequenceModel
-from benchmark.registry import register_mixer
-from benchmark.run import run
-from callbacks.influence_probe import influence_maps
+from emergence_bench.model import SequenceModel
+from emergence_bench.registry import register_mixer
+from emergence_bench.run import run
+from emergence_bench.callbacks.influence_probe import influence_maps
 from conftest import tiny_config
-from mixers.base import TokenMixer
+from emergence_bench.mixers.base import TokenMixer
 
 
 @register_mixer("test_shift")

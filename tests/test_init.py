@@ -6,14 +6,14 @@ import pytest
 import torch
 from torch import nn
 
-from benchmark import leaderboard
-from benchmark.config import ConfigError, resolve
-from benchmark.model import SequenceModel
-from benchmark.registry import register_mixer
-from benchmark.run import build_model, build_task, run
+from emergence_bench.reporting import leaderboard
+from emergence_bench.config import ConfigError, resolve
+from emergence_bench.model import SequenceModel
+from emergence_bench.registry import register_mixer
+from emergence_bench.run import build_model, build_task, run
 from conftest import tiny_config
-from mixers.base import TokenMixer
-from mixers.init import WeightInit
+from emergence_bench.mixers.base import TokenMixer
+from emergence_bench.mixers.init import WeightInit
 
 
 def model_for(init: str, **model) -> SequenceModel:

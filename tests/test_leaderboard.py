@@ -2,8 +2,8 @@
 
 import pytest
 
-from benchmark import leaderboard
-from benchmark.config import resolve
+from emergence_bench.reporting import leaderboard
+from emergence_bench.config import resolve
 
 
 def row(seed, mixer="transformer", emergence=None, plateau=None, bias=False, status="ok", budget=1000):

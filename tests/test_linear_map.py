@@ -4,7 +4,7 @@ import math
 import pytest
 import torch
 
-from tasks.linear_map import BLANK, LinearMap
+from emergence_bench.tasks.linear_map import BLANK, LinearMap
 
 
 def test_matrix_has_sparsity_ones_per_row_and_depends_only_on_task_seed():

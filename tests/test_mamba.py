@@ -6,13 +6,13 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-import mixers.mamba  # noqa: F401  (registers "mamba" before the lead adds it to mixers/__init__)
-from benchmark.model import SequenceModel
-from benchmark.run import run
+import emergence_bench.mixers.mamba  # noqa: F401  (registers "mamba" before the lead adds it to mixers/__init__)
+from emergence_bench.model import SequenceModel
+from emergence_bench.run import run
 from conftest import assert_causal, tiny_config
-from mixers import backend
-from mixers.base import MixerContext
-from mixers.mamba import KERNEL_MODULE, Mamba, linear_scan, selective_scan, selective_scan_recurrent
+from emergence_bench.mixers import backend
+from emergence_bench.mixers.base import MixerContext
+from emergence_bench.mixers.mamba import KERNEL_MODULE, Mamba, linear_scan, selective_scan, selective_scan_recurrent
 
 # float64: the chunked scan and the loop agree to rounding (~1e-15 seen). float32 against the
 # float64 loop: ~1e-7 of the largest value seen, for outputs and every gradient; we allow 1e-5.
@@ -20,7 +20,7 @@ TOL64, TOL32 = 1e-10, 1e-5
 
 
 def oracle_selective_scan(u, delta, A, B, C, D):
-    """Written from the equations, one step at a time, independent of mixers.mamba.
+    """Written from the equations, one step at a time, independent of emergence_bench.mixers.mamba.
 
     u, delta [b, L, d]; A [d, n]; B, C [b, L, n]; D [d] -> y [b, L, d]:
     h_t = exp(delta_t A) h_{t-1} + delta_t B_t u_t,  y_t = C_t h_t + D u_t,  h_{-1} = 0.

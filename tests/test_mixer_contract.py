@@ -3,10 +3,10 @@
 import pytest
 import torch
 
-from benchmark import registry
-from benchmark.run import run
+from emergence_bench import registry
+from emergence_bench.run import run
 from conftest import assert_causal, tiny_config
-from mixers.base import MixerContext
+from emergence_bench.mixers.base import MixerContext
 
 D, L = 16, 12
 # Small hyper-parameters per mixer so the contract runs fast; unknown mixers use their defaults.

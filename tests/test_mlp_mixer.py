@@ -4,13 +4,13 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from benchmark.model import SequenceModel
-from benchmark.registry import mixers
-from benchmark.run import run
+from emergence_bench.model import SequenceModel
+from emergence_bench.registry import mixers
+from emergence_bench.run import run
 from conftest import assert_causal, tiny_config
-from mixers.base import MixerContext
-from mixers.mlp_mixer import CausalMLPMixer
-from tasks.linear_map import LinearMap
+from emergence_bench.mixers.base import MixerContext
+from emergence_bench.mixers.mlp_mixer import CausalMLPMixer
+from emergence_bench.tasks.linear_map import LinearMap
 
 FORMS = ["static", "mlp"]
 
@@ -227,8 +227,8 @@ def test_trains_end_to_end(token_mixing, tmp_path):
 
 
 def test_the_static_mixing_matrix_follows_the_named_init_only_when_asked():
-    from benchmark.model import SequenceModel
-    from mixers.init import WeightInit
+    from emergence_bench.model import SequenceModel
+    from emergence_bench.mixers.init import WeightInit
 
     torch.manual_seed(0)
     uniform, scheme = (SequenceModel(2, 16, {"name": "mlp_mixer", "mixing_init": m}, d_model=16,

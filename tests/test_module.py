@@ -6,13 +6,13 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from benchmark.config import OptimConfig
-from benchmark.model import SequenceModel
-from benchmark.module import EmergenceModule
-from benchmark.run import run
-from benchmark.seed_parallel import run_seed_parallel
+from emergence_bench.config import OptimConfig
+from emergence_bench.model import SequenceModel
+from emergence_bench.module import EmergenceModule
+from emergence_bench.run import run
+from emergence_bench.execution.seed_parallel import run_seed_parallel
 from conftest import tiny_config
-from tasks.linear_map import LinearMap
+from emergence_bench.tasks.linear_map import LinearMap
 
 
 def module_for(task, train_on="scored"):
@@ -60,7 +60,7 @@ def test_blank_outputs_reach_the_model_and_seed_parallel_matches_a_run_alone(tmp
                 "final_eval_full_sequence_loss"):
         assert together["metrics"][key] == pytest.approx(alone["metrics"][key], rel=1e-4, abs=1e-5), key
     # What the model reads, in both engines: x0, then blanks where x1 stands.
-    from benchmark.seed_parallel import Ensemble
+    from emergence_bench.execution.seed_parallel import Ensemble
 
     task = LinearMap(4, 2, blank_outputs=True)
     tokens = task.batch("eval", 0)

@@ -3,9 +3,9 @@ import math
 import pytest
 import torch
 
-from benchmark.run import run
+from emergence_bench.run import run
 from conftest import tiny_config
-from tasks.mqar import MQAR
+from emergence_bench.tasks.mqar import MQAR
 
 
 def brute_force(sequence: list[int], pairs: int) -> tuple[list[int], dict[int, tuple[int, int]]]:

@@ -3,9 +3,9 @@ import math
 import pytest
 import torch
 
-from benchmark.run import run
+from emergence_bench.run import run
 from conftest import tiny_config
-from tasks.neural_ca import NeuralCA
+from emergence_bench.tasks.neural_ca import NeuralCA
 
 
 def oracle_step(state: list[int], task: NeuralCA, rule: int) -> list[int]:
@@ -135,7 +135,7 @@ def test_rule_tables_reproduce_step(radius, colors):
 
 
 def test_named_patterns_are_the_cellular_automata_ones():
-    from tasks.cellular_automata import CellularAutomata
+    from emergence_bench.tasks.cellular_automata import CellularAutomata
 
     ca = CellularAutomata(state_size=5, colors=3, radius=1, rules=2, trajectory_length=3)
     task = NeuralCA(state_size=5, colors=3, radius=1, rules=2, trajectory_length=3)

@@ -8,13 +8,13 @@ import math
 import pytest
 import torch
 
-from benchmark import analyze
-from benchmark.model import SequenceModel
-from benchmark.patching import attention_layers, capture, ground_truth_maps, patch_models
-from benchmark.run import run
-from callbacks.checkpoints import saved_checkpoints
+from emergence_bench.analysis import analyze
+from emergence_bench.model import SequenceModel
+from emergence_bench.analysis.patching import attention_layers, capture, ground_truth_maps, patch_models
+from emergence_bench.run import run
+from emergence_bench.callbacks.checkpoints import saved_checkpoints
 from conftest import tiny_config
-from tasks.linear_map import LinearMap
+from emergence_bench.tasks.linear_map import LinearMap
 
 HEADS, HEAD_DIM = 4, 8
 

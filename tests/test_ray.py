@@ -74,7 +74,7 @@ def test_ray_sweep_killed_midway_resumes_without_repeats_or_losses(cluster, tmp_
 
 
 def test_store_writes_files_then_the_result(tmp_path):
-    from benchmark.ray_executor import store
+    from emergence_bench.execution.ray_executor import store
 
     run_dir = tmp_path / "run"
     (run_dir / "stale").mkdir(parents=True)

@@ -1,8 +1,8 @@
 import base64
 import re
 
-from benchmark import report
-from benchmark.run import run
+from emergence_bench.reporting import report
+from emergence_bench.run import run
 from conftest import cli, tiny_config
 
 

@@ -3,12 +3,12 @@ import json
 import torch
 import yaml
 
-from benchmark import leaderboard
-from benchmark.results import load
-from benchmark.run import run
-from benchmark.sweep import Sweep, run_sweep
+from emergence_bench.reporting import leaderboard
+from emergence_bench.results import load
+from emergence_bench.run import run
+from emergence_bench.execution.sweep import Sweep, run_sweep
 from conftest import tiny_config
-from tasks.linear_map import LinearMap
+from emergence_bench.tasks.linear_map import LinearMap
 
 
 def test_result_schema_and_files(tmp_path):
@@ -72,7 +72,7 @@ def test_sweep_records_failures_and_continues_then_builds_a_leaderboard(tmp_path
 
 
 def test_checkpoints_on_a_schedule(tmp_path):
-    from callbacks.checkpoints import saved_checkpoints, schedule
+    from emergence_bench.callbacks.checkpoints import saved_checkpoints, schedule
 
     assert schedule(20, every=8, log_spaced=True) == [0, 1, 2, 4, 8, 16, 20]
     assert schedule(20) == [0, 20]
@@ -87,9 +87,9 @@ def test_checkpoints_on_a_schedule(tmp_path):
 
 
 def test_parameters_marked_no_weight_decay_are_not_decayed():
-    from benchmark.config import OptimConfig
-    from benchmark.model import SequenceModel
-    from benchmark.module import EmergenceModule
+    from emergence_bench.config import OptimConfig
+    from emergence_bench.model import SequenceModel
+    from emergence_bench.module import EmergenceModule
 
     task = LinearMap(4, 2)
     model = SequenceModel(2, task.seq_len, {"name": "mamba", "d_state": 4}, d_model=16)

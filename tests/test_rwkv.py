@@ -10,13 +10,13 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-import mixers.rwkv  # noqa: F401  (registers "rwkv7")
-from benchmark.model import SequenceModel
-from benchmark.run import run
+import emergence_bench.mixers.rwkv  # noqa: F401  (registers "rwkv7")
+from emergence_bench.model import SequenceModel
+from emergence_bench.run import run
 from conftest import assert_causal, tiny_config
-from mixers.backend import importable
-from mixers.base import MixerContext
-from mixers.rwkv import RWKV7TimeMix, rwkv7_chunked, rwkv7_recurrent
+from emergence_bench.mixers.backend import importable
+from emergence_bench.mixers.base import MixerContext
+from emergence_bench.mixers.rwkv import RWKV7TimeMix, rwkv7_chunked, rwkv7_recurrent
 
 SMALL = {"head_dim": 8, "decay_lora": 4, "a_lora": 4, "v_lora": 4, "gate_lora": 6}
 

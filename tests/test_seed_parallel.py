@@ -1,4 +1,4 @@
-"""Seed-parallel training: each seed's row equals the same seed run alone with benchmark.run.run."""
+"""Seed-parallel training: each seed's row equals the same seed run alone with emergence_bench.run.run."""
 
 from __future__ import annotations
 
@@ -11,15 +11,15 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from benchmark import registry
-from benchmark.config import resolve
-from benchmark.registry import register_mixer
-from benchmark.run import build_model, build_task, run
-from benchmark.seed_parallel import (Ensemble, _register_flash_rule, clip_per_seed_, run_seed_parallel,
+from emergence_bench import registry
+from emergence_bench.config import resolve
+from emergence_bench.registry import register_mixer
+from emergence_bench.run import build_model, build_task, run
+from emergence_bench.execution.seed_parallel import (Ensemble, _register_flash_rule, clip_per_seed_, run_seed_parallel,
                                      seed_parallel_supported)
-from callbacks.checkpoints import saved_checkpoints
+from emergence_bench.callbacks.checkpoints import saved_checkpoints
 from conftest import tiny_config
-from mixers.base import TokenMixer
+from emergence_bench.mixers.base import TokenMixer
 
 # Small hyperparameters per built-in mixer; a mixer not listed runs with its defaults.
 SMALL = {"transformer": {"n_heads": 2, "head_dim": 4}, "mamba": {"d_state": 4},
@@ -257,7 +257,7 @@ def test_a_seed_with_huge_gradients_is_clipped_without_touching_the_others(tmp_p
 def test_optimiser_state_and_clipping_are_per_seed():
     """One AdamW over the stacked parameters with per-seed clipping = each seed's own AdamW and
     clip_grad_norm_, given the same gradients (forward numerics are the end-to-end tests' job)."""
-    from benchmark.module import EmergenceModule
+    from emergence_bench.module import EmergenceModule
 
     # Strong decay (with the no-decay group) and tight clipping, so both shape the update.
     c = resolve(tiny_config(mixer={"name": "gated_deltanet", "n_heads": 2, "head_dim": 4},

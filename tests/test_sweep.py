@@ -3,8 +3,8 @@ import json
 import pytest
 import yaml
 
-from benchmark.config import ConfigError
-from benchmark.sweep import load_sweep, merge, presets, run_sweep
+from emergence_bench.config import ConfigError
+from emergence_bench.execution.sweep import load_sweep, merge, presets, run_sweep
 from conftest import tiny_config
 
 
@@ -84,7 +84,7 @@ def test_advertised_count_is_checked_and_scale_shrinks_every_run(tmp_path):
 
 
 def test_seed_parallel_sweep_groups_seeds_of_one_config(tmp_path):
-    from benchmark.sweep import seed_groups
+    from emergence_bench.execution.sweep import seed_groups
 
     path = write_sweep(tmp_path / "s.yaml", name="sp", base=tiny_config(),
                        grid={"seed": [0, 1, 2], "task.sparsity": [1, 2]})

@@ -7,8 +7,8 @@ import math
 import pytest
 import torch
 
-from tasks.cellular_automata import COUNT_ALPHAS, CellularAutomata
-from tasks.neural_ca import NeuralCA
+from emergence_bench.tasks.cellular_automata import COUNT_ALPHAS, CellularAutomata
+from emergence_bench.tasks.neural_ca import NeuralCA
 from test_cellular_automata import oracle_step  # one transition, cell by cell
 
 

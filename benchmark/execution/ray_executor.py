@@ -15,8 +15,8 @@ import tempfile
 from pathlib import Path
 from typing import Callable
 
-from benchmark.results import RESULT_FILE, write_json
-from callbacks.checkpoints import CHECKPOINT_DIR
+from emergence_bench.results import RESULT_FILE, write_json
+from emergence_bench.callbacks.checkpoints import CHECKPOINT_DIR
 
 MAX_FILE_BYTES = 64 * 2**20  # larger files stay on the worker
 
@@ -25,7 +25,7 @@ def _train(config: dict, num_cpus: float) -> tuple[dict, dict[str, bytes]]:
     """On the worker: run ``config`` in a scratch folder; return (result row, {relative path: bytes})."""
     import torch
 
-    from benchmark.run import run
+    from emergence_bench.run import run
 
     torch.set_num_threads(max(1, int(num_cpus)))
     with tempfile.TemporaryDirectory() as scratch:
@@ -59,7 +59,7 @@ def run_on_ray(pending: list, report: Callable[[dict], None], address: str | Non
     local one); ``report(summary)`` is called as each run comes back."""
     import ray
 
-    from benchmark.sweep import _lost, summary
+    from emergence_bench.execution.sweep import _lost, summary
 
     ray.init(address=address, include_dashboard=False, log_to_driver=False, ignore_reinit_error=True)
     task = ray.remote(_train).options(num_cpus=num_cpus, num_gpus=num_gpus, max_retries=max_retries)

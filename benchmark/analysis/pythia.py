@@ -27,10 +27,10 @@ from typing import Callable
 
 import torch
 
-from benchmark.bisect import bisect_steps
-from benchmark.language_probes import Prompt, probe_set
-from benchmark.patching import rank_heads, replace_heads
-from benchmark.results import RESULT_FILE, SCHEMA_VERSION, versions, write_json
+from emergence_bench.analysis.bisect import bisect_steps
+from emergence_bench.analysis.language_probes import Prompt, probe_set
+from emergence_bench.analysis.patching import rank_heads, replace_heads
+from emergence_bench.results import RESULT_FILE, SCHEMA_VERSION, versions, write_json
 
 # Pythia's published checkpoints: step0, log-spaced 1…512, then every 1000 to 143000.
 PYTHIA_STEPS = [0] + [2**i for i in range(10)] + list(range(1000, 143001, 1000))
@@ -195,7 +195,7 @@ def analyze(model: str, probe: str, revisions: list[str] | None = None, out: str
             top_k: int = 4, device: str = "auto") -> dict:
     """Bisect the emergence step of ``probe`` over ``revisions``, patch heads between the bracketing
     pair, and write the result row to ``out/<run id>/result.json``; returns the row (with its path)."""
-    from benchmark.analyze import resolve_device
+    from emergence_bench.analysis.analyze import resolve_device
 
     if not 0 < threshold <= 1:
         raise ValueError(f"--threshold must be in (0, 1], got {threshold}")

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from benchmark import registry
-from benchmark.results import load_records, write_json, write_text
-from benchmark.stats import kaplan_meier_median, kaplan_meier_median_ci, wilson_interval
+from emergence_bench import registry
+from emergence_bench.results import load_records, write_json, write_text
+from emergence_bench.reporting.stats import kaplan_meier_median, kaplan_meier_median_ci, wilson_interval
 
 MEASUREMENT_CALLBACKS = {"plateau", "emergence"}
 

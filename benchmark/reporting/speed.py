@@ -15,10 +15,10 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from benchmark import registry
-from benchmark.model import SequenceModel
-from benchmark.results import write_json
-from mixers.backend import ENV
+from emergence_bench import registry
+from emergence_bench.model import SequenceModel
+from emergence_bench.results import write_json
+from emergence_bench.mixers.backend import ENV
 
 # Each mixer at the Transformer's width (d_model 64, 4 heads × 16).
 WIDTH_MATCHED = {
@@ -120,7 +120,7 @@ class BareLoop:
     clipping, and the same one host sync per step (the loss value)."""
 
     def __init__(self, config, compile_model: bool = False):
-        from benchmark.run import build_model, build_task
+        from emergence_bench.run import build_model, build_task
 
         torch.manual_seed(config.seed)
         self.task = build_task(config)
@@ -163,11 +163,11 @@ class BareLoop:
 
 
 def suite_seconds_per_step(config, steps: int) -> float:
-    """Marginal seconds per training step of `benchmark.run.run`: the wall time of a run of 2N steps
+    """Marginal seconds per training step of `emergence_bench.run.run`: the wall time of a run of 2N steps
     minus one of N, over N, with a single eval at the end of each (so setup, eval and teardown cancel)."""
     import tempfile
 
-    from benchmark.run import run
+    from emergence_bench.run import run
 
     def wall(n: int) -> float:
         data = config.to_dict()
@@ -210,7 +210,7 @@ def step_flops(loop: BareLoop) -> int:
 def suite_rows(steps: int = 100, models: dict | None = None, compile_check: bool = True) -> list[dict]:
     """Per model: suite vs bare loop, data-generation share, achieved FLOP/s vs matmul peak, and
     (optionally) a torch.compile'd bare loop vs the eager one."""
-    from benchmark.config import resolve
+    from emergence_bench.config import resolve
 
     peak = matmul_flops_per_second()
     rows = []
@@ -248,7 +248,7 @@ def render_suite(rows: list[dict]) -> str:
 
 def seed_parallel_rows(ks=(1, 4, 16), steps: int = 100) -> list[dict]:
     """K seeds of the `quick` config trained together vs one after another (whole runs)."""
-    from benchmark.seed_parallel import throughput
+    from emergence_bench.execution.seed_parallel import throughput
 
     return throughput(ks=ks, steps=steps)
 

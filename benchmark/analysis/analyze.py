@@ -7,7 +7,7 @@
     analyze pythia --model NAME_OR_PATH --probe NAME  the same on Pythia checkpoints with a language probe
           [--revisions step0 step1000 ...] [--out DIR] -> DIR/<run id>/result.json (a leaderboard row)
 
-The same commands also run as `python -m benchmark.analyze emergence RUN_DIR ...`.
+The same commands also run as `python -m emergence_bench.analysis.analyze emergence RUN_DIR ...`.
 "Solves" is the run's own emergence criterion: greedy accuracy on the scored tokens of the probe set
 (the task's eval batches) ≥ the emergence callback's threshold.
 """
@@ -34,8 +34,8 @@ def resolve_device(device: str) -> torch.device:
 # --- loading a run -------------------------------------------------------------------------------
 def load_run(run_dir: str | Path):
     """(resolved RunConfig, task, {step: checkpoint path}) of a run directory."""
-    from benchmark.run import build_task, check
-    from callbacks.checkpoints import saved_checkpoints
+    from emergence_bench.run import build_task, check
+    from emergence_bench.callbacks.checkpoints import saved_checkpoints
 
     run_dir = Path(run_dir)
     config_path = run_dir / "config.yaml"
@@ -51,7 +51,7 @@ def load_run(run_dir: str | Path):
 
 def load_model(config, task, path: Path, device: torch.device):
     """The SequenceModel of a checkpoint file, in eval mode on ``device``."""
-    from benchmark.run import build_model
+    from emergence_bench.run import build_model
 
     model = build_model(config, task)
     model.load_state_dict(torch.load(path, map_location="cpu", weights_only=True)["model"])
@@ -88,14 +88,14 @@ def greedy_accuracy(model, tokens: torch.Tensor, loss_mask: torch.Tensor, chunk:
 def emergence(run_dir: str | Path, probe_batches: int | None = None, threshold: float | None = None,
               device: str = "auto") -> dict:
     """Bisect the run's checkpoints for the earliest that solves the task; writes analysis/emergence.json."""
-    from benchmark.bisect import bisect_steps
-    from benchmark.results import read_result, write_json
+    from emergence_bench.analysis.bisect import bisect_steps
+    from emergence_bench.results import read_result, write_json
 
     run_dir = Path(run_dir)
     config, task, checkpoints = load_run(run_dir)
     dev = resolve_device(device)
     if threshold is None:
-        from callbacks.emergence import effective_threshold
+        from emergence_bench.callbacks.emergence import effective_threshold
 
         settings = config.callbacks.get("emergence") or {}
         threshold = effective_threshold(settings.get("threshold", DEFAULT_THRESHOLD),
@@ -133,8 +133,8 @@ def patch(run_dir: str | Path, old: int, new: int, top_k: int = 4, ground_truth:
           probe_batches: int = 1, device: str = "auto") -> dict:
     """Causal head patching from checkpoint ``new`` into ``old`` (or the task's ground truth);
     writes analysis/patch_<old>_<new>[_ground_truth].json."""
-    from benchmark.patching import patch_models
-    from benchmark.results import write_json
+    from emergence_bench.analysis.patching import patch_models
+    from emergence_bench.results import write_json
 
     if top_k < 1:
         raise ValueError(f"--top-k must be ≥ 1, got {top_k}")
@@ -184,7 +184,7 @@ def print_patch(report: dict, heads_shown: int = 8) -> None:
 # --- command line -------------------------------------------------------------------------------
 def add_parser(subparsers) -> argparse.ArgumentParser:
     """Add the `analyze` command (and its subcommands) to a CLI's subparsers."""
-    from benchmark.language_probes import PROBES
+    from emergence_bench.analysis.language_probes import PROBES
 
     p = subparsers.add_parser("analyze", help="emergence bisection and causal head patching (runs and Pythia)",
                               description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -245,7 +245,7 @@ def main(args: argparse.Namespace, extra: list[str] | None = None) -> int:
         print(f"wrote {r['path']}", file=sys.stderr)
         return 0
     if args.analysis == "pythia":
-        from benchmark import pythia
+        from emergence_bench.analysis import pythia
 
         record = pythia.analyze(args.model, args.probe, revisions=args.revisions, out=args.out,
                                 prompts=args.prompts, single=args.single, probe_seed=args.probe_seed,
@@ -257,8 +257,8 @@ def main(args: argparse.Namespace, extra: list[str] | None = None) -> int:
 
 
 def _standalone(argv: list[str] | None = None) -> int:
-    """`python -m benchmark.analyze emergence RUN_DIR ...` (the same as `emergence-bench analyze ...`)."""
-    parser = argparse.ArgumentParser(prog="python -m benchmark.analyze")
+    """`python -m emergence_bench.analysis.analyze emergence RUN_DIR ...` (the same as `emergence-bench analyze ...`)."""
+    parser = argparse.ArgumentParser(prog="python -m emergence_bench.analysis.analyze")
     add_parser(parser.add_subparsers(dest="command", required=True))
     args, extra = parser.parse_known_args(["analyze", *(sys.argv[1:] if argv is None else argv)])
     try:

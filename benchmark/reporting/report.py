@@ -21,9 +21,9 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 import torch  # noqa: E402
 
-from benchmark import leaderboard  # noqa: E402
-from benchmark.results import RESULT_FILE, load_records  # noqa: E402
-from callbacks.attention_probe import MAPS_FILE  # noqa: E402
+from emergence_bench.reporting import leaderboard  # noqa: E402
+from emergence_bench.results import RESULT_FILE, load_records  # noqa: E402
+from emergence_bench.callbacks.attention_probe import MAPS_FILE  # noqa: E402
 
 REPORT_FILE = "report.html"
 

@@ -17,8 +17,8 @@ from typing import Callable, Iterable
 
 import torch
 
-from benchmark.model import SequenceModel
-from mixers.base import MixerContext
+from emergence_bench.model import SequenceModel
+from emergence_bench.mixers.base import MixerContext
 
 Head = tuple[int, int]  # (layer, head)
 GAP_EPS = 1e-6  # below this the old→new gap is too small to divide by

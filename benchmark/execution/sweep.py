@@ -31,10 +31,10 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from benchmark.config import ConfigError, RunConfig, TrainerConfig, load_yaml, set_dotted
-from benchmark.results import FINISHED, read_result
+from emergence_bench.config import ConfigError, RunConfig, TrainerConfig, load_yaml, set_dotted
+from emergence_bench.results import FINISHED, read_result
 
-PRESETS_DIR = Path(__file__).parent / "presets"
+PRESETS_DIR = Path(__file__).parents[1] / "presets"
 
 
 def merge(base: dict, override: dict) -> dict:
@@ -91,7 +91,7 @@ class Sweep:
 
     def runs(self) -> list[tuple[str, RunConfig]]:
         """Every run resolved and checked (a bad grid point fails here, before any run)."""
-        from benchmark.run import check
+        from emergence_bench.run import check
 
         return [(group, check(raw)) for group, raw in self.raw_runs()]
 
@@ -194,14 +194,14 @@ def summary(record: dict) -> dict:
 
 
 def _run_one(config: dict, out: str) -> dict:
-    from benchmark.run import run
+    from emergence_bench.run import run
 
     return summary(run(config, out))
 
 
 def _run_group(configs: list[dict], out: str) -> list[dict]:
-    """Seeds of one config trained together (see benchmark.seed_parallel)."""
-    from benchmark.seed_parallel import run_seed_parallel
+    """Seeds of one config trained together (see emergence_bench.execution.seed_parallel)."""
+    from emergence_bench.execution.seed_parallel import run_seed_parallel
 
     return [summary(record) for record in run_seed_parallel(configs, out)]
 
@@ -259,7 +259,7 @@ def run_sweep(sweep: Sweep, out: str | Path, workers: int = 1, stream=sys.stderr
     """Run every unfinished run of ``sweep`` under ``out``; returns counts by status.
 
     ``executor`` is ``local`` (``workers`` processes on this machine) or ``ray`` (one Ray task per run;
-    ``ray_options``: address, num_cpus, num_gpus, max_retries — see benchmark.ray_executor).
+    ``ray_options``: address, num_cpus, num_gpus, max_retries — see emergence_bench.execution.ray_executor).
     With ``seed_parallel`` K > 1 (local only), runs that differ only in their seed train K at a time
     as one batched model, each still with its own result row.
     """
@@ -288,7 +288,7 @@ def run_sweep(sweep: Sweep, out: str | Path, workers: int = 1, stream=sys.stderr
             progress.update(result)
 
     if executor == "ray":
-        from benchmark.ray_executor import run_on_ray
+        from emergence_bench.execution.ray_executor import run_on_ray
 
         run_on_ray(pending, progress.update, **(ray_options or {}))
     elif workers <= 1:

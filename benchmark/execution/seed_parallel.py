@@ -4,7 +4,7 @@ The K models' parameters are stacked along a new leading dim ([K, ...]) and one 
 them is ``torch.func.vmap`` of ``functional_call`` on a template SequenceModel, so K small models
 become one model with K times larger ops. What stays per seed:
 
-- initialisation: seed k's model is built exactly as ``benchmark.run.run`` builds it
+- initialisation: seed k's model is built exactly as ``emergence_bench.run.run`` builds it
   (``L.seed_everything(seed)``, then the task, then the model), then copied into slice k;
 - data: slice k of each train batch is ``task_k.batch("train", step)`` (the seed's own stream);
   the eval set is shared by every seed, as in sequential runs;
@@ -13,7 +13,7 @@ become one model with K times larger ops. What stays per seed:
 - optimiser state: one AdamW over the stacked tensors *is* K AdamWs, because AdamW is elementwise;
   the lr schedule is a function of the step, so it is shared;
 - callbacks and result rows: each seed has its own callback instances (built from the config as
-  ``benchmark.run`` builds them), its own ``pl_module`` view (an EmergenceModule whose ``model`` is
+  ``emergence_bench.run`` builds them), its own ``pl_module`` view (an EmergenceModule whose ``model`` is
   that seed's SequenceModel, refreshed from slice k whenever a callback reads it), its own
   Trainer stand-in with its TensorBoard logger, and it writes ``out/<run_id>/result.json`` with the
   schema and run id of a sequential run, plus ``"seed_parallel": {"k": K, "group": [run ids]}``.
@@ -31,7 +31,7 @@ the batched step runs eagerly (equal to a compiled sequential run within float t
 
 Mixers whose forward cannot be vmapped (a custom ``autograd.Function`` without vmap support, a
 GPU kernel, randomness) are found by a trial forward and backward (``seed_parallel_supported``);
-their seeds run one after another through ``benchmark.run.run`` with
+their seeds run one after another through ``emergence_bench.run.run`` with
 ``"seed_parallel": {"k": 1, "fallback": reason}`` in each row.
 
 ``throughput()`` measures seed-parallel against one seed at a time, for the ``speed`` command.
@@ -57,16 +57,16 @@ from lightning.pytorch.loggers import TensorBoardLogger
 from torch.func import functional_call, vmap
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from benchmark.config import OptimConfig, RunConfig, load_yaml, resolve
-from benchmark.model import SequenceModel
-from benchmark.module import Diverged, EmergenceModule, lr_factor
-from benchmark.results import RESULT_FILE, SCHEMA_VERSION, versions, write_json, write_text
-from benchmark.run import build_callbacks, build_model, build_task, check, describe_device, quiet_lightning, run
-from callbacks.checkpoints import CheckpointSchedule
-from callbacks.progress import ProgressLine
-from callbacks.recorder import Recorder
-from mixers.base import MixerContext
-from tasks.base import seeded_generator
+from emergence_bench.config import OptimConfig, RunConfig, load_yaml, resolve
+from emergence_bench.model import SequenceModel
+from emergence_bench.module import Diverged, EmergenceModule, lr_factor
+from emergence_bench.results import RESULT_FILE, SCHEMA_VERSION, versions, write_json, write_text
+from emergence_bench.run import build_callbacks, build_model, build_task, check, describe_device, quiet_lightning, run
+from emergence_bench.callbacks.checkpoints import CheckpointSchedule
+from emergence_bench.callbacks.progress import ProgressLine
+from emergence_bench.callbacks.recorder import Recorder
+from emergence_bench.mixers.base import MixerContext
+from emergence_bench.tasks.base import seeded_generator
 
 # functorch warns when an op has no batching rule and it loops over the seeds instead.
 _NO_BATCH_RULE = ".*There is a performance drop because we have not yet implemented the batching rule.*"
@@ -500,7 +500,7 @@ def run_seed_parallel(configs: list[dict | RunConfig], out: str | Path, progress
     """Train the seeds of ``configs`` (identical but for ``seed``) together; returns their rows.
 
     Each seed's row is written to ``out/<run_id>/result.json`` with the run id and schema of
-    ``benchmark.run.run`` plus ``"seed_parallel"``: ``{"k": K, "group": [run ids]}`` when batched,
+    ``emergence_bench.run.run`` plus ``"seed_parallel"``: ``{"k": K, "group": [run ids]}`` when batched,
     ``{"k": 1, "fallback": reason}`` when the model cannot be vmapped and the seeds ran one by one.
     A NaN loss ends only its seed (``diverged``); a callback error only its seed (``failed``); an
     error in the shared step fails every seed still training. Ctrl-C raises KeyboardInterrupt and
@@ -713,7 +713,7 @@ def _evaluate(seeds: list[Seed], live: list[int], ensemble: Ensemble, eval_set: 
 # ----------------------------------------------------------------------------------------------
 # Speed: what the `speed` command measures.
 
-QUICK_PRESET = Path(__file__).parent / "presets" / "quick.yaml"
+QUICK_PRESET = Path(__file__).parents[1] / "presets" / "quick.yaml"
 
 
 def quick_config(steps: int = 100) -> dict:
@@ -728,7 +728,7 @@ def throughput(config: dict | RunConfig | None = None, ks=(1, 4, 16), steps: int
                out: str | Path | None = None) -> list[dict]:
     """Seed-parallel vs one seed at a time, side by side in this process: for each K, K seeds of
     ``config`` (default: the quick preset at ``steps`` steps) run one after another with
-    ``benchmark.run.run``, then together with ``run_seed_parallel``; whole runs (setup, evals,
+    ``emergence_bench.run.run``, then together with ``run_seed_parallel``; whole runs (setup, evals,
     result files), wall-clock, each mode the best of ``repeats`` alternating tries.
 
     Returns one row per K: {k, steps, sequential_s, parallel_s, speedup (sequential_s /

@@ -1,0 +1,1 @@
+"""Analysis of trained runs: checkpoint bisection, head patching, Pythia, language probes."""

@@ -1,0 +1,1 @@
+"""Execution: sweeps, their local and Ray executors, and seed-parallel training."""

@@ -1,0 +1,1 @@
+"""Reporting: leaderboard, statistics, HTML report, speed."""
