@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import time
 
-import lightning as L
 from lightning.pytorch.loggers import TensorBoardLogger
 
 from emergence_bench import registry
@@ -18,6 +17,7 @@ from emergence_bench.config import RunConfig
 from emergence_bench.model import SequenceModel
 from emergence_bench.module import EmergenceModule
 from emergence_bench.tasks.base import SyntheticTask
+from emergence_bench.trainer import build_trainer
 
 
 def stage_tasks(config: RunConfig) -> list[SyntheticTask]:
@@ -40,24 +40,16 @@ def check_transitions(config: RunConfig, tasks: list[SyntheticTask], final: Synt
                              f"({task.vocab_size} → {after.vocab_size}); the optimizer state cannot carry over")
 
 
-def pretrain(config: RunConfig, model: SequenceModel, final: SyntheticTask, run_dir,
-             accelerator: str) -> tuple[dict | None, list[dict]]:
+def pretrain(config: RunConfig, model: SequenceModel, final: SyntheticTask, run_dir) -> tuple[dict | None, list[dict]]:
     """Train ``model`` through the curriculum's stages, leaving it ready for ``final``'s vocabulary.
     Returns (the optimizer state to carry into the final stage or None, a report per stage)."""
     tasks = stage_tasks(config)
     carried, report = None, []
     following = tasks[1:] + [final]
     for k, (stage, task, after) in enumerate(zip(config.curriculum, tasks, following)):
-        module = EmergenceModule(model, task, config.optim, stage["steps"])
-        module.initial_optimizer_state = carried
-        trainer = L.Trainer(
-            accelerator=accelerator, devices=1, max_steps=stage["steps"], limit_val_batches=0,
-            num_sanity_val_steps=0, log_every_n_steps=config.trainer.log_every,
-            gradient_clip_val=config.optim.grad_clip or None,
-            logger=TensorBoardLogger(save_dir=run_dir, name="", version=f"tensorboard/stage{k}",
-                                     default_hp_metric=False),
-            enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
-        )
+        module = EmergenceModule(model, task, config.optim, stage["steps"], initial_optimizer_state=carried)
+        logger = TensorBoardLogger(save_dir=run_dir, name="", version=f"tensorboard/stage{k}", default_hp_metric=False)
+        trainer = build_trainer(config, [], logger, run_dir, max_steps=stage["steps"], evaluate=False)
         started = time.perf_counter()
         trainer.fit(module, task)
         recent = list(module.recent_train_losses)

@@ -1,4 +1,9 @@
-"""EmergenceModule: trains a SequenceModel on a task's scored tokens and measures it."""
+"""EmergenceModule: trains a SequenceModel on a task's scored tokens and measures it.
+
+The pieces both engines share live here as functions: ``train_losses`` (the training loss and the
+full-sequence loss of one batch), ``EvalTally`` (one eval pass, per output cell, for one seed or K)
+and ``adamw`` (the optimiser and its schedule). Seed-parallel's ensemble module calls the same ones.
+"""
 
 from __future__ import annotations
 
@@ -8,19 +13,106 @@ from collections import deque
 import lightning as L
 import torch
 import torch.nn.functional as F
-import torchmetrics
 
+from emergence_bench.callbacks.contract import EvalResult
 from emergence_bench.config import TRAIN_ON, OptimConfig
 from emergence_bench.model import SequenceModel
 from emergence_bench.mixers.base import MixerContext
 from emergence_bench.tasks.base import SyntheticTask
 
-
 FINAL_LOSS_WINDOW = 50  # final_train_loss is the mean over this many last steps
+MAX_LOGGED_CELLS = 64  # beyond this many output cells, per-cell scalars drown the dashboard
 
 
 class Diverged(RuntimeError):
     """The training loss became NaN or infinite."""
+
+
+def train_losses(logits: torch.Tensor, targets: torch.Tensor, scored: torch.Tensor):
+    """logits [B, L, V], targets [B, L], scored [N] (indices of the scored rows) -> (the scored
+    rows' loss, every row's loss), both scalars. ``index_select``, not a boolean mask: it vmaps."""
+    full = F.cross_entropy(logits.flatten(0, 1), targets.flatten())
+    scored_loss = F.cross_entropy(logits.index_select(1, scored).flatten(0, 1),
+                                  targets.index_select(1, scored).flatten())
+    return scored_loss, full
+
+
+def check_finite(scored: float, full: float, step: int) -> None:
+    """Raise Diverged when a training loss is NaN or infinite."""
+    for value in (scored, full):
+        if not math.isfinite(value):
+            raise Diverged(f"training loss became {value} at step {step}")
+
+
+class EvalTally:
+    """The sums of one eval pass for K seeds (K = 1 for a single run), per output cell.
+
+    ``add(logits [K, B, L, V], targets [B, L])`` once per eval batch; ``results(step)`` gives one
+    EvalResult per seed. Sums are float64, so the order of batches does not matter.
+    """
+
+    def __init__(self, task: SyntheticTask, seeds: int, device: torch.device):
+        self.scored = task.loss_mask.nonzero().squeeze(1).to(device)  # [N]
+        self.cells = task.output_cell.to(device).index_select(0, self.scored)  # [N] output cell of each
+        zeros = lambda: torch.zeros(seeds, task.num_cells, dtype=torch.float64, device=device)  # noqa: E731
+        self.sums = {"loss": zeros(), "correct": zeros(), "p_correct": zeros(), "count": zeros()}
+        self.full_sequence = torch.zeros(seeds, dtype=torch.float64, device=device)  # every row's loss sum
+        self.rows = 0
+
+    def add(self, logits: torch.Tensor, targets: torch.Tensor) -> None:
+        every_row = F.cross_entropy(logits.flatten(0, 2), targets.expand(logits.shape[:-1]).flatten(),
+                                    reduction="none").view(logits.shape[:-1])  # [K, B, L]
+        self.full_sequence += every_row.flatten(1).double().sum(1)
+        self.rows += targets.numel()
+        loss = every_row.index_select(2, self.scored)  # [K, B, N]
+        correct = logits.index_select(2, self.scored).argmax(-1) == targets.index_select(1, self.scored)
+        per_token = {"loss": loss, "correct": correct, "p_correct": (-loss).exp(), "count": torch.ones_like(loss)}
+        index = self.cells.expand(targets.shape[0], -1).flatten()  # [B·N]
+        for key, value in per_token.items():
+            self.sums[key].index_add_(1, index, value.flatten(1).double())
+
+    def results(self, step: int) -> list[EvalResult]:
+        s = self.sums
+        count = s["count"].sum(1)  # [K]
+        # Greedy accuracy as torchmetrics' micro accuracy computes it: a float32 ratio of counts.
+        accuracy = s["correct"].sum(1).float() / count.float()
+        loss, p_correct, full = s["loss"].sum(1) / count, s["p_correct"].sum(1) / count, self.full_sequence / self.rows
+        cell_accuracy, cell_loss = (s["correct"] / s["count"]).float().cpu(), (s["loss"] / s["count"]).float().cpu()
+        return [EvalResult(step=step, loss=float(loss[k]), accuracy=float(accuracy[k]), p_correct=float(p_correct[k]),
+                           full_sequence_loss=float(full[k]), cell_accuracy=cell_accuracy[k], cell_loss=cell_loss[k])
+                for k in range(len(count))]
+
+
+def eval_metrics(e: EvalResult) -> dict[str, float]:
+    """The TensorBoard scalars of one eval."""
+    metrics = {"eval/loss": e.loss, "eval/accuracy": e.accuracy, "eval/p_correct": e.p_correct,
+               "eval/full_sequence_loss": e.full_sequence_loss}
+    if len(e.cell_accuracy) <= MAX_LOGGED_CELLS:
+        metrics.update({f"eval_cell_accuracy/{i}": float(a) for i, a in enumerate(e.cell_accuracy)})
+        metrics.update({f"eval_cell_loss/{i}": float(v) for i, v in enumerate(e.cell_loss)})
+    return metrics
+
+
+def adamw(params: list[torch.nn.Parameter], decayed: list[bool], optim: OptimConfig, max_steps: int,
+          initial_state: dict | None = None) -> dict:
+    """AdamW over ``params`` (weight decay only where ``decayed``) with the lr schedule of ``optim``,
+    stepped per training step, in the form ``configure_optimizers`` returns. ``initial_state`` (an
+    optimizer state_dict from a curriculum stage) carries the moments over; the lr restarts."""
+    groups = [{"params": [p for p, d in zip(params, decayed) if d]}]
+    if not all(decayed):
+        groups.append({"params": [p for p, d in zip(params, decayed) if not d], "weight_decay": 0.0})
+    optimizer = torch.optim.AdamW(groups, lr=optim.lr, weight_decay=optim.weight_decay, betas=optim.betas)
+    if initial_state is not None:
+        optimizer.load_state_dict(initial_state)
+        for group in optimizer.param_groups:
+            group["lr"] = group["initial_lr"] = optim.lr
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_factor(optim, max_steps))
+    return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
+
+
+def is_decayed(param: torch.nn.Parameter) -> bool:
+    """Mixers mark parameters that must not be decayed (SSM decay rates, step-size biases)."""
+    return not getattr(param, "_no_weight_decay", False)
 
 
 class EmergenceModule(L.LightningModule):
@@ -30,15 +122,14 @@ class EmergenceModule(L.LightningModule):
     Logs ``train/loss`` (scored rows), ``train/full_sequence_loss`` (every row: the paper's scale)
     and, at each eval, ``eval/loss``, ``eval/accuracy`` (greedy, scored tokens), ``eval/p_correct``
     (mean probability of the correct token), ``eval/full_sequence_loss`` and per output cell
-    accuracy. The last eval is kept in ``last_eval`` for callbacks: {loss, accuracy, p_correct,
-    full_sequence_loss, cell_accuracy [C], cell_loss [C]}.
+    accuracy and loss. It is the ``MeasuredModule`` callbacks read (callbacks/contract.py).
 
     ``attention_bias`` (layer -> logits bias) is applied to training and eval forwards; interventions
-    set it.
+    set it. ``initial_optimizer_state`` carries AdamW's moments in from a curriculum stage.
     """
 
     def __init__(self, model: SequenceModel, task: SyntheticTask, optim: OptimConfig, max_steps: int,
-                 train_on: str = "scored"):
+                 train_on: str = "scored", initial_optimizer_state: dict | None = None):
         super().__init__()
         if train_on not in TRAIN_ON:
             raise ValueError(f"trainer.train_on must be one of {', '.join(TRAIN_ON)}, got {train_on!r}")
@@ -47,105 +138,48 @@ class EmergenceModule(L.LightningModule):
         self.optim = optim
         self.max_steps = max_steps
         self.train_on = train_on
-        self.register_buffer("loss_mask", task.loss_mask.clone(), persistent=False)
-        self.register_buffer("output_cell", task.output_cell.clone(), persistent=False)
-        self.num_cells = task.num_cells
-        self.accuracy = torchmetrics.classification.MulticlassAccuracy(
-            num_classes=task.vocab_size, average="micro"
-        )
+        self.initial_optimizer_state = initial_optimizer_state
+        self.register_buffer("scored_rows", task.loss_mask.nonzero().squeeze(1), persistent=False)  # [N]
         self.attention_bias: dict[int, torch.Tensor] = {}
-        self.initial_optimizer_state: dict | None = None  # carried over from a curriculum stage
         self.recent_train_losses: deque[float] = deque(maxlen=FINAL_LOSS_WINDOW)
         self.recent_full_sequence_losses: deque[float] = deque(maxlen=FINAL_LOSS_WINDOW)
         self.last_train_loss = math.nan
-        self.last_eval: dict = {}
+        self.last_eval: EvalResult | None = None
 
-    # --- training -----------------------------------------------------------------------------
     def all_rows(self, tokens: torch.Tensor, ctx: MixerContext | None = None):
         """tokens [B, L+1] -> (logits [B, L, V], targets [B, L]) on every query row."""
         return self.model(self.task.model_inputs(tokens), ctx), tokens[:, 1:]
 
-    def scored(self, tokens: torch.Tensor, ctx: MixerContext | None = None):
-        """tokens [B, L+1] -> (logits [B, N, V], targets [B, N]) on the scored rows (N of them)."""
-        logits, targets = self.all_rows(tokens, ctx)
-        return logits[:, self.loss_mask], targets[:, self.loss_mask]
-
+    # --- training -----------------------------------------------------------------------------
     def training_step(self, tokens: torch.Tensor, batch_idx: int) -> torch.Tensor:
         logits, targets = self.all_rows(tokens, MixerContext(bias=self.attention_bias))
-        scored = F.cross_entropy(logits[:, self.loss_mask].flatten(0, 1), targets[:, self.loss_mask].flatten())
-        if self.train_on == "all":
-            loss = full = F.cross_entropy(logits.flatten(0, 1), targets.flatten())
-        else:  # the paper's scale, measured on the side
-            loss, full = scored, F.cross_entropy(logits.detach().flatten(0, 1), targets.flatten())
-        value, full_value = (float(v) for v in torch.stack([scored.detach(), full.detach()]).tolist())
-        if not math.isfinite(value) or not math.isfinite(full_value):
-            raise Diverged(f"training loss became {value if not math.isfinite(value) else full_value} "
-                           f"at step {self.global_step}")
+        scored, full = train_losses(logits, targets, self.scored_rows)
+        value, full_value = torch.stack([scored.detach(), full.detach()]).tolist()
+        check_finite(value, full_value, self.global_step)
         self.last_train_loss = value
         self.recent_train_losses.append(value)
         self.recent_full_sequence_losses.append(full_value)
         self.log("train/loss", scored, prog_bar=True)
         self.log("train/full_sequence_loss", full)
-        return loss
+        return full if self.train_on == "all" else scored
 
     # --- evaluation ---------------------------------------------------------------------------
     def on_validation_epoch_start(self) -> None:
-        self.accuracy.reset()
-        zeros = lambda: torch.zeros(self.num_cells, device=self.device, dtype=torch.float64)  # noqa: E731
-        self._sums = {"loss": zeros(), "correct": zeros(), "p_correct": zeros(), "count": zeros()}
-        self._full_sequence = torch.zeros(2, device=self.device, dtype=torch.float64)  # (loss sum, rows)
+        self._tally = EvalTally(self.task, 1, self.device)
 
     def validation_step(self, tokens: torch.Tensor, batch_idx: int) -> None:
-        all_logits, all_targets = self.all_rows(tokens, MixerContext(bias=self.attention_bias))
-        every_row = F.cross_entropy(all_logits.transpose(1, 2), all_targets, reduction="none")  # [B, L]
-        self._full_sequence += torch.stack([every_row.sum().double(), every_row.new_tensor(every_row.numel()).double()])
-        logits, targets = all_logits[:, self.loss_mask], all_targets[:, self.loss_mask]
-        loss = every_row[:, self.loss_mask]  # [B, N]
-        predictions = logits.argmax(dim=-1)
-        self.accuracy.update(predictions.flatten(), targets.flatten())
-        cells = self.output_cell[self.loss_mask].expand_as(targets).flatten()
-        per_token = {
-            "loss": loss,
-            "correct": (predictions == targets).double(),
-            "p_correct": (-loss).exp(),
-            "count": torch.ones_like(loss),
-        }
-        for key, value in per_token.items():
-            self._sums[key].index_add_(0, cells, value.flatten().double())
+        logits, targets = self.all_rows(tokens, MixerContext(bias=self.attention_bias))
+        self._tally.add(logits.unsqueeze(0), targets)
 
     def on_validation_epoch_end(self) -> None:
-        s = self._sums
-        count = s["count"].sum()
-        self.last_eval = {
-            "step": self.global_step,
-            "loss": float(s["loss"].sum() / count),
-            "accuracy": float(self.accuracy.compute()),
-            "p_correct": float(s["p_correct"].sum() / count),
-            "full_sequence_loss": float(self._full_sequence[0] / self._full_sequence[1]),
-            "cell_accuracy": (s["correct"] / s["count"]).float().cpu(),
-            "cell_loss": (s["loss"] / s["count"]).float().cpu(),
-        }
-        e = self.last_eval
-        self.log_dict({"eval/loss": e["loss"], "eval/accuracy": e["accuracy"], "eval/p_correct": e["p_correct"],
-                       "eval/full_sequence_loss": e["full_sequence_loss"]})
-        if self.num_cells <= 64:  # beyond that, per-cell scalars drown the dashboard
-            self.log_dict({f"eval_cell_accuracy/{i}": float(a) for i, a in enumerate(e["cell_accuracy"])})
-            self.log_dict({f"eval_cell_loss/{i}": float(v) for i, v in enumerate(e["cell_loss"])})
+        self.last_eval = self._tally.results(self.global_step)[0]
+        self.log_dict(eval_metrics(self.last_eval))
 
     # --- optimiser ----------------------------------------------------------------------------
     def configure_optimizers(self):
-        o = self.optim
-        # Parameters a mixer marks `_no_weight_decay` (SSM decay rates, step-size biases) are not decayed.
-        decayed = [p for p in self.parameters() if not getattr(p, "_no_weight_decay", False)]
-        kept = [p for p in self.parameters() if getattr(p, "_no_weight_decay", False)]
-        groups = [{"params": decayed}] + ([{"params": kept, "weight_decay": 0.0}] if kept else [])
-        optimizer = torch.optim.AdamW(groups, lr=o.lr, weight_decay=o.weight_decay, betas=o.betas)
-        if self.initial_optimizer_state is not None:
-            optimizer.load_state_dict(self.initial_optimizer_state)  # moments carry over; the lr does not
-            for group in optimizer.param_groups:
-                group["lr"] = group["initial_lr"] = o.lr
-        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_factor(o, self.max_steps))
-        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
+        params = list(self.parameters())
+        return adamw(params, [is_decayed(p) for p in params], self.optim, self.max_steps,
+                     self.initial_optimizer_state)
 
 
 def lr_factor(optim: OptimConfig, max_steps: int):

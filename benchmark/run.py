@@ -4,15 +4,16 @@
     DIR/<run_id>/tensorboard/    TensorBoard logs
     DIR/<run_id>/result.json     the result row, written atomically at the end (ok | diverged | failed)
     DIR/<run_id>/checkpoints/    model weights at the steps of `checkpoints:` (when configured)
+
+The pieces a seed-parallel group shares with a single run are here too: the run folder and its
+record with every callback of the run (``RunFolder``); the Trainer is ``emergence_bench.trainer``'s.
 """
 
 from __future__ import annotations
 
-import logging
 import shutil
 import time
 import traceback
-import warnings
 from pathlib import Path
 
 import lightning as L
@@ -21,25 +22,17 @@ import yaml
 from lightning.pytorch.loggers import TensorBoardLogger
 
 from emergence_bench import registry
+from emergence_bench.callbacks.checkpoints import CheckpointSchedule
+from emergence_bench.callbacks.progress import ProgressLine
+from emergence_bench.callbacks.recorder import Recorder
 from emergence_bench.config import RunConfig, resolve
 from emergence_bench.curriculum import check_transitions, pretrain, stage_tasks
 from emergence_bench.model import SequenceModel
 from emergence_bench.module import Diverged, EmergenceModule
-from emergence_bench.results import RESULT_FILE, SCHEMA_VERSION, versions, write_json, write_text
-from emergence_bench.callbacks.checkpoints import CheckpointSchedule
 from emergence_bench.mixers.init import WeightInit
-from emergence_bench.callbacks.progress import ProgressLine
-from emergence_bench.callbacks.recorder import Recorder
+from emergence_bench.results import RESULT_FILE, SCHEMA_VERSION, versions, write_json, write_text
+from emergence_bench.trainer import build_trainer, quiet_lightning
 from emergence_bench.tasks.base import SyntheticTask
-
-
-def quiet_lightning() -> None:
-    """Keep the terminal for the suite's own progress lines."""
-    logging.getLogger("lightning.pytorch").setLevel(logging.ERROR)
-    logging.getLogger("lightning.fabric").setLevel(logging.ERROR)
-    for message in (".*LeafSpec.*", ".*does not have many workers.*", ".*IterableDataset.*", ".*LightningDataModule.*hparams.*",
-                    ".*You called `self.log.*", ".*tensorboardX.*"):
-        warnings.filterwarnings("ignore", message=message)
 
 
 def build_task(config: RunConfig) -> SyntheticTask:
@@ -60,6 +53,11 @@ def build_model(config: RunConfig, task: SyntheticTask) -> SequenceModel:
                          WeightInit(m.init, m.init_std, m.init_scale))
 
 
+def build_callbacks(config: RunConfig, task: SyntheticTask) -> list[L.Callback]:
+    """The measurement and intervention callbacks the config names, in its order."""
+    return [registry.callbacks.get(name)(task=task, **params) for name, params in config.callbacks.items()]
+
+
 def check(config: dict | RunConfig) -> RunConfig:
     """Resolve ``config`` and build its task and model (without allocating weights), so every bad
     key or parameter raises here, before anything trains."""
@@ -75,8 +73,64 @@ def check(config: dict | RunConfig) -> RunConfig:
     return config
 
 
-def build_callbacks(config: RunConfig, task: SyntheticTask) -> list[L.Callback]:
-    return [registry.callbacks.get(name)(task=task, **params) for name, params in config.callbacks.items()]
+class RunFolder:
+    """``out/<run_id>/`` of one config and the result row written there.
+
+    Created empty (leftovers of an interrupted attempt are removed) with the resolved config;
+    ``finish`` completes the row and writes it, once.
+    """
+
+    def __init__(self, config: RunConfig, out: str | Path):
+        self.config = config
+        self.run_id = config.run_id()
+        self.path = Path(out) / self.run_id
+        if self.path.exists():
+            shutil.rmtree(self.path)
+        self.path.mkdir(parents=True)
+        write_text(self.path / "config.yaml", yaml.safe_dump(config.to_dict(), sort_keys=False))
+        self.recorder = Recorder(curve_every=config.trainer.log_every)
+        self.record = {
+            "schema_version": SCHEMA_VERSION, "run_id": self.run_id, "status": "ok", "error": None,
+            "seed": config.seed, "config": config.to_dict(), "backend": None, "device": None,
+            "versions": versions(), "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        }
+        self.done = False
+
+    def logger(self) -> TensorBoardLogger:
+        return TensorBoardLogger(save_dir=self.path, name="", version="tensorboard", default_hp_metric=False)
+
+    def callbacks(self, task: SyntheticTask, progress: bool) -> list[L.Callback]:
+        """Every callback of the run: the config's, the recorder, checkpoints, a progress line."""
+        c = self.config
+        callbacks = build_callbacks(c, task) + [self.recorder]
+        if c.checkpoints.every or c.checkpoints.log_spaced:
+            callbacks.append(CheckpointSchedule(self.path, c.trainer.max_steps, c.checkpoints.every,
+                                                c.checkpoints.log_spaced))
+        if progress:
+            callbacks.append(ProgressLine(prefix=f"[{self.run_id}] "))
+        return callbacks
+
+    def finish(self, status: str, error: str | None, trainer, module, model: SequenceModel | None,
+               extra: dict | None = None) -> dict:
+        """Complete the row (status, backend, device, every callback's columns) and write it."""
+        if self.done:
+            return self.record
+        self.done = True
+        if status != "ok":
+            self.record.update(status=status, error=error)
+        if model is not None:
+            self.record["backend"] = "+".join(sorted({getattr(m, "backend", "torch") for m in model.mixers}))
+        if module is not None:
+            self.record["device"] = describe_device(module.device)
+        self.record.update(self.recorder.columns(trainer, module))
+        self.record.update(extra or {})
+        write_json(self.path / RESULT_FILE, self.record)
+        return self.record
+
+
+def failure(error: BaseException) -> str:
+    """A failed row's error: the exception and its traceback."""
+    return f"{type(error).__name__}: {error}\n{traceback.format_exc()}"
 
 
 def run(config: dict | RunConfig, out: str | Path, progress: bool = False) -> dict:
@@ -87,27 +141,9 @@ def run(config: dict | RunConfig, out: str | Path, progress: bool = False) -> di
     """
     config = check(config)
     quiet_lightning()
-    run_id = config.run_id()
-    run_dir = Path(out) / run_id
-    if run_dir.exists():  # leftovers of an interrupted attempt
-        shutil.rmtree(run_dir)
-    run_dir.mkdir(parents=True)
-    write_text(run_dir / "config.yaml", yaml.safe_dump(config.to_dict(), sort_keys=False))
-
-    record = {
-        "schema_version": SCHEMA_VERSION,
-        "run_id": run_id,
-        "status": "ok",
-        "error": None,
-        "seed": config.seed,
-        "config": config.to_dict(),
-        "backend": None,
-        "device": None,
-        "versions": versions(),
-        "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-    }
+    folder = RunFolder(config, out)
     trainer = module = None
-    recorder = Recorder(curve_every=config.trainer.log_every)
+    status, error = "ok", None
     try:
         L.seed_everything(config.seed, verbose=False)
         task = build_task(config)
@@ -116,38 +152,18 @@ def run(config: dict | RunConfig, out: str | Path, progress: bool = False) -> di
             model.compile()  # in place: parameter names (and checkpoints) stay as they are
         carried = None
         if config.curriculum:
-            carried, record["curriculum"] = pretrain(config, model, task, run_dir, config.trainer.accelerator)
-        module = EmergenceModule(model, task, config.optim, config.trainer.max_steps, config.trainer.train_on)
-        module.initial_optimizer_state = carried
-        callbacks = build_callbacks(config, task) + [recorder]
-        if config.checkpoints.every or config.checkpoints.log_spaced:
-            callbacks.append(CheckpointSchedule(run_dir, config.trainer.max_steps, config.checkpoints.every,
-                                                config.checkpoints.log_spaced))
-        if progress:
-            callbacks.append(ProgressLine(prefix=f"[{run_id}] "))
-        t = config.trainer
-        trainer = L.Trainer(
-            accelerator=t.accelerator, devices=1, max_steps=t.max_steps,
-            val_check_interval=t.eval_every, check_val_every_n_epoch=None, limit_val_batches=t.eval_batches,
-            num_sanity_val_steps=0, log_every_n_steps=t.log_every,
-            gradient_clip_val=config.optim.grad_clip or None,
-            logger=TensorBoardLogger(save_dir=run_dir, name="", version="tensorboard", default_hp_metric=False),
-            callbacks=callbacks, default_root_dir=run_dir, enable_checkpointing=False, enable_progress_bar=False,
-            enable_model_summary=False,
-        )
+            carried, folder.record["curriculum"] = pretrain(config, model, task, folder.path)
+        module = EmergenceModule(model, task, config.optim, config.trainer.max_steps, config.trainer.train_on,
+                                 initial_optimizer_state=carried)
+        trainer = build_trainer(config, folder.callbacks(task, progress), folder.logger(), folder.path)
         trainer.fit(module, task)
     except SystemExit:  # Lightning turns Ctrl-C into exit(1) after a graceful shutdown
-        raise KeyboardInterrupt(f"run {run_id} interrupted") from None
-    except Diverged as error:
-        record.update(status="diverged", error=str(error))
-    except Exception as error:
-        record.update(status="failed", error=f"{type(error).__name__}: {error}\n{traceback.format_exc()}")
-    if module is not None:
-        record["backend"] = "+".join(sorted({getattr(m, "backend", "torch") for m in module.model.mixers}))
-        record["device"] = describe_device(module.device)
-    record.update(recorder.columns(trainer, module))
-    write_json(run_dir / RESULT_FILE, record)
-    return record
+        raise KeyboardInterrupt(f"run {folder.run_id} interrupted") from None
+    except Diverged as diverged:
+        status, error = "diverged", str(diverged)
+    except Exception as exception:
+        status, error = "failed", failure(exception)
+    return folder.finish(status, error, trainer, module, module.model if module is not None else None)
 
 
 def describe_device(device: torch.device) -> str:

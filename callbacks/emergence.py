@@ -44,8 +44,8 @@ class Emergence(L.Callback):
         if trainer.sanity_checking:
             return
         e = pl_module.last_eval
-        self.update(e["step"], e["accuracy"], e["cell_accuracy"].tolist())
-        if self.stop and e["accuracy"] >= self.threshold:
+        self.update(e.step, e.accuracy, e.cell_accuracy.tolist())
+        if self.stop and e.accuracy >= self.threshold:
             trainer.should_stop = True
 
     def _first(self, accuracies) -> int | None:

@@ -86,7 +86,7 @@ class Plateau(L.Callback):
     def on_validation_end(self, trainer, pl_module) -> None:
         if not trainer.sanity_checking:
             e = pl_module.last_eval
-            self.update_cells(e["step"], e["cell_loss"].tolist())
+            self.update_cells(e.step, e.cell_loss.tolist())
 
     def update_cells(self, step: int, cell_loss: list[float]) -> None:
         self.cell_history.append((step, [float(v) for v in cell_loss]))

@@ -17,6 +17,6 @@ class ProgressLine(L.Callback):
         e = pl_module.last_eval
         print(
             f"{self.prefix}step {trainer.global_step:>6}/{trainer.max_steps}  "
-            f"train {pl_module.last_train_loss:.4f}  eval {e['loss']:.4f}  acc {e['accuracy']:.3f}",
+            f"train {pl_module.last_train_loss:.4f}  eval {e.loss:.4f}  acc {e.accuracy:.3f}",
             file=self.stream, flush=True,
         )

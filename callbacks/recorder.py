@@ -44,10 +44,10 @@ class Recorder(L.Callback):
         self.eval_seconds += time.perf_counter() - self._eval_mark
         if not trainer.sanity_checking:
             e = pl_module.last_eval
-            self.eval_curve.append([e["step"], e["loss"], e["accuracy"]])
+            self.eval_curve.append([e.step, e.loss, e.accuracy])
 
     def columns(self, trainer, module) -> dict:
-        last_eval = getattr(module, "last_eval", {}) if module is not None else {}
+        last_eval = getattr(module, "last_eval", None) if module is not None else None
         recent = list(getattr(module, "recent_train_losses", []))
         recent_full = list(getattr(module, "recent_full_sequence_losses", []))
         columns = {
@@ -59,11 +59,11 @@ class Recorder(L.Callback):
             },
             "metrics": {
                 "final_train_loss": sum(recent) / len(recent) if recent else None,
-                "final_eval_loss": last_eval.get("loss"),
-                "final_eval_accuracy": last_eval.get("accuracy"),
-                "final_eval_p_correct": last_eval.get("p_correct"),
+                "final_eval_loss": last_eval.loss if last_eval else None,
+                "final_eval_accuracy": last_eval.accuracy if last_eval else None,
+                "final_eval_p_correct": last_eval.p_correct if last_eval else None,
                 "final_train_full_sequence_loss": sum(recent_full) / len(recent_full) if recent_full else None,
-                "final_eval_full_sequence_loss": last_eval.get("full_sequence_loss"),
+                "final_eval_full_sequence_loss": last_eval.full_sequence_loss if last_eval else None,
             },
             "curves": {"train_loss": self.train_curve, "eval": self.eval_curve},
         }

@@ -52,6 +52,18 @@ def cli(*args, env=None, cwd=None, timeout=300) -> subprocess.CompletedProcess:
                           cwd=cwd, timeout=timeout)
 
 
+def fake_distribution(root: Path, source: str, entry_points: str) -> Path:
+    """An installed distribution `fake-mixers` (a dist-info folder under ``root``, to put on
+    PYTHONPATH) whose module ``fake_mixers`` is ``source``, with the given entry points."""
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "fake_mixers.py").write_text(source)
+    info = root / "fake_mixers-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: fake-mixers\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text(entry_points)
+    return root
+
+
 @register_mixer("test_nan_after")
 class NanAfter(TokenMixer):
     """A linear token-wise mixer whose output turns NaN after ``steps`` training forwards."""

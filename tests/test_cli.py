@@ -9,7 +9,7 @@ from pathlib import Path
 
 import yaml
 
-from conftest import CLI, cli, tiny_config
+from conftest import CLI, cli, fake_distribution, tiny_config
 
 PLUGIN_MODULE = '''
 import torch
@@ -30,17 +30,6 @@ class ShiftMixer(nn.Module):
 '''
 
 
-def fake_distribution(root: Path, entry_points: str) -> Path:
-    """An installed distribution `fake-mixers` (a dist-info folder) with the given entry points."""
-    root.mkdir(parents=True, exist_ok=True)
-    (root / "fake_mixers.py").write_text(PLUGIN_MODULE)
-    info = root / "fake_mixers-0.1.dist-info"
-    info.mkdir()
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: fake-mixers\nVersion: 0.1\n")
-    (info / "entry_points.txt").write_text(entry_points)
-    return root
-
-
 def write_config(path: Path, **sections) -> Path:
     path.write_text(yaml.safe_dump(tiny_config(**sections)))
     return path
@@ -56,7 +45,7 @@ def test_list_shows_mixers_tasks_parameters_and_presets():
 
 
 def test_plugin_mixer_is_listed_and_trains_and_a_broken_plugin_is_named(tmp_path):
-    site = fake_distribution(tmp_path / "site", "[emergence_bench.mixers]\nshift = fake_mixers:ShiftMixer\n"
+    site = fake_distribution(tmp_path / "site", PLUGIN_MODULE, "[emergence_bench.mixers]\nshift = fake_mixers:ShiftMixer\n"
                              "broken = fake_mixers_missing:Nothing\n")
     env = {"PYTHONPATH": str(site)}
     listing = cli("list", env=env)

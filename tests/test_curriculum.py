@@ -16,7 +16,7 @@ def pretrained(tmp_path, **stage):
     task = build_task(config)
     model = build_model(config, task)
     before = {k: v.clone() for k, v in model.state_dict().items()}
-    carried, report = pretrain(config, model, task, tmp_path, "cpu")
+    carried, report = pretrain(config, model, task, tmp_path)
     return config, task, model, before, carried, report
 
 
@@ -44,8 +44,7 @@ def test_set_vocab_reinitialises_or_keeps_the_shared_rows(mode):
 def test_optimizer_state_carries_over_only_when_asked(tmp_path):
     _, task, model, _, carried, _ = pretrained(tmp_path / "keep", task=SMALL_MAP, reset_optimizer=False)
     assert carried is not None
-    module = EmergenceModule(model, task, resolve({}).optim, 10)
-    module.initial_optimizer_state = carried
+    module = EmergenceModule(model, task, resolve({}).optim, 10, initial_optimizer_state=carried)
     optimizer = module.configure_optimizers()["optimizer"]
     steps = {float(state["step"]) for state in optimizer.state.values()}
     assert steps == {6.0}  # AdamW's moments continue from the stage's 6 updates

@@ -40,8 +40,8 @@ def test_the_training_loss_covers_the_rows_asked_for_and_the_full_sequence_loss_
     module.validation_step(tokens, 0)
     module.log_dict = lambda *args, **kwargs: None  # no trainer attached
     module.on_validation_epoch_end()
-    assert module.last_eval["full_sequence_loss"] == pytest.approx(float(every_row), rel=1e-5)
-    assert module.last_eval["loss"] == pytest.approx(float(scored), rel=1e-5)
+    assert module.last_eval.full_sequence_loss == pytest.approx(float(every_row), rel=1e-5)
+    assert module.last_eval.loss == pytest.approx(float(scored), rel=1e-5)
 
 
 def test_a_bad_train_on_is_rejected():
@@ -60,7 +60,7 @@ def test_blank_outputs_reach_the_model_and_seed_parallel_matches_a_run_alone(tmp
                 "final_eval_full_sequence_loss"):
         assert together["metrics"][key] == pytest.approx(alone["metrics"][key], rel=1e-4, abs=1e-5), key
     # What the model reads, in both engines: x0, then blanks where x1 stands.
-    from emergence_bench.execution.seed_parallel import Ensemble
+    from emergence_bench.execution.seed_parallel import EnsembleModule
 
     task = LinearMap(4, 2, blank_outputs=True)
     tokens = task.batch("eval", 0)
@@ -71,7 +71,5 @@ def test_blank_outputs_reach_the_model_and_seed_parallel_matches_a_run_alone(tmp
         expected = module.model(task.model_inputs(tokens))
         assert not torch.allclose(expected, module.model(tokens[:, :-1]))  # the blanks change the output
         assert torch.equal(module.all_rows(tokens)[0], expected)
-        ensemble = Ensemble([module.model], OptimConfig(), 10, task.loss_mask, torch.device("cpu"),
-                            task.model_inputs)
-        params = {name: p[0] for name, p in ensemble.params.items()}
-        assert torch.allclose(ensemble._seed_logits(params, tokens, {})[0], expected, atol=1e-6)
+        ensemble = EnsembleModule([module.model], task, OptimConfig(), 10)
+        assert torch.allclose(ensemble.logits(tokens, {})[0], expected, atol=1e-6)

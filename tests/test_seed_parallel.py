@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import math
 
+import yaml
+
 import lightning as L
 import pytest
 import torch
@@ -15,10 +17,11 @@ from emergence_bench import registry
 from emergence_bench.config import resolve
 from emergence_bench.registry import register_mixer
 from emergence_bench.run import build_model, build_task, run
-from emergence_bench.execution.seed_parallel import (Ensemble, _register_flash_rule, clip_per_seed_, run_seed_parallel,
-                                     seed_parallel_supported)
+from emergence_bench.execution.batching import register_flash_rule
+from emergence_bench.execution.seed_parallel import (EnsembleModule, clip_per_seed_, run_seed_parallel,
+                                                     seed_parallel_supported)
 from emergence_bench.callbacks.checkpoints import saved_checkpoints
-from conftest import tiny_config
+from conftest import cli, fake_distribution, tiny_config
 from emergence_bench.mixers.base import TokenMixer
 
 # Small hyperparameters per built-in mixer; a mixer not listed runs with its defaults.
@@ -244,10 +247,10 @@ def test_a_seed_with_huge_gradients_is_clipped_without_touching_the_others(tmp_p
     for s in (*high, *low):
         L.seed_everything(s, verbose=False)
         models.append(build_model(c, task))
-    ensemble = Ensemble(models, c.optim, 20, task.loss_mask, torch.device("cpu"))
+    ensemble = EnsembleModule(models, task, c.optim, 20)
     tokens = torch.stack([task.batch("train", 0)] * 2)
-    ensemble.losses(tokens, {}).sum().backward()
-    norms = clip_per_seed_([p.grad for p in ensemble.params.values()], c.optim.grad_clip)
+    ensemble.losses(tokens, {})[0].sum().backward()
+    norms = clip_per_seed_([p.grad for p in ensemble.stacked], c.optim.grad_clip)
     assert norms[0] > 2 * c.optim.grad_clip and norms[1] < c.optim.grad_clip / 2, norms
     rows = run_seed_parallel(configs, tmp_path / "parallel")
     for config, row in zip(configs, rows):
@@ -255,8 +258,8 @@ def test_a_seed_with_huge_gradients_is_clipped_without_touching_the_others(tmp_p
 
 
 def test_optimiser_state_and_clipping_are_per_seed():
-    """One AdamW over the stacked parameters with per-seed clipping = each seed's own AdamW and
-    clip_grad_norm_, given the same gradients (forward numerics are the end-to-end tests' job)."""
+    """The ensemble's update (its backward, per-seed clipping, one AdamW over the stack, as the
+    Trainer calls them) = each seed's own AdamW and clip_grad_norm_, given the same gradients."""
     from emergence_bench.module import EmergenceModule
 
     # Strong decay (with the no-decay group) and tight clipping, so both shape the update.
@@ -269,31 +272,34 @@ def test_optimiser_state_and_clipping_are_per_seed():
         tasks.append(build_task(c))
         tasks[-1].configure_streams(data_seed=s, eval_batches=1)
         models.append(build_model(c, tasks[-1]))
-    ensemble = Ensemble(models, c.optim, steps, tasks[0].loss_mask, torch.device("cpu"))
+    ensemble = EnsembleModule(models, tasks[0], c.optim, steps)
+    ensemble.seeds = [type("Slot", (), {"live": True})() for _ in seeds]
+    batched = ensemble.configure_optimizers()
     optimizers = [EmergenceModule(m, t, c.optim, steps).configure_optimizers() for m, t in zip(models, tasks)]
-    assert len(optimizers[0]["optimizer"].param_groups) == len(ensemble.optimizer.param_groups) == 2
-    names = list(ensemble.params)
+    assert len(optimizers[0]["optimizer"].param_groups) == len(batched["optimizer"].param_groups) == 2
     for step in range(steps):
-        losses = ensemble.losses(torch.stack([t.batch("train", step) for t in tasks]), {})
-        grads = torch.autograd.grad(losses.sum(), [ensemble.params[n] for n in names], retain_graph=True)
-        live = [0, 2] if step == 1 else None  # one step with seed 1 masked out, as after a NaN
-        ensemble.update(losses, step, live)
+        scored, _ = ensemble.losses(torch.stack([t.batch("train", step) for t in tasks]), {})
+        grads = torch.autograd.grad(scored.sum(), list(ensemble.stacked), retain_graph=True)
+        ensemble.seeds[1].live = step != 1  # one step with seed 1 masked out, as after a NaN
+        ensemble.backward(torch.where(ensemble.live(), scored, torch.zeros_like(scored)).sum())
+        ensemble.configure_gradient_clipping(batched["optimizer"], c.optim.grad_clip)
+        batched["optimizer"].step()
+        batched["lr_scheduler"]["scheduler"].step()
+        batched["optimizer"].zero_grad(set_to_none=True)
         for k, (model, opt) in enumerate(zip(models, optimizers)):
-            if live is not None and k not in live:
+            if not ensemble.seeds[k].live:
                 continue  # its slot got zero gradients; the other seeds must not notice
-            own = dict(model.named_parameters())
-            for name, g in zip(names, grads):
-                own[name].grad = g[k].clone()
+            for p, g in zip(model.parameters(), grads):
+                p.grad = g[k].clone()
             torch.nn.utils.clip_grad_norm_(model.parameters(), c.optim.grad_clip)
             opt["optimizer"].step()
             opt["lr_scheduler"]["scheduler"].step()
             opt["optimizer"].zero_grad(set_to_none=True)
     for k in (0, 2):
-        own, optimizer = dict(models[k].named_parameters()), optimizers[k]["optimizer"]
-        for name in names:
-            stacked = ensemble.params[name]
-            torch.testing.assert_close(stacked[k].detach(), own[name].detach(), rtol=1e-6, atol=1e-8)
-            state, reference = ensemble.optimizer.state[stacked], optimizer.state[own[name]]
+        optimizer = optimizers[k]["optimizer"]
+        for own, stacked in zip(models[k].parameters(), ensemble.stacked):
+            torch.testing.assert_close(stacked[k].detach(), own.detach(), rtol=1e-6, atol=1e-8)
+            state, reference = batched["optimizer"].state[stacked], optimizer.state[own]
             for key in ("exp_avg", "exp_avg_sq"):  # equal up to rounding (a clip factor's last bit)
                 scale = float(reference[key].abs().max())
                 torch.testing.assert_close(state[key][k], reference[key], rtol=1e-5, atol=1e-5 * scale)
@@ -303,7 +309,7 @@ def test_optimiser_state_and_clipping_are_per_seed():
 # --- the attention batching rule and the API's checks ----------------------------------------------
 @pytest.mark.parametrize("mask", [None, "shared", "per_seed"])
 def test_flash_attention_rule_equals_a_loop_over_seeds(mask):
-    if _register_flash_rule() != "registered":
+    if register_flash_rule() != "registered":
         pytest.skip("this torch has no hook for the rule; the math backend is used")
     torch.manual_seed(0)
     K, B, H, Lq, E = 3, 2, 2, 5, 4
@@ -341,3 +347,57 @@ def test_support_check_leaves_the_random_state_alone():
     assert torch.equal(torch.rand(3), expected)
     supported, reason = seed_parallel_supported(tiny_config(mixer={"name": "test_broken"}))
     assert not supported and "broken on purpose" in reason
+
+
+# --- one engine: every hook fires for every seed ---------------------------------------------------
+HOOK_COUNTER = '''
+import lightning as L
+
+
+class HookCounter(L.Callback):
+    """Counts every Lightning hook it gets, and what the per-step hooks are handed."""
+
+    def __init__(self, task):
+        self.counts, self.shapes = {}, set()
+
+    def report(self):
+        return {"counts": self.counts, "shapes": sorted(self.shapes)}
+
+
+def _counting(name):
+    def hook(self, trainer, pl_module, *args, **kwargs):
+        self.counts[name] = self.counts.get(name, 0) + 1
+        if name == "on_train_batch_end":
+            self.shapes.add(("batch", *args[1].shape))
+            self.shapes.add(("loss", *args[0]["loss"].shape))
+        if name == "on_before_optimizer_step":  # this seed's gradients, not the stack's
+            grads = [p.grad for p in pl_module.model.parameters() if p.grad is not None]
+            self.shapes.add(("grad", *grads[0].shape))
+    return hook
+
+
+for _name, _value in vars(L.Callback).items():
+    if callable(_value) and (_name.startswith("on_") or _name in ("setup", "teardown")):
+        setattr(HookCounter, _name, _counting(_name))
+'''
+
+
+def test_a_plugin_callback_sees_every_hook_per_seed_as_in_a_single_run(tmp_path):
+    site = fake_distribution(tmp_path / "site", HOOK_COUNTER,
+                             "[emergence_bench.callbacks]\nhook_counter = fake_mixers:HookCounter\n")
+    config = tmp_path / "c.yaml"
+    config.write_text(yaml.safe_dump(tiny_config(callbacks={"hook_counter": {}})))
+    env = {"PYTHONPATH": str(site)}
+    for out, extra in (("alone", []), ("alone", ["--seed", "1"]), ("together", ["--seed-parallel", "2"])):
+        result = cli("run", "--config", config, "--out", tmp_path / out, *extra, env=env)
+        assert result.returncode == 0, result.stderr
+    rows = {(p.parent.parent.name, json.loads(p.read_text())["seed"]): json.loads(p.read_text())
+            for p in tmp_path.glob("*/*/result.json")}
+    assert set(rows) == {("alone", 0), ("alone", 1), ("together", 0), ("together", 1)}
+    for seed in (0, 1):
+        alone, together = rows["alone", seed]["hook_counter"], rows["together", seed]["hook_counter"]
+        assert together == alone
+        counts = alone["counts"]
+        assert counts["on_train_batch_end"] == counts["on_before_optimizer_step"] == counts["on_before_backward"] == 20
+        assert counts["on_validation_end"] == 2 and counts["setup"] == counts["teardown"] == 1
+        assert ["batch", 32, 8] in alone["shapes"] and ["loss"] in alone["shapes"]  # one seed's, in both

@@ -1,0 +1,63 @@
+"""What a callback may read from the module it is handed: ``EvalResult`` and ``MeasuredModule``.
+
+Both training engines honour this contract: a single run's ``EmergenceModule`` is one, and under
+seed-parallel each seed's callbacks get a per-seed view that is one. A callback that reads only what
+is written here works the same in both.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+import torch
+from torch import nn
+
+
+@dataclass(frozen=True)
+class EvalResult:
+    """One evaluation on the task's fixed eval set, scored tokens only unless said otherwise.
+
+    step:               the global step it was taken at (after that many optimiser steps)
+    loss:               mean cross-entropy of the scored tokens
+    accuracy:           greedy accuracy of the scored tokens
+    p_correct:          mean probability of the correct token
+    full_sequence_loss: mean cross-entropy over every row (the paper's scale)
+    cell_accuracy:      [C] accuracy per output cell
+    cell_loss:          [C] loss per output cell
+    """
+
+    step: int
+    loss: float
+    accuracy: float
+    p_correct: float
+    full_sequence_loss: float
+    cell_accuracy: torch.Tensor
+    cell_loss: torch.Tensor
+
+
+class MeasuredModule(Protocol):
+    """The ``pl_module`` a callback sees.
+
+    model:               the SequenceModel (read it in each hook: under seed-parallel it is this seed's
+                         weights as of now)
+    task:                the task (a SyntheticTask DataModule)
+    device:              where the model's tensors live
+    global_step:         optimiser steps taken so far
+    last_train_loss:     scored-token loss of the latest training step
+    recent_train_losses: the scored losses of the last ``FINAL_LOSS_WINDOW`` steps
+    recent_full_sequence_losses: the every-row losses of the same steps
+    last_eval:           the latest evaluation, None before the first
+    attention_bias:      layer -> additive logits bias used by the next forwards (callbacks set it)
+    """
+
+    model: nn.Module
+    task: object
+    device: torch.device
+    global_step: int
+    last_train_loss: float
+    recent_train_losses: Sequence[float]
+    recent_full_sequence_losses: Sequence[float]
+    last_eval: EvalResult | None
+    attention_bias: dict[int, torch.Tensor]
