@@ -83,6 +83,9 @@ class AttentionBias(L.Callback):
             mixer = mixers[i]
             if not getattr(mixer, "exposes_attention", False):
                 continue
+            if not isinstance(getattr(mixer, "n_heads", None), int):
+                raise ValueError(f"{type(mixer).__name__} exposes attention but states no n_heads "
+                                 "(the mixer contract, mixers/base.py): the bias cannot choose heads")
             heads = _selection(f"{name}.heads", self.heads, mixer.n_heads)
             names = self.pattern_names
             if self.spread:  # first block of heads the first pattern, and so on

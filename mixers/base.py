@@ -61,10 +61,13 @@ class TokenMixer(nn.Module):
     Class-level facts the suite reads:
       exposes_attention: whether ``ctx`` bias/patch/capture act on real attention probabilities
       backends:          the backends this mixer has
+    and, on an instance of a mixer that exposes attention:
+      n_heads:           H, the number of attention heads (its probabilities are [B, H, L, L])
     """
 
     exposes_attention: bool = False
     backends: tuple[str, ...] = (TORCH,)
+    n_heads: int | None = None
 
     def __init__(self, d_model: int, max_len: int, layer_idx: int):
         super().__init__()

@@ -40,6 +40,19 @@ def test_shape_causality_and_determinism(name):
 
 
 @pytest.mark.parametrize("name", MIXERS)
+def test_attention_it_exposes_has_its_stated_heads_and_is_causal(name):
+    mixer = build(name)
+    if not getattr(mixer, "exposes_attention", False):
+        pytest.skip("exposes no attention scores")
+    ctx = MixerContext(capture=True)
+    mixer(torch.randn(2, L, D), ctx)
+    probs = ctx.attention[0]
+    assert isinstance(mixer.n_heads, int) and probs.shape == (2, mixer.n_heads, L, L)
+    torch.testing.assert_close(probs.sum(-1), torch.ones(2, mixer.n_heads, L))
+    assert probs.triu(1).abs().max() == 0  # no query attends to a later key
+
+
+@pytest.mark.parametrize("name", MIXERS)
 def test_every_parameter_gets_a_gradient(name):
     # Two layers, so a mixer that passes values from layer 0 to later layers through ctx is exercised.
     first, second = build(name, 0), build(name, 1, seed=1)
