@@ -28,13 +28,23 @@ class Diverged(RuntimeError):
     """The training loss became NaN or infinite."""
 
 
-def train_losses(logits: torch.Tensor, targets: torch.Tensor, scored: torch.Tensor):
-    """logits [B, L, V], targets [B, L], scored [N] (indices of the scored rows) -> (the scored
-    rows' loss, every row's loss), both scalars. ``index_select``, not a boolean mask: it vmaps."""
+def scored_rows(task: SyntheticTask) -> torch.Tensor:
+    """[N] the indices of the rows ``task.loss_mask`` scores. Indices, not the boolean mask: they vmap."""
+    return task.loss_mask.nonzero().squeeze(1)
+
+
+def scored(logits: torch.Tensor, targets: torch.Tensor, rows: torch.Tensor):
+    """logits [..., L, V], targets [..., L], rows [N] (``scored_rows``) -> the scored rows of both,
+    [..., N, V] and [..., N]."""
+    return logits.index_select(-2, rows), targets.index_select(-1, rows)
+
+
+def train_losses(logits: torch.Tensor, targets: torch.Tensor, rows: torch.Tensor):
+    """logits [B, L, V], targets [B, L], rows [N] (``scored_rows``) -> (the scored rows' loss,
+    every row's loss), both scalars."""
     full = F.cross_entropy(logits.flatten(0, 1), targets.flatten())
-    scored_loss = F.cross_entropy(logits.index_select(1, scored).flatten(0, 1),
-                                  targets.index_select(1, scored).flatten())
-    return scored_loss, full
+    logits, targets = scored(logits, targets, rows)
+    return F.cross_entropy(logits.flatten(0, 1), targets.flatten()), full
 
 
 def check_finite(scored: float, full: float, step: int) -> None:
@@ -52,20 +62,21 @@ class EvalTally:
     """
 
     def __init__(self, task: SyntheticTask, seeds: int, device: torch.device):
-        self.scored = task.loss_mask.nonzero().squeeze(1).to(device)  # [N]
-        self.cells = task.output_cell.to(device).index_select(0, self.scored)  # [N] output cell of each
+        self.rows = scored_rows(task).to(device)  # [N]
+        self.cells = task.output_cell.to(device).index_select(0, self.rows)  # [N] output cell of each
         zeros = lambda: torch.zeros(seeds, task.num_cells, dtype=torch.float64, device=device)  # noqa: E731
         self.sums = {"loss": zeros(), "correct": zeros(), "p_correct": zeros(), "count": zeros()}
         self.full_sequence = torch.zeros(seeds, dtype=torch.float64, device=device)  # every row's loss sum
-        self.rows = 0
+        self.tokens = 0  # how many rows that sum covers
 
     def add(self, logits: torch.Tensor, targets: torch.Tensor) -> None:
         every_row = F.cross_entropy(logits.flatten(0, 2), targets.expand(logits.shape[:-1]).flatten(),
                                     reduction="none").view(logits.shape[:-1])  # [K, B, L]
         self.full_sequence += every_row.flatten(1).double().sum(1)
-        self.rows += targets.numel()
-        loss = every_row.index_select(2, self.scored)  # [K, B, N]
-        correct = logits.index_select(2, self.scored).argmax(-1) == targets.index_select(1, self.scored)
+        self.tokens += targets.numel()
+        (loss, _), (logits, targets) = scored(every_row.unsqueeze(-1), targets, self.rows), scored(logits, targets, self.rows)
+        loss = loss.squeeze(-1)  # [K, B, N]
+        correct = logits.argmax(-1) == targets
         per_token = {"loss": loss, "correct": correct, "p_correct": (-loss).exp(), "count": torch.ones_like(loss)}
         index = self.cells.expand(targets.shape[0], -1).flatten()  # [B·N]
         for key, value in per_token.items():
@@ -76,7 +87,7 @@ class EvalTally:
         count = s["count"].sum(1)  # [K]
         # Greedy accuracy as torchmetrics' micro accuracy computes it: a float32 ratio of counts.
         accuracy = s["correct"].sum(1).float() / count.float()
-        loss, p_correct, full = s["loss"].sum(1) / count, s["p_correct"].sum(1) / count, self.full_sequence / self.rows
+        loss, p_correct, full = s["loss"].sum(1) / count, s["p_correct"].sum(1) / count, self.full_sequence / self.tokens
         cell_accuracy, cell_loss = (s["correct"] / s["count"]).float().cpu(), (s["loss"] / s["count"]).float().cpu()
         return [EvalResult(step=step, loss=float(loss[k]), accuracy=float(accuracy[k]), p_correct=float(p_correct[k]),
                            full_sequence_loss=float(full[k]), cell_accuracy=cell_accuracy[k], cell_loss=cell_loss[k])
@@ -139,7 +150,7 @@ class EmergenceModule(L.LightningModule):
         self.max_steps = max_steps
         self.train_on = train_on
         self.initial_optimizer_state = initial_optimizer_state
-        self.register_buffer("scored_rows", task.loss_mask.nonzero().squeeze(1), persistent=False)  # [N]
+        self.register_buffer("rows", scored_rows(task), persistent=False)  # [N]
         self.attention_bias: dict[int, torch.Tensor] = {}
         self.recent_train_losses: deque[float] = deque(maxlen=FINAL_LOSS_WINDOW)
         self.recent_full_sequence_losses: deque[float] = deque(maxlen=FINAL_LOSS_WINDOW)
@@ -153,15 +164,15 @@ class EmergenceModule(L.LightningModule):
     # --- training -----------------------------------------------------------------------------
     def training_step(self, tokens: torch.Tensor, batch_idx: int) -> torch.Tensor:
         logits, targets = self.all_rows(tokens, MixerContext(bias=self.attention_bias))
-        scored, full = train_losses(logits, targets, self.scored_rows)
-        value, full_value = torch.stack([scored.detach(), full.detach()]).tolist()
+        scored_loss, full = train_losses(logits, targets, self.rows)
+        value, full_value = torch.stack([scored_loss.detach(), full.detach()]).tolist()
         check_finite(value, full_value, self.global_step)
         self.last_train_loss = value
         self.recent_train_losses.append(value)
         self.recent_full_sequence_losses.append(full_value)
-        self.log("train/loss", scored, prog_bar=True)
+        self.log("train/loss", scored_loss, prog_bar=True)
         self.log("train/full_sequence_loss", full)
-        return full if self.train_on == "all" else scored
+        return full if self.train_on == "all" else scored_loss
 
     # --- evaluation ---------------------------------------------------------------------------
     def on_validation_epoch_start(self) -> None:

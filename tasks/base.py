@@ -166,11 +166,6 @@ class SyntheticTask(L.LightningDataModule, metaclass=ABCMeta):
     def batch(self, split: str, index: int) -> torch.Tensor:
         return self.generate(self.batch_generator(split, index), self.batch_size)
 
-    def batch_with_truth(self, split: str, index: int):
-        """``batch(split, index)`` and each sequence's own ground truth [B, seq_len, seq_len], for
-        tasks whose sources change per sequence (they define ``generate_with_truth``)."""
-        return self.generate_with_truth(self.batch_generator(split, index), self.batch_size)
-
     def train_dataloader(self) -> DataLoader:
         start = self.trainer.global_step if self.trainer is not None else 0
         return DataLoader(TrainStream(self, start), batch_size=None)

@@ -12,7 +12,7 @@ What is reachable, from an exact Bayes oracle (the rule pool known, a uniform pr
 fixed set of sequences drawn from the task seed: ``max_accuracy`` and ``floor_loss``. Early tokens of
 a sequence are uncertain (few rules are ruled out yet), so the floor is positive. ``shortcut_loss`` is
 the in-context colour-count model, which needs no sparse pattern (C=4, 256 rules, T=16: 1.24 at
-S=4, under PAPER.md's plateau threshold 1.3).
+S=4, under PAPER.md's plateau threshold 1.3), or the uniform guess (chance) where that is lower.
 """
 
 from __future__ import annotations
@@ -174,17 +174,22 @@ class WindowRuleTask(StateTrajectoryTask):
         return self.generate(seeded_generator(self.task_seed, "oracle", n), n)
 
     def oracle_statistics(self) -> dict:
-        """{max_accuracy, floor_loss, shortcut_loss, shortcut_alpha, sequences}, computed once."""
+        """{max_accuracy, floor_loss, shortcut_loss, shortcut_alpha, sequences}, computed once.
+        shortcut_alpha is None when no α of COUNT_ALPHAS beats the uniform guess (the shortcut is then
+        chance: a uniform guess needs no pattern either)."""
         if self._oracle_cache is None:
             tokens = self.oracle_sequences()
             p_true, p_max = self.bayes_oracle(tokens)
             counts = {alpha: float(self.count_model_loss(tokens, self.colors, self.state_size, alpha).mean())
                       for alpha in COUNT_ALPHAS}
             alpha = min(counts, key=counts.get)
+            shortcut = counts[alpha]
+            if shortcut > self.chance_loss:  # counting loses to a uniform guess (short, even sequences)
+                alpha, shortcut = None, self.chance_loss
             self._oracle_cache = {
                 "max_accuracy": float(p_max.mean()),
                 "floor_loss": float(-p_true.log().mean()),
-                "shortcut_loss": counts[alpha],
+                "shortcut_loss": shortcut,
                 "shortcut_alpha": alpha,
                 "sequences": tokens.shape[0],
             }
@@ -202,7 +207,8 @@ class WindowRuleTask(StateTrajectoryTask):
 
     @property
     def shortcut_loss(self) -> float:
-        """Loss of the in-context colour-count model, at its best smoothing α of COUNT_ALPHAS."""
+        """Loss of the in-context colour-count model, at its best smoothing α of COUNT_ALPHAS, or the
+        chance loss when that is lower (a shortcut is never worse than a uniform guess)."""
         return self.oracle_statistics()["shortcut_loss"]
 
 

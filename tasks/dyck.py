@@ -14,9 +14,9 @@ depth. Only a closer is fully predictable, and only it has a true source.
 
 Ground truth: the row that predicts a closer (row i-1 for the closer at token i) marks the key of its
 matching opener. Which token is a closer, and where its opener sits, changes from sequence to sequence,
-so the pattern is per sequence: ``ground_truth_for(tokens)`` [B, L, L] (a stack matcher) and
-``generate_with_truth``/``batch_with_truth``. ``ground_truth_attention()`` [L, L] is the union of the
-per-sequence patterns over every sequence the generator can produce (its envelope).
+so the pattern is per sequence: ``ground_truth_for(tokens)`` [B, L, L] (a stack matcher).
+``ground_truth_attention()`` [L, L] is the union of the per-sequence patterns over every sequence the
+generator can produce (its envelope).
 """
 
 from __future__ import annotations
@@ -28,7 +28,9 @@ import torch
 from emergence_bench.registry import register_task
 from emergence_bench.tasks.base import SyntheticTask, check_range
 
-MAX_CELLS = 16
+# Output cells are position buckets: every row is scored, so rows are grouped into at most this many
+# equal spans (mqar allows 64 because each of its cells is one query, not an arbitrary bucket).
+POSITION_SPANS = 16
 
 
 @register_task("dyck")
@@ -36,7 +38,7 @@ class Dyck(SyntheticTask):
     """Balanced bracket sequences of ``length`` tokens (seq_len = length - 1).
 
         tokens   [B, length] long   openers 0..k-1, closers k..2k-1, balanced, depth ≤ max_depth
-        cells    positions grouped into ≤ 16 equal spans (row p -> cell p·n // seq_len)
+        cells    positions grouped into ≤ POSITION_SPANS equal spans (row p -> cell p·n // seq_len)
     """
 
     per_sequence_truth = True  # ground_truth_attention() is an envelope; see ground_truth_for
@@ -106,13 +108,6 @@ class Dyck(SyntheticTask):
             depth = depth + torch.where(closes, -1, 1)
         return truth
 
-    def generate_with_truth(self, generator: torch.Generator, batch_size: int):
-        """(tokens [B, length] long, truth [B, seq_len, seq_len] long): ``generate``'s tokens for the
-        same generator state, and each sequence's own ground-truth pattern."""
-        tokens = self.generate(generator, batch_size)
-        return tokens, self.ground_truth_for(tokens)
-
-
     # --- positions ----------------------------------------------------------------------------
     @property
     def loss_mask(self) -> torch.Tensor:
@@ -120,7 +115,7 @@ class Dyck(SyntheticTask):
 
     @property
     def output_cell(self) -> torch.Tensor:
-        cells = min(self.seq_len, MAX_CELLS)
+        cells = min(self.seq_len, POSITION_SPANS)
         return torch.arange(self.seq_len) * cells // self.seq_len
 
     def ground_truth_attention(self) -> torch.Tensor:

@@ -11,8 +11,7 @@ varies per sequence and cannot be read back from the tokens, so:
                                              scored row (identical to the per-sequence pattern when
                                              sparsity = state_size)
     generate_with_maps(g, B)      tokens [B, S·T], A [B, S, S]
-    generate_with_truth(g, B)     tokens [B, S·T], truth [B, L, L]  (each sequence's own pattern)
-    batch_with_truth(split, i)    the same for batch(split, i)
+    attention_from_maps(A)        truth [B, L, L]  (each sequence's own pattern)
 
 Loss: every cell of x_1..x_{T-1} is scored, as in cellular_automata. x_1 is near chance (A is
 unknown when it is predicted), and a later state is predictable only once the transitions seen so far
@@ -48,7 +47,7 @@ class InContextLinearMap(StateTrajectoryTask):
     """
 
     vocab_size = 2
-    per_sequence_truth = True  # ground_truth_attention() is an envelope; see generate_with_truth
+    per_sequence_truth = True  # ground_truth_attention() is an envelope; see attention_from_maps
 
     def __init__(
         self,
@@ -88,13 +87,6 @@ class InContextLinearMap(StateTrajectoryTask):
         for t in range(1, self.trajectory_length):
             truth[:, t * S - 1 : (t + 1) * S - 1, (t - 1) * S : t * S] = A
         return truth
-
-    def generate_with_truth(self, generator: torch.Generator, batch_size: int):
-        """(tokens [B, S·T] long, truth [B, seq_len, seq_len] long): ``generate``'s tokens for the
-        same generator state, and each sequence's own ground-truth pattern."""
-        tokens, A = self.generate_with_maps(generator, batch_size)
-        return tokens, self.attention_from_maps(A)
-
 
     def bayes_oracle(self, tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """tokens [B, S·T] -> (p of the true token, p of the likelier bit), each [B, S·(T−1)] float64.

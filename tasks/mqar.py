@@ -14,8 +14,8 @@ Ground truth (per sequence; the queried pair moves): by default the row predicti
 *value* position 2m + 1 of the queried pair m, the only context position that can hold the answer
 (a key's position cannot see its value under causal mixing); ``source="key"`` marks the key's
 position 2m instead (the content match). ``ground_truth_attention()`` is the union over sequences (every
-context value, resp. key, position on the answer rows); ``ground_truth_for(tokens)`` and
-``generate_with_truth``/``batch_with_truth`` give each sequence's own [L, L] pattern.
+context value, resp. key, position on the answer rows); ``ground_truth_for(tokens)`` gives each
+sequence's own [L, L] pattern.
 """
 
 from __future__ import annotations
@@ -27,7 +27,9 @@ import torch
 from emergence_bench.registry import register_task
 from emergence_bench.tasks.base import SyntheticTask, check_range
 
-MAX_CELLS = 64
+# One output cell per query, up to the per-cell logging limit of benchmark/module.py (64); more
+# queries share cells. Larger than dyck's 16 position spans: here each cell is a query of its own.
+MAX_QUERY_CELLS = 64
 SOURCES = ("value", "key")
 
 
@@ -36,7 +38,7 @@ class MQAR(SyntheticTask):
     """Key-value pairs then queries, 2·pairs + 2·queries tokens (seq_len one less).
 
         tokens   [B, 2n + 2Q] long   keys in [0, V//2), values in [V//2, V)
-        cells    query q -> cell q (bucketed into ≤ 64 cells when Q > 64)
+        cells    query q -> cell q (bucketed into ≤ MAX_QUERY_CELLS cells beyond that many queries)
     """
 
     per_sequence_truth = True  # ground_truth_attention() is an envelope; see ground_truth_for
@@ -50,7 +52,11 @@ class MQAR(SyntheticTask):
         task_seed: int = 0,
         batch_size: int = 64,
     ):
-        check_range("vocab_size", vocab_size, 2)
+        try:
+            check_range("vocab_size", vocab_size, 3)
+        except ValueError as error:
+            raise ValueError(f"{error} (keys are [0, vocab_size//2), values the rest; one value would "
+                             f"make every answer certain and chance_loss 0)") from None
         check_range("pairs", pairs, 1, vocab_size // 2)  # distinct keys from V//2 key tokens
         check_range("queries", queries, 1, pairs)  # each key is asked at most once
         if source not in SOURCES:
@@ -93,13 +99,6 @@ class MQAR(SyntheticTask):
         asked = (query_keys[:, :, None] == context_keys[:, None, :]).long().argmax(dim=2)  # [B, Q]
         return self._truth(asked)
 
-    def generate_with_truth(self, generator: torch.Generator, batch_size: int):
-        """(tokens [B, 2n + 2Q] long, truth [B, seq_len, seq_len] long): ``generate``'s tokens for the
-        same generator state, and each sequence's own ground-truth pattern."""
-        tokens, asked = self._draw(generator, batch_size)
-        return tokens, self._truth(asked)
-
-
     # --- positions ----------------------------------------------------------------------------
     @property
     def answer_rows(self) -> torch.Tensor:
@@ -115,7 +114,8 @@ class MQAR(SyntheticTask):
     @property
     def output_cell(self) -> torch.Tensor:
         cells = torch.full((self.seq_len,), -1, dtype=torch.long)
-        cells[self.answer_rows] = torch.arange(self.queries) * min(self.queries, MAX_CELLS) // self.queries
+        n = min(self.queries, MAX_QUERY_CELLS)
+        cells[self.answer_rows] = torch.arange(self.queries) * n // self.queries
         return cells
 
     def ground_truth_attention(self) -> torch.Tensor:

@@ -139,22 +139,6 @@ def test_next_token_shift_of_mask_and_cells():
     assert task.chance_loss == pytest.approx(1.386294, abs=1e-5)
 
 
-@pytest.mark.parametrize("kwargs, name", [
-    ({"colors": 1}, "colors"),
-    ({"radius": -1}, "radius"),
-    ({"state_size": 5, "radius": 3}, "radius"),
-    ({"state_size": 4, "radius": 2}, "radius"),
-    ({"rules": 0}, "rules"),
-    ({"state_size": 0}, "state_size"),
-    ({"trajectory_length": 1}, "trajectory_length"),
-    ({"batch_size": 0}, "batch_size"),
-    ({"state_size": 4, "trajectory_length": 4, "tokens_per_batch": 15}, "tokens_per_batch"),
-])
-def test_invalid_parameters_name_the_parameter_and_range(kwargs, name):
-    with pytest.raises(ValueError, match=rf"{name} must be in \["):
-        CellularAutomata(**kwargs)
-
-
 def test_radius_error_gives_the_range_for_the_state_size():
     with pytest.raises(ValueError, match=r"radius must be in \[0, 2\].*state_size=5"):
         CellularAutomata(state_size=5, radius=3)

@@ -1,8 +1,6 @@
 import pytest
 import torch
 
-from emergence_bench.run import run
-from conftest import tiny_config
 from emergence_bench.tasks.in_context_linear_map import InContextLinearMap
 
 
@@ -39,7 +37,7 @@ def test_ground_truth_per_sequence_matches_brute_force_with_next_token_shift():
     task = InContextLinearMap(state_size=S, sparsity=2, trajectory_length=T, batch_size=B)
     g = torch.Generator().manual_seed(0)
     tokens, A = task.generate_with_maps(g, B)
-    _, truth = task.generate_with_truth(torch.Generator().manual_seed(0), B)
+    truth = task.attention_from_maps(A)
     L = task.seq_len
     assert truth.shape == (B, L, L)
     states = tokens.view(B, T, S)
@@ -59,16 +57,16 @@ def test_ground_truth_per_sequence_matches_brute_force_with_next_token_shift():
     assert (truth.triu(1) == 0).all() and (truth <= task.ground_truth_attention()).all()
 
 
-def test_batch_with_truth_is_the_batch_and_the_envelope_is_the_previous_state():
+def test_the_envelope_is_the_previous_state_and_the_union_of_the_maps():
     task = InContextLinearMap(state_size=4, sparsity=1, trajectory_length=3, batch_size=64)
-    tokens, truth = task.batch_with_truth("train", 7)
-    assert torch.equal(tokens, task.batch("train", 7))
+    truth = task.attention_from_maps(task.generate_with_maps(task.batch_generator("train", 7), 64)[1])
     # Every scored row: A's row marks one cell of the previous state, and over 64 maps all are used.
     envelope = task.ground_truth_attention()
     assert torch.equal(envelope.bool(), task.probe_keys())
     assert torch.equal(truth.amax(0), envelope)
     full = InContextLinearMap(state_size=4, sparsity=4, trajectory_length=3, batch_size=4)
-    assert (full.batch_with_truth("eval", 0)[1] == full.ground_truth_attention()).all()
+    A = full.generate_with_maps(torch.Generator().manual_seed(0), 4)[1]
+    assert (full.attention_from_maps(A) == full.ground_truth_attention()).all()
 
 
 def test_mask_cells_and_losses():
@@ -77,24 +75,6 @@ def test_mask_cells_and_losses():
     assert task.output_cell.tolist() == [-1, -1, 0, 1, 2, 0, 1, 2]
     assert task.chance_loss == pytest.approx(0.693147, abs=1e-5) and 0 < task.floor_loss < task.chance_loss
 
-
-@pytest.mark.parametrize("kwargs, name", [
-    ({"state_size": 4, "sparsity": 5}, "sparsity"),
-    ({"sparsity": 0}, "sparsity"),
-    ({"state_size": 0}, "state_size"),
-    ({"trajectory_length": 2}, "trajectory_length"),
-    ({"batch_size": 0}, "batch_size"),
-])
-def test_invalid_parameters_name_the_parameter_and_range(kwargs, name):
-    with pytest.raises(ValueError, match=rf"{name} must be in \["):
-        InContextLinearMap(**kwargs)
-
-
-def test_end_to_end_run(tmp_path):
-    config = tiny_config(task={"name": "in_context_linear_map", "state_size": 4, "sparsity": 2,
-                               "trajectory_length": 3, "batch_size": 16})
-    record = run(config, tmp_path)
-    assert record["status"] == "ok", record["error"]
 
 
 def test_bayes_oracle_against_enumeration_of_every_map_and_start():

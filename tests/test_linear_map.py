@@ -70,18 +70,6 @@ def test_streams_are_deterministic_and_distinct():
     assert torch.equal(task.batch("eval", 0), eval_before)  # every seed scored on the same set
 
 
-@pytest.mark.parametrize("kwargs, name", [
-    ({"state_size": 4, "sparsity": 5}, "sparsity"),
-    ({"state_size": 4, "sparsity": 0}, "sparsity"),
-    ({"state_size": 0, "sparsity": 1}, "state_size"),
-    ({"trajectory_length": 1}, "trajectory_length"),
-    ({"batch_size": 0}, "batch_size"),
-])
-def test_invalid_parameters_name_the_parameter_and_range(kwargs, name):
-    with pytest.raises(ValueError, match=rf"{name} must be in \["):
-        LinearMap(**kwargs)
-
-
 def same_state_entropy(task: LinearMap, state: int) -> list[float]:
     """Per cell i of state ``state``, H(x[i] | x[<i]) in nats over every x0 (each equally likely),
     the state reached by applying the map step by step."""

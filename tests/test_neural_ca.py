@@ -3,8 +3,6 @@ import math
 import pytest
 import torch
 
-from emergence_bench.run import run
-from conftest import tiny_config
 from emergence_bench.tasks.neural_ca import NeuralCA
 
 
@@ -142,25 +140,3 @@ def test_named_patterns_are_the_cellular_automata_ones():
     for name in ("predict", "own"):
         assert torch.equal(task.pattern(name), ca.pattern(name))
 
-
-@pytest.mark.parametrize("kwargs, name", [
-    ({"colors": 1}, "colors"),
-    ({"radius": -1}, "radius"),
-    ({"state_size": 4, "radius": 2}, "radius"),
-    ({"hidden": 0}, "hidden"),
-    ({"rules": 0}, "rules"),
-    ({"state_size": 0}, "state_size"),
-    ({"trajectory_length": 1}, "trajectory_length"),
-    ({"batch_size": 0}, "batch_size"),
-    ({"state_size": 4, "trajectory_length": 4, "tokens_per_batch": 15}, "tokens_per_batch"),
-])
-def test_invalid_parameters_name_the_parameter_and_range(kwargs, name):
-    with pytest.raises(ValueError, match=rf"{name} must be in \["):
-        NeuralCA(**kwargs)
-
-
-def test_end_to_end_run(tmp_path):
-    config = tiny_config(task={"name": "neural_ca", "state_size": 4, "colors": 3, "rules": 8,
-                               "trajectory_length": 3, "batch_size": 16})
-    record = run(config, tmp_path)
-    assert record["status"] == "ok", record["error"]

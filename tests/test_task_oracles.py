@@ -90,8 +90,17 @@ def test_shortcut_loss_is_the_best_count_model_on_the_oracle_sequences():
     task = CellularAutomata(state_size=3, colors=3, rules=8, trajectory_length=4)
     tokens = task.oracle_sequences()
     losses = [float(task.count_model_loss(tokens, 3, 3, a).mean()) for a in COUNT_ALPHAS]
-    assert task.shortcut_loss == pytest.approx(min(losses))
+    assert task.shortcut_loss == pytest.approx(min(losses)) and min(losses) < task.chance_loss
     assert task.oracle_statistics()["shortcut_alpha"] == COUNT_ALPHAS[losses.index(min(losses))]
+
+
+def test_shortcut_loss_is_never_above_chance():
+    """Short trajectories of near-uniform colours: every α of the count model loses to a uniform
+    guess, which needs no pattern either, so the shortcut is the chance loss."""
+    task = CellularAutomata(state_size=5, colors=3, rules=8, trajectory_length=4)
+    tokens = task.oracle_sequences()
+    assert min(float(task.count_model_loss(tokens, 3, 5, a).mean()) for a in COUNT_ALPHAS) > task.chance_loss
+    assert task.shortcut_loss == task.chance_loss and task.oracle_statistics()["shortcut_alpha"] is None
 
 
 def test_paper_setting_orders_the_losses_and_matches_the_issue_count_model():

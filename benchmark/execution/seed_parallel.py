@@ -55,7 +55,7 @@ from emergence_bench.execution.batching import vmapped
 from emergence_bench.mixers.base import MixerContext
 from emergence_bench.model import SequenceModel
 from emergence_bench.module import (FINAL_LOSS_WINDOW, Diverged, EvalTally, adamw, check_finite, eval_metrics,
-                                    is_decayed, train_losses)
+                                    is_decayed, scored_rows, train_losses)
 from emergence_bench.results import RESULT_FILE, write_json
 from emergence_bench.run import RunFolder, build_model, build_task, check, failure, run
 from emergence_bench.tasks.base import SyntheticTask, seeded_generator
@@ -99,7 +99,7 @@ class EnsembleModule(L.LightningModule):
                              if any(not torch.equal(b[name], buffers[0][name]) for b in buffers[1:])]
         for i, name in enumerate(self.buffer_names):
             self.register_buffer(f"seed_buffer{i}", torch.stack([b[name] for b in buffers]), persistent=False)
-        self.register_buffer("scored_rows", task.loss_mask.nonzero().squeeze(1), persistent=False)  # [N]
+        self.register_buffer("rows", scored_rows(task), persistent=False)  # [N]
         self.task, self.optim, self.max_steps, self.train_on, self.log_every = task, optim, max_steps, train_on, log_every
         self.seeds: list[Seed] = []
         self.trained_losses: torch.Tensor | None = None  # [K], what the latest step trains on
@@ -118,7 +118,7 @@ class EnsembleModule(L.LightningModule):
         return functional_call(self.template, weights, (self.task.model_inputs(tokens), MixerContext(bias=bias)))
 
     def _seed_losses(self, weights: dict, tokens: torch.Tensor, bias: dict):
-        return train_losses(self._seed_logits(weights, tokens, bias), tokens[:, 1:], self.scored_rows)
+        return train_losses(self._seed_logits(weights, tokens, bias), tokens[:, 1:], self.rows)
 
     def losses(self, tokens: torch.Tensor, bias: dict[int, torch.Tensor]):
         """tokens [K, B, L+1] (seed k's batch in slice k), bias {layer: [K, ...]} -> (scored losses [K],
@@ -564,7 +564,6 @@ def _trial(config: RunConfig, device: torch.device) -> str | None:
         models.append(build_model(config, task).to(device))
     ensemble = EnsembleModule(models, task, config.optim, config.trainer.max_steps, config.trainer.train_on).to(device)
     tokens = torch.stack([task.generate(seeded_generator("seed_parallel.trial", k), 2) for k in range(2)]).to(device)
-    scored_rows = ensemble.scored_rows
     biases = [{}]
     attention = [i for i, m in enumerate(models[0].mixers) if getattr(m, "exposes_attention", False)]
     if attention:  # the intervention's code path (explicit logits) too
@@ -582,7 +581,7 @@ def _trial(config: RunConfig, device: torch.device) -> str | None:
             ctx = lambda: MixerContext(bias={i: b[k] for i, b in bias.items()})  # noqa: E731  (fresh per forward)
             model.train()
             own_scored, own_full = train_losses(model(task.model_inputs(tokens[k]), ctx()), tokens[k, :, 1:],
-                                                scored_rows)
+                                                ensemble.rows)
             loss = own_full if config.trainer.train_on == "all" else own_scored
             model.zero_grad(set_to_none=True)
             loss.backward()
