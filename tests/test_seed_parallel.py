@@ -15,7 +15,7 @@ from torch import nn
 
 from emergence_bench import registry
 from emergence_bench.config import resolve
-from emergence_bench.registry import register_mixer
+from emergence_bench.registry import register_callback, register_mixer
 from emergence_bench.run import build_model, build_task, run
 from emergence_bench.execution.batching import register_flash_rule
 from emergence_bench.execution.seed_parallel import (EnsembleModule, clip_per_seed_, run_seed_parallel,
@@ -401,3 +401,47 @@ def test_a_plugin_callback_sees_every_hook_per_seed_as_in_a_single_run(tmp_path)
         assert counts["on_train_batch_end"] == counts["on_before_optimizer_step"] == counts["on_before_backward"] == 20
         assert counts["on_validation_end"] == 2 and counts["setup"] == counts["teardown"] == 1
         assert ["batch", 32, 8] in alone["shapes"] and ["loss"] in alone["shapes"]  # one seed's, in both
+
+
+@register_callback("test_stop_early")
+class StopEarly(L.Callback):
+    """Sets ``should_stop`` after a step drawn from the seed (the callback is built after
+    ``seed_everything(seed)``, in both engines), at the end of a step or of an eval."""
+
+    def __init__(self, task, at_eval: bool = False):
+        self.at, self.at_eval = int(torch.randint(3, 16, ())), at_eval
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        if not self.at_eval and trainer.global_step >= self.at:
+            trainer.should_stop = True
+
+    def on_validation_end(self, trainer, pl_module):
+        if self.at_eval and trainer.global_step >= self.at:
+            trainer.should_stop = True
+
+    def report(self):
+        return {"at": self.at}
+
+
+@register_callback("test_fail_if_drawn")
+class FailIfDrawn(L.Callback):
+    """Raises at step 5 in the seeds that draw it."""
+
+    def __init__(self, task):
+        self.fail = bool(torch.rand(()) > 0.5)
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        if self.fail and trainer.global_step == 5:
+            raise RuntimeError("this seed's callback fails on purpose")
+
+
+@pytest.mark.parametrize("callback", [{"test_stop_early": {}}, {"test_stop_early": {"at_eval": True}},
+                                      {"test_fail_if_drawn": {}}])
+def test_a_callback_that_stops_or_fails_ends_its_seed_alone(callback, tmp_path):
+    configs = [tiny_config(seed=seed, callbacks={**MEASURED, **callback}, trainer={"eval_every": 4})
+               for seed in range(4)]
+    rows = run_seed_parallel(configs, tmp_path / "parallel")
+    alone = [run(c, tmp_path / "sequential") for c in configs]
+    assert len({(r["status"], r["timing"]["steps"]) for r in alone}) > 1  # the seeds end differently
+    for row, expected in zip(rows, alone):
+        assert_same_row(row, expected)

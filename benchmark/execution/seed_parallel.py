@@ -103,6 +103,7 @@ class EnsembleModule(L.LightningModule):
         self.task, self.optim, self.max_steps, self.train_on, self.log_every = task, optim, max_steps, train_on, log_every
         self.seeds: list[Seed] = []
         self.trained_losses: torch.Tensor | None = None  # [K], what the latest step trains on
+        self.eval_for: list[Seed] | None = None  # an eval for these seeds only (SeedCallbacks sets it)
         self.version = 0
         self._train = vmap(self._seed_losses, in_dims=(0, 0, 0))
         self._eval = vmap(self._seed_logits, in_dims=(0, None, 0))
@@ -190,7 +191,7 @@ class EnsembleModule(L.LightningModule):
 
     def on_validation_epoch_end(self) -> None:
         for seed, result in zip(self.seeds, self._tally.results(self.global_step)):
-            if seed.live:
+            if seed.live and (self.eval_for is None or seed in self.eval_for):
                 seed.view.last_eval = result
                 seed.log(eval_metrics(result), self.global_step)
 
@@ -415,28 +416,43 @@ def _seed_args(name: str, seed: Seed, ensemble: EnsembleModule, args: tuple) -> 
 
 class SeedCallbacks(L.Callback):
     """The group Trainer's one callback: every hook goes to each live seed's own callbacks with that
-    seed's views and its slice of the arguments. An error ends that seed only, as ``failed``. A seed
-    whose callbacks set ``should_stop`` ends before the next step; when every live seed has, the
-    Trainer stops."""
+    seed's views and its slice of the arguments. An error ends that seed only, as ``failed``.
+
+    A seed whose callbacks set ``should_stop`` ends as a run alone would: after the eval that
+    Lightning runs when a stop is asked at the end of a step (given to the asking seeds only), or
+    after the eval in which it asked; its end-of-fit hooks fire before the next step. When every
+    live seed has asked, the Trainer itself stops.
+    """
 
     def __init__(self, ensemble: EnsembleModule):
         self.ensemble = ensemble
 
     def fan_out(self, name: str, trainer: L.Trainer, args: tuple, kwargs: dict) -> None:
-        seeds = self.ensemble.seeds
+        ensemble, seeds = self.ensemble, self.ensemble.seeds
         if name == "setup":
             for seed in seeds:
                 seed.attach(trainer)
         if name == "on_train_batch_start":
             for seed in [s for s in seeds if s.live and s.trainer.should_stop]:
                 seed.stop()
-        for seed in [s for s in seeds if s.live]:
+        receivers = [s for s in seeds if s.live]
+        if name.startswith("on_validation") and ensemble.eval_for is not None:
+            receivers = [s for s in receivers if s in ensemble.eval_for]
+        for seed in receivers:
             try:
-                seed.hook(name, *_seed_args(name, seed, self.ensemble, args), **kwargs)
+                seed.hook(name, *_seed_args(name, seed, ensemble, args), **kwargs)
             except Exception as error:
                 seed.finish("failed", failure(error))
         live = [s for s in seeds if s.live]
-        if not live or all(s.trainer.should_stop for s in live):
+        stopping = [s for s in live if s.trainer.should_stop]
+        if name == "on_train_batch_end" and stopping and len(stopping) < len(live):
+            # Lightning evaluates once more when a stop is asked between evals: for these seeds only.
+            ensemble.eval_for = stopping
+            trainer.should_stop = True
+        elif name == "on_validation_end" and ensemble.eval_for is not None:
+            ensemble.eval_for = None
+            trainer.should_stop = False  # the others go on
+        if not live or len(stopping) == len(live):
             trainer.should_stop = True
 
 
