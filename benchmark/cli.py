@@ -73,6 +73,7 @@ def cmd_list(args, extra) -> int:
 
 def cmd_run(args, extra) -> int:
     from emergence_bench.config import load_yaml, set_dotted
+    from emergence_bench.results import RESULT_FILE
     from emergence_bench.run import check, run
 
     data = load_yaml(args.config) if args.config else {}
@@ -89,14 +90,15 @@ def cmd_run(args, extra) -> int:
         print(f"emergence step {e.get('step')} (accuracy ≥ {e.get('threshold')})  "
               f"plateau end {p.get('end_step')} (loss < {p.get('threshold', 0):.3f})  "
               f"final eval loss {m.get('final_eval_loss')}  steps/s {record['timing']['steps_per_second']}")
-    print(f"result: {Path(args.out) / config.run_id() / 'result.json'}")
+    print(f"result: {Path(args.out) / config.run_id() / RESULT_FILE}")
     return 1 if record["status"] == "failed" else 0
 
 
 def _run_seeds(config, args) -> int:
     """`run --seed-parallel K`: seeds s, s+1, ..., s+K-1 of the config, trained together."""
-    from emergence_bench.run import check
     from emergence_bench.execution.seed_parallel import run_seed_parallel
+    from emergence_bench.results import RESULT_FILE
+    from emergence_bench.run import check
 
     configs = []
     for offset in range(args.seed_parallel):
@@ -110,7 +112,7 @@ def _run_seeds(config, args) -> int:
         note = record.get("seed_parallel") or {}
         print(f"seed {record['seed']}: status {record['status']}  emergence step {e.get('step')}  "
               f"({'batched, k=' + str(note.get('k')) if not note.get('fallback') else 'sequential: ' + note['fallback']})"
-              f"  result: {Path(args.out) / record['run_id'] / 'result.json'}")
+              f"  result: {Path(args.out) / record['run_id'] / RESULT_FILE}")
     return 1 if any(r["status"] == "failed" for r in records) else 0
 
 

@@ -16,6 +16,7 @@ from emergence_bench import registry
 from emergence_bench.config import RunConfig
 from emergence_bench.model import SequenceModel
 from emergence_bench.module import EmergenceModule
+from emergence_bench.results import TENSORBOARD_DIR
 from emergence_bench.tasks.base import SyntheticTask
 from emergence_bench.trainer import build_trainer
 
@@ -48,7 +49,7 @@ def pretrain(config: RunConfig, model: SequenceModel, final: SyntheticTask, run_
     following = tasks[1:] + [final]
     for k, (stage, task, after) in enumerate(zip(config.curriculum, tasks, following)):
         module = EmergenceModule(model, task, config.optim, stage["steps"], initial_optimizer_state=carried)
-        logger = TensorBoardLogger(save_dir=run_dir, name="", version=f"tensorboard/stage{k}", default_hp_metric=False)
+        logger = TensorBoardLogger(save_dir=run_dir, name="", version=f"{TENSORBOARD_DIR}/stage{k}", default_hp_metric=False)
         trainer = build_trainer(config, [], logger, run_dir, max_steps=stage["steps"], evaluate=False)
         started = time.perf_counter()
         trainer.fit(module, task)

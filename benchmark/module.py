@@ -85,7 +85,7 @@ class EvalTally:
     def results(self, step: int) -> list[EvalResult]:
         s = self.sums
         count = s["count"].sum(1)  # [K]
-        # Greedy accuracy as torchmetrics' micro accuracy computes it: a float32 ratio of counts.
+        # Greedy accuracy as a float32 ratio of counts (what torchmetrics' micro accuracy computes).
         accuracy = s["correct"].sum(1).float() / count.float()
         loss, p_correct, full = s["loss"].sum(1) / count, s["p_correct"].sum(1) / count, self.full_sequence / self.tokens
         cell_accuracy, cell_loss = (s["correct"] / s["count"]).float().cpu(), (s["loss"] / s["count"]).float().cpu()

@@ -1,45 +1,87 @@
-"""One versioned result record per run, written atomically as JSON; ``load`` gives a DataFrame."""
+"""One versioned result record per run, written atomically as JSON; ``load`` gives a DataFrame.
+
+Also the one list of what a run folder holds (so the code that writes a file and the code that reads
+it agree on its name), the atomic writer every file of it goes through, and the progress summary of
+a row that the executors report.
+"""
 
 from __future__ import annotations
 
 import json
 import os
 import platform
-import tempfile
+import secrets
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
+from typing import BinaryIO, Callable
 
 import pandas as pd
 
 SCHEMA_VERSION = 2  # 2: task_facts, full-sequence losses, init and bias patterns in the config
-RESULT_FILE = "result.json"
 FINISHED = ("ok", "diverged")  # a sweep does not rerun these; `failed` runs are retried
 
+# What a run folder DIR/<run_id>/ holds.
+RESULT_FILE = "result.json"  # the result row, written last: its presence marks the run finished
+CONFIG_FILE = "config.yaml"  # the fully resolved config (re-run it with `emergence-bench run`)
+TENSORBOARD_DIR = "tensorboard"  # TensorBoard logs; a curriculum's stages in tensorboard/stage<k>
+CHECKPOINT_DIR = "checkpoints"  # model weights, step_<N>.pt (emergence_bench.callbacks.checkpoints)
+MAPS_FILE = "attention_maps.pt"  # the attention probe's last maps (emergence_bench.callbacks.attention_probe)
+ANALYSIS_DIR = "analysis"  # `emergence-bench analyze` outputs: emergence.json, patch_<old>_<new>.json
+# What a results folder (a sweep's DIR) holds beside its run folders.
+LEADERBOARD_STEM = "leaderboard"  # leaderboard.md, leaderboard.csv, leaderboard.json
+REPORT_FILE = "report.html"
 
-def write_text(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` atomically: readers see the old file or the new one, never half."""
+
+def write_atomic(path: str | Path, write: Callable[[BinaryIO], object]) -> None:
+    """Fill ``path`` atomically: ``write(f)`` writes a temporary file (binary) in the same folder,
+    which then replaces ``path``, so a reader (or a resumed sweep) sees the old file or the new one,
+    never half of one, even if this process dies mid-write. Creates the parent folders."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    # Same folder: os.replace is atomic only within one filesystem. A random name: concurrent writers
+    # of one path never share a temporary file. Mode "x" creates it with the usual permissions.
+    tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
     try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
+        with open(tmp, "xb") as f:
+            write(f)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        tmp.unlink(missing_ok=True)
         raise
 
 
-def write_json(path: Path, data: dict) -> None:
+def write_text(path: str | Path, text: str) -> None:
+    """Write ``text`` (UTF-8) to ``path`` atomically (see ``write_atomic``)."""
+    write_atomic(path, lambda f: f.write(text.encode("utf-8")))
+
+
+def write_json(path: str | Path, data: dict) -> None:
     """Write ``data`` as JSON to ``path`` atomically (strict JSON: no NaN)."""
     write_text(path, json.dumps(data, indent=2, allow_nan=False))
 
 
+def progress_summary(record: dict) -> dict:
+    """What an executor reports (and the sweep's progress line shows) of a finished run's row."""
+    return {
+        "run_id": record["run_id"],
+        "status": record["status"],
+        "error": (record["error"] or "").splitlines()[0] if record["error"] else None,
+        "emergence_step": (record.get("emergence") or {}).get("step"),
+    }
+
+
+def lost_summary(run_id: str, error: BaseException) -> dict:
+    """The summary of a run whose worker died or whose result could not be stored: it has no result
+    file, so a rerun of the sweep retries it."""
+    return {"run_id": run_id, "status": "failed", "error": f"{type(error).__name__}: {error}",
+            "emergence_step": None}
+
+
 def versions() -> dict:
     found = {"python": platform.python_version()}
-    for package in ("emergence-bench", "torch", "lightning", "torchmetrics"):
+    for package in ("emergence-bench", "torch", "lightning"):
         try:
             found[package] = version(package)
         except PackageNotFoundError:

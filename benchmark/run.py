@@ -30,7 +30,8 @@ from emergence_bench.curriculum import check_transitions, pretrain, stage_tasks
 from emergence_bench.model import SequenceModel
 from emergence_bench.module import Diverged, EmergenceModule
 from emergence_bench.mixers.init import WeightInit
-from emergence_bench.results import RESULT_FILE, SCHEMA_VERSION, versions, write_json, write_text
+from emergence_bench.devices import describe_device
+from emergence_bench.results import CONFIG_FILE, RESULT_FILE, SCHEMA_VERSION, TENSORBOARD_DIR, versions, write_json, write_text
 from emergence_bench.trainer import build_trainer, quiet_lightning
 from emergence_bench.tasks.base import SyntheticTask
 
@@ -87,7 +88,7 @@ class RunFolder:
         if self.path.exists():
             shutil.rmtree(self.path)
         self.path.mkdir(parents=True)
-        write_text(self.path / "config.yaml", yaml.safe_dump(config.to_dict(), sort_keys=False))
+        write_text(self.path / CONFIG_FILE, yaml.safe_dump(config.to_dict(), sort_keys=False))
         self.recorder = Recorder(curve_every=config.trainer.log_every)
         self.record = {
             "schema_version": SCHEMA_VERSION, "run_id": self.run_id, "status": "ok", "error": None,
@@ -97,7 +98,7 @@ class RunFolder:
         self.done = False
 
     def logger(self) -> TensorBoardLogger:
-        return TensorBoardLogger(save_dir=self.path, name="", version="tensorboard", default_hp_metric=False)
+        return TensorBoardLogger(save_dir=self.path, name="", version=TENSORBOARD_DIR, default_hp_metric=False)
 
     def callbacks(self, task: SyntheticTask, progress: bool) -> list[L.Callback]:
         """Every callback of the run: the config's, the recorder, checkpoints, a progress line."""
@@ -164,9 +165,3 @@ def run(config: dict | RunConfig, out: str | Path, progress: bool = False) -> di
     except Exception as exception:
         status, error = "failed", failure(exception)
     return folder.finish(status, error, trainer, module, module.model if module is not None else None)
-
-
-def describe_device(device: torch.device) -> str:
-    if device.type == "cuda":
-        return f"cuda ({torch.cuda.get_device_name(device)})"
-    return device.type

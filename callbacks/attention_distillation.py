@@ -8,7 +8,7 @@ import torch
 
 from emergence_bench.registry import register_callback
 from emergence_bench.callbacks.attention_bias import AttentionBias
-from emergence_bench.callbacks.attention_probe import MAPS_FILE
+from emergence_bench.results import MAPS_FILE
 
 
 @register_callback("attention_distillation")

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import lightning as L
 import torch
 
 from emergence_bench.registry import register_callback
+from emergence_bench.results import MAPS_FILE, write_atomic
 from emergence_bench.mixers.base import MixerContext
 
 
@@ -25,9 +25,6 @@ def attention_stats(probs: torch.Tensor, pattern: torch.Tensor, keys: torch.Tens
     within = within / within.sum(-1, keepdim=True).clamp_min(1e-12)
     entropy = -(within * within.clamp_min(1e-12).log()).sum(-1).mean(dim=(0, 2))
     return entropy.float(), mass.float()
-
-
-MAPS_FILE = "attention_maps.pt"
 
 
 @register_callback("attention_probe")
@@ -101,11 +98,10 @@ class AttentionProbe(L.Callback):
         maps = getattr(self, "_last_maps", None)
         if maps is None or not trainer.default_root_dir:
             return
-        path = Path(trainer.default_root_dir) / MAPS_FILE
-        tmp = path.with_suffix(".tmp")
-        torch.save({"layers": self.layers, "maps": maps, "ground_truth": self.pattern.cpu(),
-                    "step": self.history[-1]["step"]}, tmp)
-        os.replace(tmp, path)  # atomic: a report never reads half a file
+        saved = {"layers": self.layers, "maps": maps, "ground_truth": self.pattern.cpu(),
+                 "step": self.history[-1]["step"]}
+        # atomic: a report never reads half a file
+        write_atomic(Path(trainer.default_root_dir) / MAPS_FILE, lambda f: torch.save(saved, f))
 
     def image(self, probs: torch.Tensor) -> torch.Tensor:
         """[1, L, (H + 1)(L + 1)] grey image: each head's mean map, then the ground truth."""

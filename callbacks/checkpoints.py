@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-import os
 import re
 from pathlib import Path
 
 import lightning as L
 import torch
 
-CHECKPOINT_DIR = "checkpoints"
+from emergence_bench.results import CHECKPOINT_DIR, write_atomic
+
 _NAME = re.compile(r"step_(\d+)\.pt$")
 
 
@@ -47,11 +47,8 @@ class CheckpointSchedule(L.Callback):
         self.steps = set(schedule(max_steps, every, log_spaced))
 
     def save(self, pl_module, step: int) -> None:
-        self.folder.mkdir(parents=True, exist_ok=True)
-        path = self.folder / f"step_{step:07d}.pt"
-        tmp = path.with_suffix(".tmp")
-        torch.save({"step": step, "model": pl_module.model.state_dict()}, tmp)
-        os.replace(tmp, path)  # atomic
+        state = {"step": step, "model": pl_module.model.state_dict()}
+        write_atomic(self.folder / f"step_{step:07d}.pt", lambda f: torch.save(state, f))
 
     def on_train_start(self, trainer, pl_module) -> None:
         if trainer.global_step in self.steps:

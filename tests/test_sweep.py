@@ -98,3 +98,20 @@ def test_seed_parallel_sweep_groups_seeds_of_one_config(tmp_path):
     records = [json.loads(p.read_text()) for p in (tmp_path / "out").glob("*/result.json")]
     assert sorted(r["seed_parallel"]["k"] for r in records) == [1, 1, 2, 2, 2, 2]
     assert run_sweep(sweep, tmp_path / "out", seed_parallel=2)["skipped"] == 6
+
+
+def test_a_failed_write_keeps_the_old_result(tmp_path):
+    """Resume trusts result.json: an interrupted write leaves the old file whole and no temp file."""
+    from emergence_bench.results import write_atomic, write_json
+
+    path = tmp_path / "run" / "result.json"
+    write_json(path, {"status": "ok"})
+
+    def half(f):
+        f.write(b'{"status": "fa')
+        raise RuntimeError("disk full")
+
+    with pytest.raises(RuntimeError, match="disk full"):
+        write_atomic(path, half)
+    assert json.loads(path.read_text()) == {"status": "ok"}
+    assert [p.name for p in path.parent.iterdir()] == ["result.json"]

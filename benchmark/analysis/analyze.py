@@ -21,14 +21,11 @@ from pathlib import Path
 import torch
 import yaml
 
-ANALYSIS_DIR = "analysis"
+from emergence_bench.devices import resolve_device
+from emergence_bench.results import ANALYSIS_DIR, CONFIG_FILE
+
 DEFAULT_THRESHOLD = 0.95  # the emergence callback's default
-
-
-def resolve_device(device: str) -> torch.device:
-    if device == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(device)
+EMERGENCE_FILE = "emergence.json"  # in the run's ANALYSIS_DIR; patch files are patch_<old>_<new>[_ground_truth].json
 
 
 # --- loading a run -------------------------------------------------------------------------------
@@ -38,9 +35,9 @@ def load_run(run_dir: str | Path):
     from emergence_bench.callbacks.checkpoints import saved_checkpoints
 
     run_dir = Path(run_dir)
-    config_path = run_dir / "config.yaml"
+    config_path = run_dir / CONFIG_FILE
     if not config_path.is_file():
-        raise ValueError(f"{run_dir} is not a run directory (no config.yaml)")
+        raise ValueError(f"{run_dir} is not a run directory (no {CONFIG_FILE})")
     config = check(yaml.safe_load(config_path.read_text()))
     checkpoints = saved_checkpoints(run_dir)
     if not checkpoints:
@@ -76,11 +73,14 @@ def greedy_accuracy(model, tokens: torch.Tensor, loss_mask: torch.Tensor, chunk:
                     model_inputs=None) -> float:
     """Fraction of scored tokens whose greedy prediction is correct (as the run's eval/accuracy);
     ``model_inputs`` is the task's (default ``tokens[:, :-1]``)."""
+    from emergence_bench.module import scored
+
+    rows = loss_mask.nonzero().squeeze(1)
     correct = total = 0
     for part in tokens.split(chunk):
-        logits = model(part[:, :-1] if model_inputs is None else model_inputs(part))[:, loss_mask]
-        correct += int((logits.argmax(-1) == part[:, 1:][:, loss_mask]).sum())
-        total += logits.shape[0] * logits.shape[1]
+        logits, targets = scored(model(part[:, :-1] if model_inputs is None else model_inputs(part)), part[:, 1:], rows)
+        correct += int((logits.argmax(-1) == targets).sum())
+        total += targets.numel()
     return correct / total
 
 
@@ -124,7 +124,7 @@ def emergence(run_dir: str | Path, probe_batches: int | None = None, threshold: 
         "steps": list(checkpoints),
         "eval_emergence_step": (result.get("emergence") or {}).get("step"),
     }
-    write_json(run_dir / ANALYSIS_DIR / "emergence.json", report)
+    write_json(run_dir / ANALYSIS_DIR / EMERGENCE_FILE, report)
     return report
 
 
@@ -237,7 +237,7 @@ def main(args: argparse.Namespace, extra: list[str] | None = None) -> int:
         else:
             print(f"emergence between step {r['last_unsolved']} and step {r['first_solved']} "
                   f"(accuracy ≥ {r['threshold']}); {r['evaluations']} of {r['checkpoints']} checkpoints evaluated")
-        print(f"wrote {Path(args.run_dir) / ANALYSIS_DIR / 'emergence.json'}", file=sys.stderr)
+        print(f"wrote {Path(args.run_dir) / ANALYSIS_DIR / EMERGENCE_FILE}", file=sys.stderr)
         return 0
     if args.analysis == "patch":
         r = patch(args.run_dir, args.old, args.new, args.top_k, args.ground_truth, args.probe_batches, args.device)

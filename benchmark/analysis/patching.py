@@ -18,6 +18,7 @@ from typing import Callable, Iterable
 import torch
 
 from emergence_bench.model import SequenceModel
+from emergence_bench.module import scored
 from emergence_bench.mixers.base import MixerContext
 
 Head = tuple[int, int]  # (layer, head)
@@ -94,8 +95,7 @@ def p_correct(model: SequenceModel, tokens: torch.Tensor, loss_mask: torch.Tenso
     """tokens [B, L+1] -> probability of the correct next token on the scored rows [B, N].
     ``model_inputs`` is the task's (tokens -> [B, L] model input; default ``tokens[:, :-1]``)."""
     inputs = tokens[:, :-1] if model_inputs is None else model_inputs(tokens)
-    logits = model(inputs, ctx)[:, loss_mask]
-    targets = tokens[:, 1:][:, loss_mask]
+    logits, targets = scored(model(inputs, ctx), tokens[:, 1:], loss_mask.nonzero().squeeze(1))
     return logits.float().softmax(-1).gather(-1, targets.unsqueeze(-1)).squeeze(-1)
 
 

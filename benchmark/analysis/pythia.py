@@ -30,6 +30,7 @@ import torch
 from emergence_bench.analysis.bisect import bisect_steps
 from emergence_bench.analysis.language_probes import Prompt, probe_set
 from emergence_bench.analysis.patching import rank_heads, replace_heads
+from emergence_bench.devices import resolve_device
 from emergence_bench.results import RESULT_FILE, SCHEMA_VERSION, versions, write_json
 
 # Pythia's published checkpoints: step0, log-spaced 1…512, then every 1000 to 143000.
@@ -195,8 +196,6 @@ def analyze(model: str, probe: str, revisions: list[str] | None = None, out: str
             top_k: int = 4, device: str = "auto") -> dict:
     """Bisect the emergence step of ``probe`` over ``revisions``, patch heads between the bracketing
     pair, and write the result row to ``out/<run id>/result.json``; returns the row (with its path)."""
-    from emergence_bench.analysis.analyze import resolve_device
-
     if not 0 < threshold <= 1:
         raise ValueError(f"--threshold must be in (0, 1], got {threshold}")
     if top_k < 1:

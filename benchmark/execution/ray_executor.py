@@ -9,14 +9,13 @@ by Ray (``max_retries``); a run that fails is recorded by the worker like any ot
 
 from __future__ import annotations
 
-import os
 import shutil
 import tempfile
 from pathlib import Path
 from typing import Callable
 
-from emergence_bench.results import RESULT_FILE, write_json
-from emergence_bench.callbacks.checkpoints import CHECKPOINT_DIR
+from emergence_bench.results import (CHECKPOINT_DIR, RESULT_FILE, lost_summary, progress_summary, write_atomic,
+                                     write_json)
 
 MAX_FILE_BYTES = 64 * 2**20  # larger files stay on the worker
 
@@ -45,21 +44,15 @@ def store(run_dir: Path, record: dict, files: dict[str, bytes]) -> None:
     if run_dir.exists():  # leftovers of an interrupted attempt
         shutil.rmtree(run_dir)
     for relative, data in files.items():
-        path = run_dir / relative
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.tmp")
-        tmp.write_bytes(data)
-        os.replace(tmp, path)
+        write_atomic(run_dir / relative, lambda f: f.write(data))
     write_json(run_dir / RESULT_FILE, record)
 
 
 def run_on_ray(pending: list, report: Callable[[dict], None], address: str | None = None,
                num_cpus: float = 1, num_gpus: float = 0, max_retries: int = 3) -> None:
     """Run ``pending`` [(output folder, RunConfig)] on the Ray cluster at ``address`` (None: start a
-    local one); ``report(summary)`` is called as each run comes back."""
+    local one); ``report`` is called with each run's ``progress_summary`` as it comes back."""
     import ray
-
-    from emergence_bench.execution.sweep import _lost, summary
 
     ray.init(address=address, include_dashboard=False, log_to_driver=False, ignore_reinit_error=True)
     task = ray.remote(_train).options(num_cpus=num_cpus, num_gpus=num_gpus, max_retries=max_retries)
@@ -72,9 +65,9 @@ def run_on_ray(pending: list, report: Callable[[dict], None], address: str | Non
             try:
                 record, files = ray.get(ref)
                 store(run_dir, record, files)
-                report(summary(record))
+                report(progress_summary(record))
             except Exception as error:  # retries exhausted, or the row could not be stored
-                report(_lost(run_id, error))
+                report(lost_summary(run_id, error))
     finally:
         for ref in waiting:  # interrupted: stop what is still running
             ray.cancel(ref, force=True)

@@ -51,6 +51,7 @@ from torch.utils.data import DataLoader, IterableDataset
 
 from emergence_bench.callbacks.contract import EvalResult
 from emergence_bench.config import OptimConfig, RunConfig, resolve
+from emergence_bench.devices import accelerator_device
 from emergence_bench.execution.batching import vmapped
 from emergence_bench.mixers.base import MixerContext
 from emergence_bench.model import SequenceModel
@@ -60,15 +61,6 @@ from emergence_bench.results import RESULT_FILE, write_json
 from emergence_bench.run import RunFolder, build_model, build_task, check, failure, run
 from emergence_bench.tasks.base import SyntheticTask, seeded_generator
 from emergence_bench.trainer import build_trainer, quiet_lightning
-
-
-def accelerator_device(accelerator: str) -> torch.device | None:
-    """The device Lightning picks for ``trainer.accelerator``; None when it cannot run here."""
-    if accelerator == "cpu":
-        return torch.device("cpu")
-    if torch.cuda.is_available():
-        return torch.device("cuda", torch.cuda.current_device())
-    return torch.device("cpu") if accelerator == "auto" else None
 
 
 # ----------------------------------------------------------------------------------------------

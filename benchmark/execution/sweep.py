@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from emergence_bench.config import ConfigError, RunConfig, TrainerConfig, load_yaml, set_dotted
-from emergence_bench.results import FINISHED, read_result
+from emergence_bench.results import FINISHED, lost_summary, progress_summary, read_result
 
 PRESETS_DIR = Path(__file__).parents[1] / "presets"
 
@@ -183,27 +183,17 @@ def _stop_workers(pool: ProcessPoolExecutor) -> None:
         process.kill()  # SIGKILL: Lightning would turn SIGTERM into a failed run
 
 
-def summary(record: dict) -> dict:
-    """What the progress line needs from a result row."""
-    return {
-        "run_id": record["run_id"],
-        "status": record["status"],
-        "error": (record["error"] or "").splitlines()[0] if record["error"] else None,
-        "emergence_step": (record.get("emergence") or {}).get("step"),
-    }
-
-
 def _run_one(config: dict, out: str) -> dict:
     from emergence_bench.run import run
 
-    return summary(run(config, out))
+    return progress_summary(run(config, out))
 
 
 def _run_group(configs: list[dict], out: str) -> list[dict]:
     """Seeds of one config trained together (see emergence_bench.execution.seed_parallel)."""
     from emergence_bench.execution.seed_parallel import run_seed_parallel
 
-    return [summary(record) for record in run_seed_parallel(configs, out)]
+    return [progress_summary(record) for record in run_seed_parallel(configs, out)]
 
 
 def seed_groups(pending: list, k: int) -> list[tuple[Path, list[RunConfig]]]:
@@ -217,12 +207,6 @@ def seed_groups(pending: list, k: int) -> list[tuple[Path, list[RunConfig]]]:
     for (run_out, _), configs in by_config.items():
         jobs += [(Path(run_out), configs[i:i + k]) for i in range(0, len(configs), k)]
     return jobs
-
-
-def _lost(run_id: str, error: BaseException) -> dict:
-    """A run whose worker died or whose result could not be stored: no result, so a rerun retries it."""
-    return {"run_id": run_id, "status": "failed", "error": f"{type(error).__name__}: {error}",
-            "emergence_step": None}
 
 
 def _clock(seconds: float) -> str:
@@ -304,7 +288,7 @@ def run_sweep(sweep: Sweep, out: str | Path, workers: int = 1, stream=sys.stderr
                 try:
                     report(future.result())
                 except Exception as error:  # the worker died or the results could not be written
-                    report([_lost(run_id, error) for run_id in futures[future]])
+                    report([lost_summary(run_id, error) for run_id in futures[future]])
         except BaseException:
             _stop_workers(pool)
             raise

@@ -14,10 +14,8 @@ from pathlib import Path
 import pandas as pd
 
 from emergence_bench import registry
-from emergence_bench.results import load_records, write_json, write_text
+from emergence_bench.results import LEADERBOARD_STEM, load_records, write_json, write_text
 from emergence_bench.reporting.stats import kaplan_meier_median, kaplan_meier_median_ci, wilson_interval
-
-MEASUREMENT_CALLBACKS = {"plateau", "emergence"}
 
 
 def flatten(data: dict, prefix: str = "") -> dict:
@@ -321,7 +319,7 @@ def write(root: str | Path, over: tuple[str, ...] = ("seed",), baseline: str | N
     root = Path(root)
     table = build(load_records(root), over, baseline=baseline)
     markdown = to_markdown(table)
-    write_text(root / "leaderboard.md", markdown)
-    write_text(root / "leaderboard.csv", table.to_csv(index=False))
-    write_json(root / "leaderboard.json", json.loads(table.to_json(orient="records")))
+    write_text(root / f"{LEADERBOARD_STEM}.md", markdown)
+    write_text(root / f"{LEADERBOARD_STEM}.csv", table.to_csv(index=False))
+    write_json(root / f"{LEADERBOARD_STEM}.json", json.loads(table.to_json(orient="records")))
     return table, markdown

@@ -22,10 +22,7 @@ import pandas as pd  # noqa: E402
 import torch  # noqa: E402
 
 from emergence_bench.reporting import leaderboard  # noqa: E402
-from emergence_bench.results import RESULT_FILE, load_records  # noqa: E402
-from emergence_bench.callbacks.attention_probe import MAPS_FILE  # noqa: E402
-
-REPORT_FILE = "report.html"
+from emergence_bench.results import MAPS_FILE, REPORT_FILE, RESULT_FILE, load_records, write_text  # noqa: E402
 
 
 def _png(figure) -> str:
@@ -206,9 +203,7 @@ def write(root: str | Path, out: str | Path | None = None, axes: tuple[str, str]
             "table{border-collapse:collapse;font-size:12px}td,th{border:1px solid #ccc;padding:3px 6px}"
             "img{max-width:100%;display:block;margin:1em 0}</style></head><body>"
             + "\n".join(parts) + "</body></html>")
-    tmp = out.with_suffix(".tmp")
-    tmp.write_text(page)
-    tmp.replace(out)
+    write_text(out, page)
     return out
 
 

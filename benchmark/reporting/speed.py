@@ -6,8 +6,10 @@ something about the code rather than about the machine's load at one moment.
 
 from __future__ import annotations
 
+import math
 import os
 import statistics
+import tempfile
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -16,6 +18,9 @@ import torch
 import torch.nn.functional as F
 
 from emergence_bench import registry
+from emergence_bench.config import RunConfig, resolve
+from emergence_bench.devices import resolve_device
+from emergence_bench.execution.sweep import load_sweep
 from emergence_bench.model import SequenceModel
 from emergence_bench.results import write_json
 from emergence_bench.mixers.backend import ENV
@@ -70,13 +75,20 @@ def step_seconds(mixer: dict, length: int, batch: int, d_model: int, device: str
     return statistics.median(times)
 
 
+def builtin_mixers() -> list[str]:
+    """The registered mixers that ship with the suite (defined in ``emergence_bench.mixers``), not
+    plugins or mixers registered elsewhere (e.g. by tests): the speed table compares the suite's own."""
+    package = registry.mixers.builtin_package + "."
+    return [name for name in registry.mixers.names() if registry.mixers.get(name).__module__.startswith(package)]
+
+
 def mixer_ratios(lengths=(64, 256), batch: int = 8, d_model: int = 64, repeats: int = 5,
                  device: str | None = None) -> list[dict]:
-    """Each registered mixer's training-step time over the Transformer's, per sequence length;
+    """Each built-in mixer's training-step time over the Transformer's, per sequence length;
     on CUDA also each kernel-backed mixer's kernel over its reference."""
-    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    device = device or resolve_device("auto").type
     rows = []
-    names = [n for n in registry.mixers.names() if not n.startswith("test_")]
+    names = builtin_mixers()
     for length in lengths:
         with backend("reference"):
             base = step_seconds({"name": "transformer", **WIDTH_MATCHED["transformer"]}, length, batch,
@@ -104,15 +116,28 @@ def render(rows: list[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
-# The two models the suite-overhead rows measure: the `quick` preset's and the paper's linear map.
-SUITE_MODELS = {
-    "quick": {"task": {"name": "linear_map", "state_size": 8, "sparsity": 3, "batch_size": 128},
-              "mixer": {"name": "transformer", "n_heads": 8, "head_dim": 8},
-              "model": {"d_model": 64, "n_layers": 1, "mlp_ratio": 4}},
-    "paper-linear-map": {"task": {"name": "linear_map", "state_size": 16, "sparsity": 8, "batch_size": 256},
-                         "mixer": {"name": "transformer", "n_heads": 8, "head_dim": 16},
-                         "model": {"d_model": 128, "n_layers": 1, "mlp_ratio": 4}},
+# The models the suite-overhead rows measure, as runs of presets (preset, group, grid values): the
+# `quick` preset's base run and the paper's linear map at S=16, s=8.
+SUITE_RUNS = {
+    "quick": ("quick", None, {"task.sparsity": 3}),
+    "paper-linear-map": ("paper-linear-map", "S16", {"task.sparsity": 8}),
 }
+
+
+def preset_model(preset: str, group: str | None = None, values: dict | None = None) -> dict:
+    """The task, mixer and model sections of the first run of ``preset`` (in ``group``, with the grid
+    narrowed to ``values``, dotted keys), so the speed rows measure exactly the preset's model."""
+    sweep = load_sweep(preset)
+    if group is not None:
+        sweep.select([group])
+    sweep.override(values or {})
+    _, config = sweep.raw_runs()[0]
+    return {key: config[key] for key in ("task", "mixer", "model")}
+
+
+def suite_models(names=tuple(SUITE_RUNS)) -> dict[str, dict]:
+    """name -> the task, mixer and model sections of each of ``SUITE_RUNS`` named."""
+    return {name: preset_model(*SUITE_RUNS[name]) for name in names}
 
 
 class BareLoop:
@@ -165,8 +190,6 @@ class BareLoop:
 def suite_seconds_per_step(config, steps: int) -> float:
     """Marginal seconds per training step of `emergence_bench.run.run`: the wall time of a run of 2N steps
     minus one of N, over N, with a single eval at the end of each (so setup, eval and teardown cancel)."""
-    import tempfile
-
     from emergence_bench.run import run
 
     def wall(n: int) -> float:
@@ -208,13 +231,12 @@ def step_flops(loop: BareLoop) -> int:
 
 
 def suite_rows(steps: int = 100, models: dict | None = None, compile_check: bool = True) -> list[dict]:
-    """Per model: suite vs bare loop, data-generation share, achieved FLOP/s vs matmul peak, and
-    (optionally) a torch.compile'd bare loop vs the eager one."""
-    from emergence_bench.config import resolve
-
+    """Per model (name -> task, mixer and model sections; default: ``suite_models()``): suite vs bare
+    loop, data-generation share, achieved FLOP/s vs matmul peak, and (optionally) a torch.compile'd
+    bare loop vs the eager one."""
     peak = matmul_flops_per_second()
     rows = []
-    for name, raw in (models or SUITE_MODELS).items():
+    for name, raw in (models or suite_models()).items():
         config = resolve({**raw, "trainer": {"accelerator": "cpu"}})
         bare = BareLoop(config)
         bare_step, data_step = bare.seconds_per_step(steps)
@@ -246,10 +268,59 @@ def render_suite(rows: list[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def quick_config(steps: int = 100) -> dict:
+    """The ``quick`` preset's base run (linear map S=8 s=3, d_model 64, 8 heads × 8, batch 128)
+    with ``steps`` training steps and the preset's eval cadence."""
+    base = load_sweep("quick").base
+    base.setdefault("trainer", {})["max_steps"] = steps
+    return base
+
+
+def throughput(config: dict | RunConfig | None = None, ks=(1, 4, 16), steps: int = 100, repeats: int = 1,
+               out: str | Path | None = None) -> list[dict]:
+    """Seed-parallel vs one seed at a time, side by side in this process: for each K, K seeds of
+    ``config`` (default: the quick preset at ``steps`` steps) run one after another with
+    ``emergence_bench.run.run``, then together with ``run_seed_parallel``; whole runs (setup, evals,
+    result files), wall-clock, each mode the best of ``repeats`` alternating tries.
+
+    Returns one row per K: {k, steps, sequential_s, parallel_s, speedup (sequential_s /
+    parallel_s), seed_steps_per_s_sequential, seed_steps_per_s_parallel, mode ("vmap", or the
+    fallback reason when the model cannot be batched)}.
+    """
+    from emergence_bench.execution.seed_parallel import run_seed_parallel
+    from emergence_bench.run import run
+
+    base = resolve(config if config is not None else quick_config(steps)).to_dict()
+    steps = base["trainer"]["max_steps"]
+    rows = []
+    with tempfile.TemporaryDirectory() as scratch:
+        root = Path(out) if out is not None else Path(scratch)
+        warm = {**base, "trainer": {**base["trainer"], "max_steps": 2}}
+        run(warm, root / "warmup")  # first-call costs (allocator, TensorBoard, the vmap rule) off the clock
+        run_seed_parallel([warm], root / "warmup")
+        for K in ks:
+            configs = [{**base, "seed": base["seed"] + i} for i in range(K)]
+            sequential = parallel = math.inf
+            for attempt in range(repeats):
+                start = time.perf_counter()
+                for c in configs:
+                    run(c, root / f"k{K}" / "sequential")
+                sequential = min(sequential, time.perf_counter() - start)
+                start = time.perf_counter()
+                note = run_seed_parallel(configs, root / f"k{K}" / "parallel")[0]["seed_parallel"]
+                parallel = min(parallel, time.perf_counter() - start)
+            rows.append({
+                "k": K, "steps": steps, "sequential_s": sequential, "parallel_s": parallel,
+                "speedup": sequential / parallel,
+                "seed_steps_per_s_sequential": K * steps / sequential,
+                "seed_steps_per_s_parallel": K * steps / parallel,
+                "mode": "vmap" if "group" in note else note["fallback"],
+            })
+    return rows
+
+
 def seed_parallel_rows(ks=(1, 4, 16), steps: int = 100) -> list[dict]:
     """K seeds of the `quick` config trained together vs one after another (whole runs)."""
-    from emergence_bench.execution.seed_parallel import throughput
-
     return throughput(ks=ks, steps=steps)
 
 
@@ -266,7 +337,7 @@ def main(out: str | Path, lengths=(64, 256), repeats: int = 5, quick: bool = Fal
     """Print the speed tables and write them as JSON to ``out``."""
     if quick:  # a smoke run: tiny and fast, same code paths
         lengths, repeats, steps = (16,), 1, 8
-    suite = suite_rows(steps=steps, models={"quick": SUITE_MODELS["quick"]} if quick else None,
+    suite = suite_rows(steps=steps, models=suite_models(["quick"]) if quick else None,
                        compile_check=not quick)
     print(render_suite(suite))
     seeds = seed_parallel_rows(ks=(1, 2) if quick else (1, 4, 16), steps=4 if quick else steps)

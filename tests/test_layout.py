@@ -1,0 +1,208 @@
+"""The layout is the architecture: one namespace, no import cycles, mixers and tasks free of callbacks.
+
+The import graph is read from the source with ``ast`` (module-level and function-local imports
+alike: a lazy import only hides a cycle until the day someone hoists it), so the test needs no
+imports of the package and names the offending files.
+"""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    tomllib = pytest.importorskip("tomli")
+
+REPO = Path(__file__).resolve().parents[1]
+PACKAGE = "emergence_bench"
+
+
+def package_dirs() -> dict[str, Path]:
+    """Package name -> its folder, from pyproject's setuptools package-dir mapping."""
+    mapping = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["package-dir"]
+    return {name: REPO / folder for name, folder in mapping.items()}
+
+
+def modules() -> dict[str, Path]:
+    """Every module of the installed namespace: dotted name -> source file (a package is its __init__)."""
+    dirs = package_dirs()
+    found = {}
+    for package, folder in dirs.items():
+        nested = [d for d in dirs.values() if d != folder and d.is_relative_to(folder)]  # their own packages
+        for path in sorted(folder.rglob("*.py")):
+            if any(path.is_relative_to(d) for d in nested):
+                continue
+            parts = path.relative_to(folder).with_suffix("").parts
+            if parts[-1] == "__init__":
+                parts = parts[:-1]
+            found[".".join((package, *parts))] = path
+    return found
+
+
+def _under_type_checking(node: ast.AST, parents: dict) -> bool:
+    while node in parents:
+        node = parents[node]
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            return True
+    return False
+
+
+def imported(name: str, path: Path, known: set[str]) -> set[str]:
+    """The modules of ``known`` that module ``name`` imports anywhere in its file, plus the
+    packages above them whose ``__init__`` those imports run (those above ``name`` itself already ran)."""
+    tree = ast.parse(path.read_text(), str(path))
+    parents = {child: node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
+    is_package = path.name == "__init__.py"
+    targets = set()
+    for node in ast.walk(tree):
+        if not isinstance(node, (ast.Import, ast.ImportFrom)) or _under_type_checking(node, parents):
+            continue  # (an import under `if TYPE_CHECKING:` never runs)
+        if isinstance(node, ast.Import):
+            targets.update(alias.name for alias in node.names)
+            continue
+        if node.level:  # relative: `from . import x`, `from ..results import y`
+            base = name.split(".")
+            base = base[: len(base) - node.level + (1 if is_package else 0)]
+            source = ".".join(base + ([node.module] if node.module else []))
+        else:
+            source = node.module
+        for alias in node.names:  # `from pkg import module` imports pkg.module
+            targets.add(f"{source}.{alias.name}" if f"{source}.{alias.name}" in known else source)
+    own_ancestors = {".".join(name.split(".")[:i]) for i in range(1, name.count(".") + 1)}
+    if is_package:
+        own_ancestors.add(name)
+    edges = set()
+    for target in targets:
+        if not (target == PACKAGE or target.startswith(PACKAGE + ".")):
+            continue
+        parts = target.split(".")
+        while ".".join(parts) not in known:  # `import pkg.module.attribute` style: the module
+            parts.pop()
+        for i in range(1, len(parts) + 1):  # importing a.b.c runs a/__init__ and a/b/__init__ first
+            module = ".".join(parts[:i])
+            if module in known and module not in own_ancestors and module != name:
+                edges.add(module)
+    return edges
+
+
+def import_graph() -> dict[str, set[str]]:
+    found = modules()
+    return {name: imported(name, path, set(found)) for name, path in found.items()}
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One cycle of ``graph`` as [a, b, ..., a], or None (depth-first search with colours)."""
+    state: dict[str, str] = {}
+    stack: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = "open"
+        stack.append(node)
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == "open":
+                return stack[stack.index(nxt):] + [nxt]
+            if nxt not in state:
+                cycle = visit(nxt)
+                if cycle:
+                    return cycle
+        stack.pop()
+        state[node] = "done"
+        return None
+
+    for node in sorted(graph):
+        if node not in state:
+            cycle = visit(node)
+            if cycle:
+                return cycle
+    return None
+
+
+def test_the_graph_sees_lazy_and_relative_imports(tmp_path):
+    """The parser itself: a function-local import and `from . import x` are edges; a cycle is found."""
+    (tmp_path / "a.py").write_text("def f():\n    from emergence_bench import b\n")
+    (tmp_path / "b.py").write_text("from . import a\n")
+    known = {"emergence_bench", "emergence_bench.a", "emergence_bench.b"}
+    graph = {"emergence_bench.a": imported("emergence_bench.a", tmp_path / "a.py", known),
+             "emergence_bench.b": imported("emergence_bench.b", tmp_path / "b.py", known)}
+    assert graph == {"emergence_bench.a": {"emergence_bench.b"}, "emergence_bench.b": {"emergence_bench.a"}}
+    assert find_cycle(graph) == ["emergence_bench.a", "emergence_bench.b", "emergence_bench.a"]
+
+
+def test_every_folder_is_in_the_graph():
+    found = modules()
+    for name in ("emergence_bench.run", "emergence_bench.devices", "emergence_bench.execution.sweep",
+                 "emergence_bench.analysis.pythia", "emergence_bench.reporting.speed",
+                 "emergence_bench.tasks.linear_map", "emergence_bench.mixers.attention",
+                 "emergence_bench.callbacks.checkpoints"):
+        assert name in found, name
+
+
+def test_no_import_cycles():
+    cycle = find_cycle(import_graph())
+    assert cycle is None, "import cycle: " + " -> ".join(cycle)
+
+
+def import_path(graph: dict[str, set[str]], start: str, goal) -> list[str] | None:
+    """A chain of imports [start, ..., m] with ``goal(m)`` true, or None (breadth-first)."""
+    paths = {start: [start]}
+    queue = [start]
+    while queue:
+        node = queue.pop(0)
+        for nxt in sorted(graph.get(node, ())):
+            if nxt not in paths:
+                paths[nxt] = paths[node] + [nxt]
+                if goal(nxt):
+                    return paths[nxt]
+                queue.append(nxt)
+    return None
+
+
+@pytest.mark.parametrize("package", ["emergence_bench.mixers", "emergence_bench.tasks"])
+def test_mixers_and_tasks_do_not_import_callbacks(package):
+    """Not directly, nor through another module: a mixer or task must load without the callbacks."""
+    graph = import_graph()
+    callbacks = "emergence_bench.callbacks"
+    offenders = {}
+    for name in graph:
+        if name == package or name.startswith(package + "."):
+            path = import_path(graph, name, lambda m: m == callbacks or m.startswith(callbacks + "."))
+            if path:
+                offenders[name] = " -> ".join(path)
+    assert not offenders, offenders
+
+
+def _python(code: str, cwd: Path) -> subprocess.CompletedProcess:
+    """``code`` run by this venv's python outside the checkout, so only the installed package is seen."""
+    env = {"PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1"}  # no PYTHONPATH pointing into the checkout
+    return subprocess.run([sys.executable, "-c", code], cwd=cwd, env=env, capture_output=True, text=True,
+                          timeout=120)
+
+
+def test_only_the_namespace_is_importable(tmp_path):
+    code = (
+        "import importlib\n"
+        "for name in ('tasks', 'mixers', 'callbacks', 'benchmark'):\n"
+        "    try:\n"
+        "        importlib.import_module(name)\n"
+        "    except ModuleNotFoundError:\n"
+        "        continue\n"
+        "    raise SystemExit(f'top-level package {name!r} is importable')\n"
+        "import emergence_bench.mixers, emergence_bench.tasks, emergence_bench.callbacks\n"
+        "print('ok')\n"
+    )
+    result = _python(code, tmp_path)
+    assert result.returncode == 0 and result.stdout.strip() == "ok", result.stdout + result.stderr
+
+
+def test_python_dash_m_runs_the_command(tmp_path):
+    env = {"PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1"}
+    result = subprocess.run([sys.executable, "-m", PACKAGE, "--help"], cwd=tmp_path, env=env,
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert "usage: emergence-bench" in result.stdout and "sweep" in result.stdout
