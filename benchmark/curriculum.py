@@ -48,7 +48,8 @@ def pretrain(config: RunConfig, model: SequenceModel, final: SyntheticTask, run_
     carried, report = None, []
     following = tasks[1:] + [final]
     for k, (stage, task, after) in enumerate(zip(config.curriculum, tasks, following)):
-        module = EmergenceModule(model, task, config.optim, stage["steps"], initial_optimizer_state=carried)
+        module = EmergenceModule(model, task, config.optim, stage["steps"], initial_optimizer_state=carried,
+                                 read_every=config.trainer.log_every)
         logger = TensorBoardLogger(save_dir=run_dir, name="", version=f"{TENSORBOARD_DIR}/stage{k}", default_hp_metric=False)
         trainer = build_trainer(config, [], logger, run_dir, max_steps=stage["steps"], evaluate=False)
         started = time.perf_counter()

@@ -54,6 +54,21 @@ def check_finite(scored: float, full: float, step: int) -> None:
             raise Diverged(f"training loss became {value} at step {step}")
 
 
+def is_read_step(batch_idx: int, read_every: int, max_steps: int) -> bool:
+    """Whether the losses kept on the device are read back after step ``batch_idx``: every
+    ``read_every`` steps and at the last step."""
+    return (batch_idx + 1) % read_every == 0 or batch_idx + 1 == max_steps
+
+
+def deliver_train_losses(callbacks, trainer, pl_module, steps: list[int], losses: list[float]) -> None:
+    """Hand the train losses just read back to every callback that takes them
+    (``on_train_losses``, the suite's one hook beyond Lightning's: callbacks/contract.py)."""
+    for callback in callbacks:
+        hook = getattr(callback, "on_train_losses", None)
+        if callable(hook):
+            hook(trainer, pl_module, steps, losses)
+
+
 class EvalTally:
     """The sums of one eval pass for K seeds (K = 1 for a single run), per output cell.
 
@@ -137,10 +152,16 @@ class EmergenceModule(L.LightningModule):
 
     ``attention_bias`` (layer -> logits bias) is applied to training and eval forwards; interventions
     set it. ``initial_optimizer_state`` carries AdamW's moments in from a curriculum stage.
+
+    Each step's losses stay on the device and are read back every ``read_every`` steps (the run's
+    ``log_every``), at the last step and at the end of training: one host sync per read, not per
+    step. A read checks every step's loss (a NaN raises Diverged naming the step where it appeared,
+    so a run stops at the read after it), logs the read step's losses, and hands all of them to the
+    callbacks' ``on_train_losses``.
     """
 
     def __init__(self, model: SequenceModel, task: SyntheticTask, optim: OptimConfig, max_steps: int,
-                 train_on: str = "scored", initial_optimizer_state: dict | None = None):
+                 train_on: str = "scored", initial_optimizer_state: dict | None = None, read_every: int = 1):
         super().__init__()
         if train_on not in TRAIN_ON:
             raise ValueError(f"trainer.train_on must be one of {', '.join(TRAIN_ON)}, got {train_on!r}")
@@ -156,6 +177,9 @@ class EmergenceModule(L.LightningModule):
         self.recent_full_sequence_losses: deque[float] = deque(maxlen=FINAL_LOSS_WINDOW)
         self.last_train_loss = math.nan
         self.last_eval: EvalResult | None = None
+        self.read_every = read_every
+        self._pending: list[torch.Tensor] = []  # per step not read yet: [2] (scored, every-row loss)
+        self._pending_from = 0  # the step of _pending[0]
 
     def all_rows(self, tokens: torch.Tensor, ctx: MixerContext | None = None):
         """tokens [B, L+1] -> (logits [B, L, V], targets [B, L]) on every query row."""
@@ -165,14 +189,33 @@ class EmergenceModule(L.LightningModule):
     def training_step(self, tokens: torch.Tensor, batch_idx: int) -> torch.Tensor:
         logits, targets = self.all_rows(tokens, MixerContext(bias=self.attention_bias))
         scored_loss, full = train_losses(logits, targets, self.rows)
-        value, full_value = torch.stack([scored_loss.detach(), full.detach()]).tolist()
-        check_finite(value, full_value, self.global_step)
-        self.last_train_loss = value
-        self.recent_train_losses.append(value)
-        self.recent_full_sequence_losses.append(full_value)
-        self.log("train/loss", scored_loss, prog_bar=True)
-        self.log("train/full_sequence_loss", full)
+        if not self._pending:
+            self._pending_from = batch_idx
+        self._pending.append(torch.stack([scored_loss.detach(), full.detach()]))
+        if is_read_step(batch_idx, self.read_every, self.max_steps):
+            self.read_losses()
+            # Lightning writes logs every log_every steps, the value of that step: the read step's.
+            self.log("train/loss", self.last_train_loss)
+            self.log("train/full_sequence_loss", self.recent_full_sequence_losses[-1])
         return full if self.train_on == "all" else scored_loss
+
+    def read_losses(self) -> None:
+        """Read back the losses kept on the device (one host sync), check them, hand them on."""
+        if not self._pending:
+            return
+        values, first = torch.stack(self._pending).tolist(), self._pending_from
+        self._pending = []
+        for i, (value, full_value) in enumerate(values):
+            check_finite(value, full_value, first + i)
+            self.recent_train_losses.append(value)
+            self.recent_full_sequence_losses.append(full_value)
+        self.last_train_loss = values[-1][0]
+        if self._trainer is not None:
+            deliver_train_losses(self.trainer.callbacks, self.trainer, self,
+                                 list(range(first, first + len(values))), [v for v, _ in values])
+
+    def on_train_epoch_end(self) -> None:
+        self.read_losses()  # the tail of a run stopped between reads, before the callbacks' on_train_end
 
     # --- evaluation ---------------------------------------------------------------------------
     def on_validation_epoch_start(self) -> None:

@@ -155,7 +155,7 @@ def run(config: dict | RunConfig, out: str | Path, progress: bool = False) -> di
         if config.curriculum:
             carried, folder.record["curriculum"] = pretrain(config, model, task, folder.path)
         module = EmergenceModule(model, task, config.optim, config.trainer.max_steps, config.trainer.train_on,
-                                 initial_optimizer_state=carried)
+                                 initial_optimizer_state=carried, read_every=config.trainer.log_every)
         trainer = build_trainer(config, folder.callbacks(task, progress), folder.logger(), folder.path)
         trainer.fit(module, task)
     except SystemExit:  # Lightning turns Ctrl-C into exit(1) after a graceful shutdown

@@ -1,8 +1,19 @@
-"""What a callback may read from the module it is handed: ``EvalResult`` and ``MeasuredModule``.
+"""What a callback may read from the module it is handed: ``EvalResult`` and ``MeasuredModule``;
+and the one hook the suite adds to Lightning's, ``on_train_losses``.
 
 Both training engines honour this contract: a single run's ``EmergenceModule`` is one, and under
 seed-parallel each seed's callbacks get a per-seed view that is one. A callback that reads only what
 is written here works the same in both.
+
+Training losses stay on the device and are read back every ``trainer.log_every`` steps (one host
+sync per read), at the last step and at the end of training. Every step's loss reaches the
+callbacks that define::
+
+    def on_train_losses(self, trainer, pl_module, steps: list[int], losses: list[float]) -> None
+
+``steps`` are step indices (0 = the first update) and ``losses`` their scored-token losses, in order,
+each step exactly once. It is called during the training step of a read (before that step's
+``on_train_batch_end``), and for the last ones at the end of training (before ``on_train_end``).
 """
 
 from __future__ import annotations
@@ -45,8 +56,9 @@ class MeasuredModule(Protocol):
     task:                the task (a SyntheticTask DataModule)
     device:              where the model's tensors live
     global_step:         optimiser steps taken so far
-    last_train_loss:     scored-token loss of the latest training step
-    recent_train_losses: the scored losses of the last ``FINAL_LOSS_WINDOW`` steps
+    last_train_loss:     scored-token loss of the latest step read back (at most ``log_every`` steps old;
+                         a callback that needs every step's loss takes ``on_train_losses``)
+    recent_train_losses: the scored losses of the last ``FINAL_LOSS_WINDOW`` steps read back
     recent_full_sequence_losses: the every-row losses of the same steps
     last_eval:           the latest evaluation, None before the first
     attention_bias:      layer -> additive logits bias used by the next forwards (callbacks set it)

@@ -80,8 +80,9 @@ class Plateau(L.Callback):
         self.steps.append(step)
         self.smoothed.append(self._ema)
 
-    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
-        self.update(trainer.global_step - 1, pl_module.last_train_loss)
+    def on_train_losses(self, trainer, pl_module, steps: list[int], losses: list[float]) -> None:
+        for step, loss in zip(steps, losses):
+            self.update(step, loss)
 
     def on_validation_end(self, trainer, pl_module) -> None:
         if not trainer.sanity_checking:

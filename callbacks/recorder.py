@@ -32,10 +32,13 @@ class Recorder(L.Callback):
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         self.train_seconds += time.perf_counter() - self._mark
         self.steps = trainer.global_step
-        self._window.append(pl_module.last_train_loss)
-        if len(self._window) == self.curve_every:
-            self.train_curve.append([self.steps - 1, sum(self._window) / len(self._window)])
-            self._window = []
+
+    def on_train_losses(self, trainer, pl_module, steps: list[int], losses: list[float]) -> None:
+        for step, loss in zip(steps, losses):
+            self._window.append(loss)
+            if len(self._window) == self.curve_every:
+                self.train_curve.append([step, sum(self._window) / len(self._window)])
+                self._window = []
 
     def on_validation_start(self, trainer, pl_module) -> None:
         self._eval_mark = time.perf_counter()

@@ -2,8 +2,11 @@ from types import SimpleNamespace
 
 import math
 
+import lightning as L
 import pytest
 
+from conftest import tiny_config
+from emergence_bench.registry import register_callback
 from emergence_bench.callbacks.emergence import Emergence
 from emergence_bench.callbacks.plateau import Plateau
 
@@ -132,3 +135,40 @@ def test_emergence_can_end_the_run_where_it_emerged(tmp_path):
     together = run_seed_parallel([config, {**config, "seed": 1}], tmp_path / "together")
     assert together[0]["timing"]["steps"] == step and together[0]["emergence"]["stopped"]
     assert all(r["status"] == "ok" for r in together)
+
+
+@register_callback("test_loss_log")
+class LossLog(L.Callback):
+    """Keeps every (step, loss) that ``on_train_losses`` hands it."""
+
+    def __init__(self, task):
+        self.steps, self.losses = [], []
+
+    def on_train_losses(self, trainer, pl_module, steps, losses):
+        self.steps += steps
+        self.losses += losses
+
+    def report(self):
+        return {"steps": self.steps, "losses": self.losses}
+
+
+@pytest.mark.parametrize("stop", [None, 0.5])
+def test_every_steps_loss_reaches_the_callbacks_once_in_order_though_read_every_log_every(stop, tmp_path):
+    """Losses are read back every 7 steps here; a run stopped by emergence between reads (stop) still
+    hands on its last ones, and both engines hand on the same."""
+    from emergence_bench.execution.seed_parallel import run_seed_parallel
+    from emergence_bench.run import run
+
+    callbacks = {"test_loss_log": {}}
+    if stop is not None:
+        callbacks["emergence"] = {"threshold": stop, "stop": True}
+    config = tiny_config(callbacks=callbacks, trainer={"log_every": 7, "eval_every": 5})
+    alone = run(config, tmp_path / "alone")
+    steps = alone["timing"]["steps"]
+    assert alone["test_loss_log"]["steps"] == list(range(steps))
+    assert (steps < 20) == (stop is not None) and steps % 7 != 0  # it ended between two reads
+    assert alone["metrics"]["final_train_loss"] == pytest.approx(sum(alone["test_loss_log"]["losses"][-50:])
+                                                                 / min(steps, 50))
+    together = run_seed_parallel([config, {**config, "seed": 1}], tmp_path / "together")[0]
+    assert together["test_loss_log"]["steps"] == alone["test_loss_log"]["steps"]
+    assert together["test_loss_log"]["losses"] == pytest.approx(alone["test_loss_log"]["losses"], rel=1e-4)

@@ -1,5 +1,6 @@
 import json
 
+import pytest
 import torch
 import yaml
 
@@ -43,10 +44,13 @@ def test_same_seed_same_numbers_other_seed_other_numbers(tmp_path):
     assert a["metrics"] != c["metrics"]
 
 
-def test_nan_loss_is_recorded_as_diverged(tmp_path):
-    record = run(tiny_config(mixer={"name": "test_nan_after", "steps": 5}), tmp_path)
-    assert record["status"] == "diverged" and "at step 5" in record["error"]
-    assert record["timing"]["steps"] == 5
+@pytest.mark.parametrize("log_every, stopped_at", [(10, 9), (1, 5), (4, 7)])
+def test_nan_loss_is_recorded_as_diverged_naming_its_step(log_every, stopped_at, tmp_path):
+    """Losses are read back every log_every steps: the error names the step whose loss became NaN
+    (step 5), and the run ends at the first read that sees it."""
+    record = run(tiny_config(mixer={"name": "test_nan_after", "steps": 5}, trainer={"log_every": log_every}), tmp_path)
+    assert record["status"] == "diverged" and record["error"] == "training loss became nan at step 5"
+    assert record["timing"]["steps"] == stopped_at
     assert json.loads((tmp_path / record["run_id"] / "result.json").read_text())["status"] == "diverged"
 
 

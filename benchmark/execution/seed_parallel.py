@@ -14,9 +14,12 @@ Trainer of a single run, so every Lightning hook fires as it does there. What st
   norm (``clip_grad_norm_`` on slice k alone);
 - optimiser state: one AdamW over the stacked tensors *is* K AdamWs, because AdamW is elementwise;
   the lr schedule is a function of the step, so it is shared;
-- NaN: a non-finite loss ends that seed as ``diverged`` in ``training_step``, before its update. A
-  finished seed keeps its slot until the group ends: it is still computed, with zero gradients,
-  and nothing of it reaches the others;
+- losses: kept on the device, [2, K] per step, and read back for every seed at once every
+  ``log_every`` steps (one host sync), as a single run reads its own;
+- NaN: a seed whose loss became non-finite ends as ``diverged`` at the read after it, naming the
+  step, as a run alone does (until then its NaN stays in its own slice). A finished seed keeps its
+  slot until the group ends: it is still computed, with zero gradients, and nothing of it reaches
+  the others;
 - callbacks and rows: each seed has its own callback instances and run folder, built as ``run()``
   builds them. The Trainer's one callback, ``SeedCallbacks``, fans every hook out to every live
   seed's callbacks with that seed's views: ``SeedView`` as ``pl_module`` (the MeasuredModule
@@ -55,8 +58,9 @@ from emergence_bench.devices import accelerator_device
 from emergence_bench.execution.batching import vmapped
 from emergence_bench.mixers.base import MixerContext
 from emergence_bench.model import SequenceModel
-from emergence_bench.module import (FINAL_LOSS_WINDOW, Diverged, EvalTally, adamw, check_finite, eval_metrics,
-                                    is_decayed, scored_rows, train_losses)
+from emergence_bench.module import (FINAL_LOSS_WINDOW, Diverged, EvalTally, adamw, check_finite,
+                                    deliver_train_losses, eval_metrics, is_decayed, is_read_step, scored_rows,
+                                    train_losses)
 from emergence_bench.results import RESULT_FILE, write_json
 from emergence_bench.run import RunFolder, build_model, build_task, check, failure, run
 from emergence_bench.tasks.base import SyntheticTask, seeded_generator
@@ -94,6 +98,8 @@ class EnsembleModule(L.LightningModule):
         self.register_buffer("rows", scored_rows(task), persistent=False)  # [N]
         self.task, self.optim, self.max_steps, self.train_on, self.log_every = task, optim, max_steps, train_on, log_every
         self.seeds: list[Seed] = []
+        self._pending: list[torch.Tensor] = []  # per step not read yet: [2, K] (scored, every-row losses)
+        self._pending_from = 0
         self.trained_losses: torch.Tensor | None = None  # [K], what the latest step trains on
         self.eval_for: list[Seed] | None = None  # an eval for these seeds only (SeedCallbacks sets it)
         self.version = 0
@@ -135,23 +141,46 @@ class EnsembleModule(L.LightningModule):
     # --- training -----------------------------------------------------------------------------
     def training_step(self, tokens: torch.Tensor, batch_idx: int) -> torch.Tensor | None:
         scored, full = self.losses(tokens, self.bias())
-        values = torch.stack([scored, full]).detach().tolist()  # one host sync for every seed
-        for seed in [s for s in self.seeds if s.live]:
-            value, full_value = values[0][seed.index], values[1][seed.index]
-            try:
-                check_finite(value, full_value, self.global_step)
-            except Diverged as error:
-                seed.diverge(error)
-                continue
-            seed.view.record_step(value, full_value)
-            if (batch_idx + 1) % self.log_every == 0:
-                seed.log({"train/loss": value, "train/full_sequence_loss": full_value}, batch_idx)
+        if not self._pending:
+            self._pending_from = batch_idx
+        self._pending.append(torch.stack([scored, full]).detach())  # [2, K]
+        if is_read_step(batch_idx, self.log_every, self.max_steps):
+            self.read_losses()
+            for seed in [s for s in self.seeds if s.live]:
+                seed.log({"train/loss": seed.view.last_train_loss,
+                          "train/full_sequence_loss": seed.view.recent_full_sequence_losses[-1]}, batch_idx)
         live = self.live()
         if not bool(live.any()):
             self.trainer.should_stop = True
             return None  # Lightning skips the update
         self.trained_losses = full if self.train_on == "all" else scored
         return torch.where(live, self.trained_losses, torch.zeros_like(self.trained_losses)).sum()
+
+    def read_losses(self) -> None:
+        """EmergenceModule.read_losses for every live seed: one host sync for all of them. A seed
+        whose loss became non-finite ends as ``diverged``; the others' losses go to their callbacks."""
+        if not self._pending:
+            return
+        values, first = torch.stack(self._pending).tolist(), self._pending_from  # [n][2][K]
+        self._pending = []
+        steps = list(range(first, first + len(values)))
+        for seed in [s for s in self.seeds if s.live]:
+            k = seed.index
+            losses, full_losses = [v[0][k] for v in values], [v[1][k] for v in values]
+            try:
+                for i, step in enumerate(steps):
+                    check_finite(losses[i], full_losses[i], step)
+                    seed.view.record_losses(losses[i:i + 1], full_losses[i:i + 1])
+            except Diverged as error:
+                seed.diverge(error)
+                continue
+            try:
+                deliver_train_losses(seed.callbacks, seed.trainer, seed.view, steps, losses)
+            except Exception as error:
+                seed.finish("failed", failure(error))
+
+    def on_train_epoch_end(self) -> None:
+        self.read_losses()  # the tail of a group stopped between reads
 
     def backward(self, loss: torch.Tensor, *args, **kwargs) -> None:
         with vmapped(self.device):
@@ -290,10 +319,11 @@ class SeedView:
     def training(self) -> bool:
         return self.ensemble.training
 
-    def record_step(self, loss: float, full_sequence_loss: float) -> None:
-        self.last_train_loss = loss
-        self.recent_train_losses.append(loss)
-        self.recent_full_sequence_losses.append(full_sequence_loss)
+    def record_losses(self, losses: list[float], full_sequence_losses: list[float]) -> None:
+        """The losses of the steps just read back, in order."""
+        self.recent_train_losses.extend(losses)
+        self.recent_full_sequence_losses.extend(full_sequence_losses)
+        self.last_train_loss = losses[-1]
 
     def log(self, name: str, value, **kwargs) -> None:
         self.log_dict({name: value})
@@ -424,7 +454,8 @@ class SeedCallbacks(L.Callback):
         if name == "setup":
             for seed in seeds:
                 seed.attach(trainer)
-        if name == "on_train_batch_start":
+        if name == "on_train_batch_start" and any(s.live and s.trainer.should_stop for s in seeds):
+            ensemble.read_losses()  # a stopping seed's last losses reach its callbacks, as at a run's end
             for seed in [s for s in seeds if s.live and s.trainer.should_stop]:
                 seed.stop()
         receivers = [s for s in seeds if s.live]
