@@ -119,6 +119,25 @@ def eval_metrics(e: EvalResult) -> dict[str, float]:
     return metrics
 
 
+class FusedAdamW(torch.optim.AdamW):
+    """torch's AdamW, fused (one kernel per parameter group instead of a dozen small ops per tensor:
+    6× faster on the quick model's CPU step), with every gradient made contiguous first: torch's
+    fused CPU kernel reads a strided gradient's memory as if it were contiguous (found with torch
+    2.13, where it gave wrong updates for the transposed gradients vmap produces)."""
+
+    def step(self, closure=None):
+        loss = None
+        if closure is not None:  # Lightning's closure: forward, backward, clipping
+            with torch.enable_grad():
+                loss = closure()
+        for group in self.param_groups:
+            for p in group["params"]:
+                if p.grad is not None and not p.grad.is_contiguous():
+                    p.grad = p.grad.contiguous()
+        super().step()
+        return loss
+
+
 def adamw(params: list[torch.nn.Parameter], decayed: list[bool], optim: OptimConfig, max_steps: int,
           initial_state: dict | None = None) -> dict:
     """AdamW over ``params`` (weight decay only where ``decayed``) with the lr schedule of ``optim``,
@@ -127,7 +146,9 @@ def adamw(params: list[torch.nn.Parameter], decayed: list[bool], optim: OptimCon
     groups = [{"params": [p for p, d in zip(params, decayed) if d]}]
     if not all(decayed):
         groups.append({"params": [p for p, d in zip(params, decayed) if not d], "weight_decay": 0.0})
-    optimizer = torch.optim.AdamW(groups, lr=optim.lr, weight_decay=optim.weight_decay, betas=optim.betas)
+    fused = all(p.device.type in ("cpu", "cuda") and p.dtype.is_floating_point for p in params)
+    optimizer = FusedAdamW(groups, lr=optim.lr, weight_decay=optim.weight_decay, betas=optim.betas,
+                           fused=fused or None)
     if initial_state is not None:
         optimizer.load_state_dict(initial_state)
         for group in optimizer.param_groups:

@@ -73,3 +73,21 @@ def test_blank_outputs_reach_the_model_and_seed_parallel_matches_a_run_alone(tmp
         assert torch.equal(module.all_rows(tokens)[0], expected)
         ensemble = EnsembleModule([module.model], task, OptimConfig(), 10)
         assert torch.allclose(ensemble.logits(tokens, {})[0], expected, atol=1e-6)
+
+
+def test_the_fused_adamw_equals_torchs_reference_adamw_on_strided_gradients():
+    from emergence_bench.module import adamw
+
+    torch.manual_seed(0)
+    start, grads = torch.randn(8, 16), [torch.randn(16, 8).t() for _ in range(3)]  # strided, as vmap gives
+    assert not grads[0].is_contiguous()
+    fused, plain = torch.nn.Parameter(start.clone()), torch.nn.Parameter(start.clone())
+    ours = adamw([fused], [True], OptimConfig(weight_decay=0.1), 10)["optimizer"]
+    reference = torch.optim.AdamW([plain], lr=ours.defaults["lr"], weight_decay=0.1, betas=ours.defaults["betas"],
+                                  foreach=False)
+    assert ours.defaults["fused"]
+    for g in grads:
+        fused.grad, plain.grad = g.clone(), g.clone()
+        ours.step(lambda: None)
+        reference.step()
+    torch.testing.assert_close(fused, plain, rtol=1e-6, atol=1e-7)
