@@ -1,6 +1,6 @@
 """EmergenceModule: trains a SequenceModel on a task's scored tokens and measures it.
 
-The pieces both engines share live here as functions: ``train_losses`` (the training loss and the
+The pieces a single run and a seed-parallel group share live here as functions: ``train_losses`` (the training loss and the
 full-sequence loss of one batch), ``EvalTally`` (one eval pass, per output cell, for one seed or K)
 and ``adamw`` (the optimiser and its schedule). Seed-parallel's ensemble module calls the same ones.
 """
@@ -39,10 +39,10 @@ def scored(logits: torch.Tensor, targets: torch.Tensor, rows: torch.Tensor):
     return logits.index_select(-2, rows), targets.index_select(-1, rows)
 
 
-def train_losses(logits: torch.Tensor, targets: torch.Tensor, rows: torch.Tensor):
+def train_losses(logits: torch.Tensor, targets: torch.Tensor, rows: torch.Tensor, train_on: str = "scored"):
     """logits [B, L, V], targets [B, L], rows [N] (``scored_rows``) -> (the scored rows' loss,
-    every row's loss), both scalars."""
-    full = F.cross_entropy(logits.flatten(0, 1), targets.flatten())
+    every row's loss), both scalars. Only the one ``train_on`` names keeps its autograd graph."""
+    full = F.cross_entropy((logits if train_on == "all" else logits.detach()).flatten(0, 1), targets.flatten())
     logits, targets = scored(logits, targets, rows)
     return F.cross_entropy(logits.flatten(0, 1), targets.flatten()), full
 
@@ -209,7 +209,7 @@ class EmergenceModule(L.LightningModule):
     # --- training -----------------------------------------------------------------------------
     def training_step(self, tokens: torch.Tensor, batch_idx: int) -> torch.Tensor:
         logits, targets = self.all_rows(tokens, MixerContext(bias=self.attention_bias))
-        scored_loss, full = train_losses(logits, targets, self.rows)
+        scored_loss, full = train_losses(logits, targets, self.rows, self.train_on)
         if not self._pending:
             self._pending_from = batch_idx
         self._pending.append(torch.stack([scored_loss.detach(), full.detach()]))

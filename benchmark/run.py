@@ -30,7 +30,7 @@ from emergence_bench.curriculum import check_transitions, pretrain, stage_tasks
 from emergence_bench.model import SequenceModel
 from emergence_bench.module import Diverged, EmergenceModule
 from emergence_bench.mixers.init import WeightInit
-from emergence_bench.devices import describe_device
+from emergence_bench.devices import accelerator_device, describe_device
 from emergence_bench.results import CONFIG_FILE, RESULT_FILE, SCHEMA_VERSION, TENSORBOARD_DIR, versions, write_json, write_text
 from emergence_bench.trainer import build_trainer, quiet_lightning
 from emergence_bench.tasks.base import SyntheticTask
@@ -121,8 +121,8 @@ class RunFolder:
             self.record.update(status=status, error=error)
         if model is not None:
             self.record["backend"] = "+".join(sorted({getattr(m, "backend", "torch") for m in model.mixers}))
-        if module is not None:
-            self.record["device"] = describe_device(module.device)
+        if module is not None:  # where it trained: Lightning moves the module back to the CPU at the end
+            self.record["device"] = describe_device(accelerator_device(self.config.trainer.accelerator) or module.device)
         self.record.update(self.recorder.columns(trainer, module))
         self.record.update(extra or {})
         write_json(self.path / RESULT_FILE, self.record)

@@ -35,13 +35,13 @@ does not apply: the batched step runs eagerly.
 
 Mixers whose forward cannot be vmapped (a custom ``autograd.Function`` without vmap support, a GPU
 kernel, randomness) are found by a trial forward and backward (``seed_parallel_supported``); their
-seeds run one after another through ``run()`` with ``"seed_parallel": {"k": 1, "fallback": reason}``.
+seeds, and those of a config with a curriculum, run one after another through ``run()`` with
+``"seed_parallel": {"k": 1, "fallback": reason}``.
 """
 
 from __future__ import annotations
 
 import copy
-import itertools
 import math
 from collections import deque
 from pathlib import Path
@@ -63,7 +63,7 @@ from emergence_bench.module import (FINAL_LOSS_WINDOW, Diverged, EvalTally, adam
                                     train_losses)
 from emergence_bench.results import RESULT_FILE, write_json
 from emergence_bench.run import RunFolder, build_model, build_task, check, failure, run
-from emergence_bench.tasks.base import SyntheticTask, seeded_generator
+from emergence_bench.tasks.base import SyntheticTask, TrainStream, seeded_generator
 from emergence_bench.trainer import build_trainer, quiet_lightning
 
 
@@ -117,7 +117,8 @@ class EnsembleModule(L.LightningModule):
         return functional_call(self.template, weights, (self.task.model_inputs(tokens), MixerContext(bias=bias)))
 
     def _seed_losses(self, weights: dict, tokens: torch.Tensor, bias: dict):
-        return train_losses(self._seed_logits(weights, tokens, bias), tokens[:, 1:], self.rows)
+        """-> (scored loss, every-row loss), scalars of one seed."""
+        return train_losses(self._seed_logits(weights, tokens, bias), tokens[:, 1:], self.rows, self.train_on)
 
     def losses(self, tokens: torch.Tensor, bias: dict[int, torch.Tensor]):
         """tokens [K, B, L+1] (seed k's batch in slice k), bias {layer: [K, ...]} -> (scored losses [K],
@@ -140,6 +141,7 @@ class EnsembleModule(L.LightningModule):
 
     # --- training -----------------------------------------------------------------------------
     def training_step(self, tokens: torch.Tensor, batch_idx: int) -> torch.Tensor | None:
+        """tokens [K, B, L+1] -> the sum of the live seeds' losses (their gradients are independent)."""
         scored, full = self.losses(tokens, self.bias())
         if not self._pending:
             self._pending_from = batch_idx
@@ -177,7 +179,7 @@ class EnsembleModule(L.LightningModule):
             try:
                 deliver_train_losses(seed.callbacks, seed.trainer, seed.view, steps, losses)
             except Exception as error:
-                seed.finish("failed", failure(error))
+                seed.fail(error)
 
     def on_train_epoch_end(self) -> None:
         self.read_losses()  # the tail of a group stopped between reads
@@ -200,6 +202,14 @@ class EnsembleModule(L.LightningModule):
         super().optimizer_step(*args, **kwargs)
         self.version += 1
 
+    def optimizer_zero_grad(self, *args, **kwargs) -> None:
+        super().optimizer_zero_grad(*args, **kwargs)
+        self.version += 1  # a seed's view shows no gradients now, as a run alone does
+
+    def on_validation_model_zero_grad(self) -> None:
+        super().on_validation_model_zero_grad()
+        self.version += 1
+
     def configure_optimizers(self):
         return adamw(list(self.stacked), self.decayed, self.optim, self.max_steps)
 
@@ -208,13 +218,14 @@ class EnsembleModule(L.LightningModule):
         self._tally = EvalTally(self.task, self.K, self.device)
 
     def validation_step(self, tokens: torch.Tensor, batch_idx: int) -> None:
+        """tokens [B, L+1], the same for every seed."""
         self._tally.add(self.logits(tokens, self.bias()), tokens[:, 1:])
 
     def on_validation_epoch_end(self) -> None:
         for seed, result in zip(self.seeds, self._tally.results(self.global_step)):
             if seed.live and (self.eval_for is None or seed in self.eval_for):
                 seed.view.last_eval = result
-                seed.log(eval_metrics(result), self.global_step)
+                seed.log(eval_metrics(result), self.global_step - 1)  # the step Lightning logs a run's eval at
 
     # --- one seed's weights -------------------------------------------------------------------
     @torch.no_grad()
@@ -268,12 +279,14 @@ class SeedBatches(L.LightningDataModule):
 
 
 class _StackedStream(IterableDataset):
+    """Each seed's TrainStream, batch by batch, stacked: [K, B, L+1]."""
+
     def __init__(self, tasks: list[SyntheticTask], start: int):
-        self.tasks, self.start = tasks, start
+        self.streams = [TrainStream(task, start) for task in tasks]
 
     def __iter__(self):
-        for index in itertools.count(self.start):
-            yield torch.stack([task.batch("train", index) for task in self.tasks])
+        for batches in zip(*self.streams):
+            yield torch.stack(batches)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -319,6 +332,20 @@ class SeedView:
     def training(self) -> bool:
         return self.ensemble.training
 
+    @property
+    def logger(self):
+        return self.trainer.logger
+
+    @property
+    def current_epoch(self) -> int:
+        return self.ensemble.current_epoch
+
+    def parameters(self, recurse: bool = True):
+        return self.model.parameters(recurse)
+
+    def named_parameters(self, *args, **kwargs):
+        return self.model.named_parameters(*args, **kwargs)
+
     def record_losses(self, losses: list[float], full_sequence_losses: list[float]) -> None:
         """The losses of the steps just read back, in order."""
         self.recent_train_losses.extend(losses)
@@ -329,19 +356,24 @@ class SeedView:
         self.log_dict({name: value})
 
     def log_dict(self, metrics: dict, **kwargs) -> None:
-        self.trainer.logger.log_metrics({k: float(v) for k, v in metrics.items()}, self.global_step)
+        self.ensemble.seeds[self.index].log(metrics, self.global_step)
 
 
 class SeedTrainer:
     """Seed k's ``trainer``: the shared Trainer, but with the seed's own callbacks, logger, run
-    folder, module view and ``should_stop`` (which ends this seed alone)."""
+    folder, module view (``lightning_module``, ``model``), task (``datamodule``), logged metrics
+    (``callback_metrics``, ``logged_metrics``) and ``should_stop`` (which ends this seed alone)."""
 
     def __init__(self, trainer: L.Trainer, seed: Seed):
         self._trainer = trainer
         self.should_stop = False
         self.callbacks, self.logger, self.loggers = seed.callbacks, seed.logger, [seed.logger]
-        self.lightning_module = seed.view
+        self.lightning_module = self.model = seed.view
+        self.datamodule = seed.task
         self.default_root_dir = str(seed.folder.path)
+        # What the seed logged, as Lightning keeps a run's (values are 0-dim tensors).
+        self.callback_metrics: dict[str, torch.Tensor] = {}
+        self.logged_metrics: dict[str, torch.Tensor] = {}
 
     @property
     def log_dir(self) -> str:
@@ -385,6 +417,9 @@ class Seed:
 
     def log(self, metrics: dict, step: int) -> None:
         self.logger.log_metrics({**metrics, "epoch": 0.0}, step)
+        values = {name: torch.tensor(float(value)) for name, value in metrics.items()}
+        self.trainer.callback_metrics.update(values)
+        self.trainer.logged_metrics.update(values)
 
     def diverge(self, error: Diverged) -> None:
         """A NaN loss: the seed's ``on_exception`` hooks, then its row, as a run alone ends."""
@@ -394,6 +429,17 @@ class Seed:
         except Exception:  # the row says diverged whatever a callback makes of it
             pass
         self.finish("diverged", str(error))
+
+    def fail(self, error: Exception) -> None:
+        """A callback raised: the seed's ``on_exception`` hooks, as Lightning calls them for a run
+        alone, then its row."""
+        self.live = False
+        message = failure(error)
+        try:
+            self.hook("on_exception", error)
+        except Exception:
+            pass
+        self.finish("failed", message)
 
     def stop(self) -> None:
         """A callback set ``should_stop``: the end-of-fit hooks now, then the row."""
@@ -415,7 +461,9 @@ class Seed:
                 self.logger.finalize("success" if status == "ok" else "failed")
             except Exception:  # a logger that cannot flush must not lose the row
                 pass
-        return self.folder.finish(status, error, self.trainer, self.view, self.model, self.note)
+        # The training forwards ran on the ensemble's template: its mixers know the backend used.
+        model = self.view.ensemble.template if self.view is not None else self.model
+        return self.folder.finish(status, error, self.trainer, self.view, model, self.note)
 
 
 # Every hook of Lightning's Callback; SeedCallbacks forwards each to every live seed.
@@ -441,8 +489,9 @@ class SeedCallbacks(L.Callback):
     seed's views and its slice of the arguments. An error ends that seed only, as ``failed``.
 
     A seed whose callbacks set ``should_stop`` ends as a run alone would: after the eval that
-    Lightning runs when a stop is asked at the end of a step (given to the asking seeds only), or
-    after the eval in which it asked; its end-of-fit hooks fire before the next step. When every
+    Lightning runs when a stop is asked at the end of a step (the step's scheduled eval, or else one
+    given to the asking seeds only), or after the eval in which it asked; its end-of-fit hooks fire
+    before the next step. When every
     live seed has asked, the Trainer itself stops.
     """
 
@@ -465,10 +514,11 @@ class SeedCallbacks(L.Callback):
             try:
                 seed.hook(name, *_seed_args(name, seed, ensemble, args), **kwargs)
             except Exception as error:
-                seed.finish("failed", failure(error))
+                seed.fail(error)
         live = [s for s in seeds if s.live]
         stopping = [s for s in live if s.trainer.should_stop]
-        if name == "on_train_batch_end" and stopping and len(stopping) < len(live):
+        if (name == "on_train_batch_end" and stopping and len(stopping) < len(live)
+                and trainer.global_step % trainer.val_check_batch != 0):
             # Lightning evaluates once more when a stop is asked between evals: for these seeds only.
             ensemble.eval_for = stopping
             trainer.should_stop = True
@@ -581,6 +631,8 @@ def seed_parallel_supported(config: dict | RunConfig) -> tuple[bool, str]:
     Leaves the global RNG state as it was.
     """
     config = resolve(config)
+    if config.curriculum:  # each seed's stages would train alone first, their AdamW states apart
+        return False, "a curriculum's stages are trained one seed at a time"
     device = accelerator_device(config.trainer.accelerator)
     if device is None:
         return False, f"trainer.accelerator={config.trainer.accelerator} but no CUDA device"
@@ -620,7 +672,7 @@ def _trial(config: RunConfig, device: torch.device) -> str | None:
             ctx = lambda: MixerContext(bias={i: b[k] for i, b in bias.items()})  # noqa: E731  (fresh per forward)
             model.train()
             own_scored, own_full = train_losses(model(task.model_inputs(tokens[k]), ctx()), tokens[k, :, 1:],
-                                                ensemble.rows)
+                                                ensemble.rows, config.trainer.train_on)
             loss = own_full if config.trainer.train_on == "all" else own_scored
             model.zero_grad(set_to_none=True)
             loss.backward()

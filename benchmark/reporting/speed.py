@@ -1,19 +1,29 @@
 """`emergence-bench speed`: speed ratios measured side by side in one run on this machine.
 
-Every number is a ratio of two timings taken in the same process, one after the other, so it says
-something about the code rather than about the machine's load at one moment.
+Every ratio is of two timings taken in the same process, interleaved: blocks of the reference (a bare
+PyTorch loop) alternate with blocks of what is compared, R ≥ 5 repeats; each repeat's ratio is
+against the reference blocks just before and after it, and a row shows the median of the R ratios
+with their spread (min–max). So a load that drifts slowly cancels, and the spread says whether a
+difference is above the noise. The header names the machine's load average when it started.
+
+Tables: suite step vs bare loop (``suite_rows``, with FLOP/s and compiled vs eager), seed-parallel per
+step without Lightning (``seed_step_rows``: K seeds batched vs K bare loops), seed-parallel whole
+runs (``throughput``: setup and evals included), and each mixer's step vs the Transformer's.
 """
 
 from __future__ import annotations
 
-import math
+import copy
+import dataclasses
 import os
 import statistics
 import tempfile
 import time
+import types
 from contextlib import contextmanager
 from pathlib import Path
 
+import lightning as L
 import torch
 import torch.nn.functional as F
 
@@ -116,59 +126,134 @@ def render(rows: list[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
-# The models the suite-overhead rows measure, as runs of presets (preset, group, grid values): the
-# `quick` preset's base run and the paper's linear map at S=16, s=8.
+# ----------------------------------------------------------------------------------------------
+# Interleaved repeats: the arithmetic.
+
+
+def summary(values: list[float]) -> dict:
+    """The median of per-repeat ``values`` with their spread: {median, min, max, q1, q3, values}."""
+    values = [float(v) for v in values]
+    q1, _, q3 = statistics.quantiles(values, n=4, method="inclusive") if len(values) > 1 else values * 3
+    return {"median": statistics.median(values), "min": min(values), "max": max(values), "q1": q1, "q3": q3,
+            "values": values}
+
+
+def bracketed(reference: list[float], other: list[float]) -> list[float]:
+    """Per repeat r: other[r] / mean(reference[r], reference[r + 1]), the reference blocks timed just
+    before and just after block r (so a load that drifts linearly cancels). len(reference) = R + 1."""
+    if len(reference) != len(other) + 1:
+        raise ValueError(f"need one more reference block than others, got {len(reference)} and {len(other)}")
+    return [o / ((reference[r] + reference[r + 1]) / 2) for r, o in enumerate(other)]
+
+
+def interleave(reference: tuple, others: dict, repeats: int, clock=time.perf_counter) -> tuple[list, dict]:
+    """Time blocks in the order ref, others..., ref, others reversed..., ref, ... (R repeats, R + 1
+    reference blocks). ``reference`` and each of ``others`` (name -> ...) is (run, steps): ``run(steps)``
+    trains ``steps`` steps. Returns (reference seconds per step [R + 1], {name: seconds per step [R]})."""
+
+    def timed(run, steps: int) -> float:
+        start = clock()
+        run(steps)
+        return (clock() - start) / steps
+
+    ref, times = [timed(*reference)], {name: [] for name in others}
+    for r in range(repeats):
+        for name in list(others) if r % 2 == 0 else list(others)[::-1]:
+            times[name].append(timed(*others[name]))
+        ref.append(timed(*reference))
+    return ref, times
+
+
+def _fmt(s: dict, unit: str = "") -> str:
+    """``median (min–max)`` of a ``summary``."""
+    return f"{s['median']:.2f}{unit} ({s['min']:.2f}–{s['max']:.2f})"
+
+
+def machine() -> dict:
+    """The machine and its load from other processes (os.getloadavg: 1, 5, 15 minutes)."""
+    load = [round(x, 2) for x in os.getloadavg()] if hasattr(os, "getloadavg") else [None] * 3
+    return {"cores": os.cpu_count(), "threads": torch.get_num_threads(), "torch": torch.__version__,
+            "load_1m": load[0], "load_5m": load[1], "load_15m": load[2]}
+
+
+# ----------------------------------------------------------------------------------------------
+# The models and the loops.
+
+# The models the suite-overhead and whole-run rows measure, as runs of presets (preset, group, grid
+# values): the `quick` preset's base run and the paper's linear map at S=16, s=8.
 SUITE_RUNS = {
     "quick": ("quick", None, {"task.sparsity": 3}),
     "paper-linear-map": ("paper-linear-map", "S16", {"task.sparsity": 8}),
 }
+# The per-step seed-parallel settings: `quick` at its batch (128 sequences) and at 16, where one run
+# leaves the cores idle, and an independent reproduction's configuration (linear map S=16, s=3,
+# d_model 128, MLP 512, 8 heads × 16, batch 256; ~203k parameters).
+SEED_RUNS = {
+    "quick": ("quick", None, {"task.sparsity": 3}),
+    "quick-b16": ("quick", None, {"task.sparsity": 3, "task.batch_size": 16}),
+    "peer-linear-map": ("peer-linear-map", "seewhy", {}),
+}
 
 
-def preset_model(preset: str, group: str | None = None, values: dict | None = None) -> dict:
-    """The task, mixer and model sections of the first run of ``preset`` (in ``group``, with the grid
-    narrowed to ``values``, dotted keys), so the speed rows measure exactly the preset's model."""
+def preset_run(preset: str, group: str | None = None, values: dict | None = None) -> dict:
+    """The raw config of the first run of ``preset`` (in ``group``, with the grid narrowed to
+    ``values``, dotted keys): task, mixer, model, optim, trainer and callbacks as the preset trains it."""
     sweep = load_sweep(preset)
     if group is not None:
         sweep.select([group])
     sweep.override(values or {})
-    _, config = sweep.raw_runs()[0]
-    return {key: config[key] for key in ("task", "mixer", "model")}
+    return sweep.raw_runs()[0][1]
 
 
-def suite_models(names=tuple(SUITE_RUNS)) -> dict[str, dict]:
-    """name -> the task, mixer and model sections of each of ``SUITE_RUNS`` named."""
-    return {name: preset_model(*SUITE_RUNS[name]) for name in names}
+def timed_config(raw: dict, max_steps: int) -> RunConfig:
+    """``raw`` (a preset run) resolved for timing on the CPU: ``max_steps`` steps, one eval at the end."""
+    raw = copy.deepcopy(raw)
+    raw.setdefault("trainer", {}).update(max_steps=max_steps, eval_every=max_steps, accelerator="cpu")
+    return resolve(raw)
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
 
 
 class BareLoop:
-    """The suite's training step without Lightning or callbacks: same model, data, loss, AdamW,
-    clipping, and the same one host sync per step (the loss value)."""
+    """One seed's training as a bare PyTorch loop, doing the suite's work per step without Lightning
+    or callbacks: the model built as ``run()`` builds it (same init), the seed's train stream
+    (batch i = ``task.batch("train", i)``, [B, L+1]), ``train_losses`` (scored rows and every row;
+    trained on per ``trainer.train_on``), ``adamw`` (the suite's param groups and lr schedule),
+    ``clip_grad_norm_`` when ``optim.grad_clip``; losses read back every ``trainer.log_every`` steps."""
 
-    def __init__(self, config, compile_model: bool = False):
+    def __init__(self, config: RunConfig, compile_model: bool = False, device: str | torch.device = "cpu"):
+        from emergence_bench.module import adamw, is_decayed, scored_rows
         from emergence_bench.run import build_model, build_task
 
-        torch.manual_seed(config.seed)
+        self.config, self.device = config, torch.device(device)
+        L.seed_everything(config.seed, verbose=False)
         self.task = build_task(config)
-        self.model = build_model(config, self.task)
+        self.model = build_model(config, self.task).to(self.device)
         if compile_model:
             self.model.compile()  # as `trainer.compile: true` does in the suite
-        self.forward = self.model
-        o = config.optim
-        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=o.lr, weight_decay=o.weight_decay,
-                                           betas=o.betas)
-        self.clip = config.optim.grad_clip
-        self.mask = self.task.loss_mask
-        self.index = 0
+        params = list(self.model.parameters())
+        optim = adamw(params, [is_decayed(p) for p in params], config.optim, config.trainer.max_steps)
+        self.optimizer, self.scheduler = optim["optimizer"], optim["lr_scheduler"]["scheduler"]
+        self.rows = scored_rows(self.task).to(self.device)  # [N]
+        t = config.trainer
+        self.clip, self.train_on, self.log_every = config.optim.grad_clip, t.train_on, t.log_every
+        self.index, self.pending, self.read = 0, [], []  # read: every loss read back so far
+        self.data_seconds = 0.0
 
     def loss(self, tokens: torch.Tensor) -> torch.Tensor:
-        logits = self.forward(tokens[:, :-1])[:, self.mask]
-        return F.cross_entropy(logits.flatten(0, 1), tokens[:, 1:][:, self.mask].flatten())
+        """tokens [B, L+1] -> the loss trained on (scalar)."""
+        from emergence_bench.module import train_losses
 
-    def step(self) -> tuple[float, float]:
-        """One step; returns (seconds generating data, seconds in total)."""
+        scored, full = train_losses(self.model(self.task.model_inputs(tokens)), tokens[:, 1:], self.rows)
+        return full if self.train_on == "all" else scored
+
+    def step(self) -> None:
         start = time.perf_counter()
-        tokens = self.task.batch("train", self.index)
-        data = time.perf_counter() - start
+        tokens = self.task.batch("train", self.index).to(self.device)
+        self.data_seconds += time.perf_counter() - start
         self.index += 1
         loss = self.loss(tokens)
         self.optimizer.zero_grad(set_to_none=True)
@@ -176,33 +261,127 @@ class BareLoop:
         if self.clip:
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.clip)
         self.optimizer.step()
-        loss.item()
-        return data, time.perf_counter() - start
+        self.scheduler.step()
+        self.pending.append(loss.detach())
+        if len(self.pending) == self.log_every:
+            self.read += torch.stack(self.pending).tolist()
+            self.pending = []
 
-    def seconds_per_step(self, steps: int) -> tuple[float, float]:
-        """(median step seconds, median data seconds) over ``steps`` steps after a warm-up."""
-        for _ in range(3):
+    def run(self, steps: int) -> None:
+        for _ in range(steps):
             self.step()
-        data, total = zip(*(self.step() for _ in range(steps)))
-        return statistics.median(total), statistics.median(data)
+        _sync(self.device)
 
 
-def suite_seconds_per_step(config, steps: int) -> float:
-    """Marginal seconds per training step of `emergence_bench.run.run`: the wall time of a run of 2N steps
-    minus one of N, over N, with a single eval at the end of each (so setup, eval and teardown cancel)."""
+class EnsembleLoop:
+    """K seeds of ``config`` (seeds seed, seed+1, ...) in one batched step without Lightning, from
+    ``EnsembleModule``'s public pieces: data [K, B, L+1] (slice k = seed k's own ``batch("train", i)``),
+    ``losses`` -> (scored [K], full [K]), ``backward`` of their sum, per-seed clipping, one AdamW over
+    the stacked parameters with the suite's schedule; losses [K] read back every ``log_every`` steps.
+    Seed k starts from the weights ``BareLoop`` of seed + k starts from."""
+
+    def __init__(self, config: RunConfig, K: int, device: str | torch.device = "cpu"):
+        from emergence_bench.execution.seed_parallel import EnsembleModule
+        from emergence_bench.run import build_model, build_task
+
+        self.device = torch.device(device)
+        self.tasks, models = [], []
+        for k in range(K):
+            seed = dataclasses.replace(config, seed=config.seed + k)
+            L.seed_everything(seed.seed, verbose=False)  # run()'s order: seed, task, model
+            self.tasks.append(build_task(seed))
+            models.append(build_model(seed, self.tasks[-1]))
+        t = config.trainer
+        self.ensemble = EnsembleModule(models, self.tasks[0], config.optim, t.max_steps, t.train_on).to(self.device)
+        self.ensemble.seeds = [types.SimpleNamespace(live=True) for _ in range(K)]
+        optim = self.ensemble.configure_optimizers()
+        self.optimizer, self.scheduler = optim["optimizer"], optim["lr_scheduler"]["scheduler"]
+        self.clip, self.train_on, self.log_every = config.optim.grad_clip, t.train_on, t.log_every
+        self.index, self.pending, self.read = 0, [], []  # read: [K] losses of every step read back
+
+    def step(self) -> None:
+        tokens = torch.stack([task.batch("train", self.index) for task in self.tasks]).to(self.device)
+        self.index += 1
+        scored, full = self.ensemble.losses(tokens, {})
+        losses = full if self.train_on == "all" else scored  # [K]
+        self.ensemble.backward(losses.sum())
+        self.ensemble.configure_gradient_clipping(self.optimizer, self.clip)
+        self.optimizer.step()
+        self.scheduler.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.pending.append(losses.detach())
+        if len(self.pending) == self.log_every:
+            self.read += torch.stack(self.pending).tolist()
+            self.pending = []
+
+    def run(self, steps: int) -> None:
+        for _ in range(steps):
+            self.step()
+        _sync(self.device)
+
+
+# ----------------------------------------------------------------------------------------------
+# Suite vs bare loop, interleaved inside one suite run.
+
+
+class ClockSession:
+    """What ``SuiteClock`` fills during one measurement: the bare loop it runs between suite blocks
+    and both series of seconds per step (bare [R + 1], suite [R])."""
+
+    def __init__(self, bare: BareLoop):
+        self.bare, self.bare_s, self.suite_s = bare, [], []
+
+
+class SuiteClock(L.Callback):
+    """A callback in a suite run that alternates the run with a bare loop in the same process: after
+    ``warmup`` steps, a bare block of ``block`` steps, then ``block`` suite steps, a bare block, ...,
+    ``repeats`` suite blocks and ``repeats + 1`` bare blocks. A suite block is timed from one
+    ``on_train_batch_start`` to the one ``block`` steps later, so it holds ``block`` whole iterations of
+    the Trainer's loop (data, step, every callback and logger) and no setup, eval or teardown.
+    Registered as the callback ``speed_clock`` by ``suite_vs_bare``, so a run's config names it like
+    any other; its own cost is Lightning's dispatch of each hook to one more callback."""
+
+    session: ClockSession | None = None  # set by ``suite_vs_bare`` around the run
+
+    def __init__(self, task=None, warmup: int = 5, block: int = 100, repeats: int = 5):
+        self.warmup, self.block, self.repeats = warmup, block, repeats
+        self._start: float | None = None
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        offset, s = trainer.global_step - self.warmup, SuiteClock.session
+        if s is None or offset < 0 or offset % self.block or offset // self.block > self.repeats:
+            return
+        start = time.perf_counter()
+        if self._start is not None:
+            s.suite_s.append((start - self._start) / self.block)
+        s.bare.run(self.block)
+        s.bare_s.append((time.perf_counter() - start) / self.block)
+        self._start = time.perf_counter() if len(s.suite_s) < self.repeats else None
+
+
+def suite_vs_bare(raw: dict, steps: int, repeats: int, warmup: int = 5) -> tuple[BareLoop, list, list]:
+    """One suite run of ``raw`` (a preset run, on the CPU) with ``SuiteClock`` interleaving it with a
+    ``BareLoop`` of the same config. Returns (the bare loop, bare seconds per step [R + 1], suite
+    seconds per step [R])."""
     from emergence_bench.run import run
 
-    def wall(n: int) -> float:
-        data = config.to_dict()
-        data["trainer"].update(max_steps=n, eval_every=n)
+    if "speed_clock" not in registry.callbacks.names():
+        registry.register_callback("speed_clock")(SuiteClock)
+    config = timed_config(raw, warmup + repeats * steps + 1)
+    bare = BareLoop(config)
+    bare.run(3)  # warm-up: allocator, first-call costs
+    data = config.to_dict()
+    data["callbacks"]["speed_clock"] = {"warmup": warmup, "block": steps, "repeats": repeats}
+    SuiteClock.session = session = ClockSession(bare)
+    try:
         with tempfile.TemporaryDirectory() as scratch:
-            start = time.perf_counter()
             record = run(data, scratch)
-            seconds = time.perf_counter() - start
-        return seconds - record["timing"]["eval_seconds"]
-
-    wall(steps // 4)  # warm-up: imports, allocator
-    return max(wall(2 * steps) - wall(steps), 1e-9) / steps
+    finally:
+        SuiteClock.session = None
+    if len(session.suite_s) != repeats:
+        raise RuntimeError(f"the suite run ended ({record['status']}: {record['error']}) after "
+                           f"{len(session.suite_s)} of {repeats} timed blocks")
+    return bare, session.bare_s, session.suite_s
 
 
 def matmul_flops_per_second(n: int = 1024, repeats: int = 10) -> float:
@@ -223,33 +402,37 @@ def step_flops(loop: BareLoop) -> int:
     """FLOPs of one forward + backward of the bare loop's model (torch's flop counter)."""
     from torch.utils.flop_counter import FlopCounterMode
 
-    tokens = loop.task.batch("train", 0)
+    tokens = loop.task.batch("train", 0).to(loop.device)
     with FlopCounterMode(display=False) as counter:
         loop.loss(tokens).backward()
     loop.optimizer.zero_grad(set_to_none=True)
     return counter.get_total_flops()
 
 
-def suite_rows(steps: int = 100, models: dict | None = None, compile_check: bool = True) -> list[dict]:
-    """Per model (name -> task, mixer and model sections; default: ``suite_models()``): suite vs bare
-    loop, data-generation share, achieved FLOP/s vs matmul peak, and (optionally) a torch.compile'd
-    bare loop vs the eager one."""
+def suite_rows(steps: int = 100, repeats: int = 5, models: dict | None = None, compile_check: bool = True,
+               warmup: int = 5) -> list[dict]:
+    """Per model (name -> preset run; default: ``SUITE_RUNS``): suite vs bare loop per step, interleaved
+    (median of ``repeats`` ratios, each against the bare blocks either side), the data-generation share
+    of the bare step, achieved FLOP/s vs matmul peak, and (optionally) a torch.compile'd bare loop vs
+    the eager one, interleaved the same way."""
     peak = matmul_flops_per_second()
     rows = []
-    for name, raw in (models or suite_models()).items():
-        config = resolve({**raw, "trainer": {"accelerator": "cpu"}})
-        bare = BareLoop(config)
-        bare_step, data_step = bare.seconds_per_step(steps)
-        suite_step = suite_seconds_per_step(config, steps)
+    for name, raw in (models or {n: preset_run(*SUITE_RUNS[n]) for n in SUITE_RUNS}).items():
+        bare, bare_s, suite_s = suite_vs_bare(raw, steps, repeats, warmup)
+        ratio = summary(bracketed(bare_s, suite_s))
+        suite_step, bare_step = statistics.median(suite_s), statistics.median(bare_s)
         flops = step_flops(bare)
-        row = {"model": name, "suite_ms": suite_step * 1e3, "bare_ms": bare_step * 1e3,
-               "suite_vs_bare": suite_step / bare_step, "data_share": data_step / bare_step,
-               "gflops": flops / suite_step / 1e9, "matmul_peak_gflops": peak / 1e9,
+        row = {"model": name, "steps": steps, "repeats": repeats, "suite_ms": suite_step * 1e3,
+               "bare_ms": bare_step * 1e3, "suite_vs_bare": ratio,
+               "data_share": bare.data_seconds / bare.index / bare_step, "gflops": flops / suite_step / 1e9,
+               "matmul_peak_gflops": peak / 1e9,
                "fraction_of_peak": flops / suite_step / peak, "compiled_vs_eager": None, "compile_error": None}
         if compile_check:
             try:
-                compiled_step, _ = BareLoop(config, compile_model=True).seconds_per_step(steps)
-                row["compiled_vs_eager"] = compiled_step / bare_step
+                compiled = BareLoop(bare.config, compile_model=True)
+                compiled.run(3)  # compiles
+                eager_s, times = interleave((bare.run, steps), {"compiled": (compiled.run, steps)}, repeats)
+                row["compiled_vs_eager"] = summary(bracketed(eager_s, times["compiled"]))
             except Exception as error:  # a compiler toolchain problem is a finding, not a crash
                 row["compile_error"] = f"{type(error).__name__}: {str(error).splitlines()[0][:200]}"
         rows.append(row)
@@ -257,15 +440,57 @@ def suite_rows(steps: int = 100, models: dict | None = None, compile_check: bool
 
 
 def render_suite(rows: list[dict]) -> str:
-    lines = ["| model | suite step (ms) | bare loop (ms) | suite / bare | data share | GFLOP/s | "
-             "of matmul peak | compiled / eager |", "|---|---|---|---|---|---|---|---|"]
+    lines = ["| model | suite step (ms) | bare loop (ms) | suite / bare, median (min–max) | data share | GFLOP/s | "
+             "of matmul peak | compiled / eager, median (min–max) |", "|---|---|---|---|---|---|---|---|"]
     for r in rows:
-        compiled = (f"{r['compiled_vs_eager']:.2f}" if r["compiled_vs_eager"] is not None
+        compiled = (_fmt(r["compiled_vs_eager"]) if r["compiled_vs_eager"] is not None
                     else f"failed: {r['compile_error']}" if r["compile_error"] else "-")
-        lines.append(f"| {r['model']} | {r['suite_ms']:.2f} | {r['bare_ms']:.2f} | {r['suite_vs_bare']:.2f} | "
+        lines.append(f"| {r['model']} | {r['suite_ms']:.2f} | {r['bare_ms']:.2f} | {_fmt(r['suite_vs_bare'])} | "
                      f"{r['data_share']:.1%} | {r['gflops']:.1f} | {r['fraction_of_peak']:.1%} "
                      f"(of {r['matmul_peak_gflops']:.0f}) | {compiled} |")
     return "\n".join(lines) + "\n"
+
+
+# ----------------------------------------------------------------------------------------------
+# Seed-parallel per step (no Lightning): K seeds batched vs K sequential bare loops.
+
+
+def seed_step_rows(ks=(1, 4, 16), steps: int = 100, repeats: int = 5, settings: dict | None = None,
+                   device: str | None = None) -> list[dict]:
+    """Per setting (name -> preset run; default ``SEED_RUNS``) and K: K sequential bare loops
+    (K × one ``BareLoop``'s step: the seeds' steps cost the same) over one batched ``EnsembleLoop``
+    step, interleaved: bare, K=1, K=4, ..., bare, ... (K's order reversed every other repeat), each
+    batched block ``max(2, steps // K)`` steps so every block takes about as long; the median of the
+    ``repeats`` ratios, each against the bare blocks either side."""
+    device = torch.device(device or resolve_device("auto").type)
+    rows = []
+    for name, raw in (settings or {n: preset_run(*SEED_RUNS[n]) for n in SEED_RUNS}).items():
+        config = resolve(raw)
+        bare = BareLoop(config, device=device)
+        loops = {K: EnsembleLoop(config, K, device) for K in ks}
+        for loop in [bare, *loops.values()]:
+            loop.run(3)  # warm-up: allocator, vmap's first call
+        bare_s, times = interleave((bare.run, steps), {K: (loops[K].run, max(2, steps // K)) for K in ks}, repeats)
+        params = sum(p.numel() for p in bare.model.parameters())
+        for K in ks:
+            speedup = [K / ratio for ratio in bracketed(bare_s, times[K])]
+            rows.append({"setting": name, "params": params, "batch": config.task["batch_size"], "device": device.type,
+                         "k": K, "repeats": repeats, "bare_ms": statistics.median(bare_s) * 1e3,
+                         "batched_ms": statistics.median(times[K]) * 1e3, "speedup": summary(speedup)})
+    return rows
+
+
+def render_seed_steps(rows: list[dict]) -> str:
+    lines = ["| setting | params | batch | device | seeds K | bare step (ms) | batched step (ms) | "
+             "K sequential / batched, median (min–max) |", "|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"| {r['setting']} | {r['params'] / 1e3:.0f}k | {r['batch']} | {r['device']} | {r['k']} | "
+                     f"{r['bare_ms']:.2f} | {r['batched_ms']:.2f} | {_fmt(r['speedup'], '×')} |")
+    return "\n".join(lines) + "\n"
+
+
+# ----------------------------------------------------------------------------------------------
+# Seed-parallel, whole runs (setup and evals included).
 
 
 def quick_config(steps: int = 100) -> dict:
@@ -278,73 +503,104 @@ def quick_config(steps: int = 100) -> dict:
 
 def throughput(config: dict | RunConfig | None = None, ks=(1, 4, 16), steps: int = 100, repeats: int = 1,
                out: str | Path | None = None) -> list[dict]:
-    """Seed-parallel vs one seed at a time, side by side in this process: for each K, K seeds of
-    ``config`` (default: the quick preset at ``steps`` steps) run one after another with
-    ``emergence_bench.run.run``, then together with ``run_seed_parallel``; whole runs (setup, evals,
-    result files), wall-clock, each mode the best of ``repeats`` alternating tries.
+    """Seed-parallel vs one seed at a time, whole runs (setup, evals, result files), wall-clock, side
+    by side in this process: K seeds of ``config`` (default: the quick preset at ``steps`` steps)
+    together with ``run_seed_parallel``, against K runs one after another with ``emergence_bench.run.run``.
+    K sequential runs of one config take K times one run (the same steps, setup and evals; only the
+    seed differs), so the reference is one run, interleaved: run, K=1, K=4, ..., run, ... for
+    ``repeats`` repeats, each try's ratio against the runs either side.
 
-    Returns one row per K: {k, steps, sequential_s, parallel_s, speedup (sequential_s /
-    parallel_s), seed_steps_per_s_sequential, seed_steps_per_s_parallel, mode ("vmap", or the
-    fallback reason when the model cannot be batched)}.
+    Returns one row per K: {k, steps, repeats, sequential_s (K × the median run), parallel_s (median),
+    speedup (summary of the per-repeat K·run / parallel), seed_steps_per_s_sequential,
+    seed_steps_per_s_parallel, mode ("vmap", or the fallback reason when the model cannot be batched)}.
     """
     from emergence_bench.execution.seed_parallel import run_seed_parallel
     from emergence_bench.run import run
 
     base = resolve(config if config is not None else quick_config(steps)).to_dict()
     steps = base["trainer"]["max_steps"]
-    rows = []
+    notes = {}
     with tempfile.TemporaryDirectory() as scratch:
         root = Path(out) if out is not None else Path(scratch)
         warm = {**base, "trainer": {**base["trainer"], "max_steps": 2}}
         run(warm, root / "warmup")  # first-call costs (allocator, TensorBoard, the vmap rule) off the clock
         run_seed_parallel([warm], root / "warmup")
-        for K in ks:
+
+        def parallel(K: int):
             configs = [{**base, "seed": base["seed"] + i} for i in range(K)]
-            sequential = parallel = math.inf
-            for attempt in range(repeats):
-                start = time.perf_counter()
-                for c in configs:
-                    run(c, root / f"k{K}" / "sequential")
-                sequential = min(sequential, time.perf_counter() - start)
-                start = time.perf_counter()
-                note = run_seed_parallel(configs, root / f"k{K}" / "parallel")[0]["seed_parallel"]
-                parallel = min(parallel, time.perf_counter() - start)
-            rows.append({
-                "k": K, "steps": steps, "sequential_s": sequential, "parallel_s": parallel,
-                "speedup": sequential / parallel,
-                "seed_steps_per_s_sequential": K * steps / sequential,
-                "seed_steps_per_s_parallel": K * steps / parallel,
-                "mode": "vmap" if "group" in note else note["fallback"],
-            })
+            return lambda _: notes.update({K: run_seed_parallel(configs, root / f"k{K}")[0]["seed_parallel"]})
+
+        one, times = interleave((lambda _: run(base, root / "sequential"), 1), {K: (parallel(K), 1) for K in ks},
+                                repeats)
+    rows = []
+    for K in ks:
+        sequential, par = K * statistics.median(one), statistics.median(times[K])
+        rows.append({
+            "k": K, "steps": steps, "repeats": repeats, "sequential_s": sequential, "parallel_s": par,
+            "speedup": summary([K / ratio for ratio in bracketed(one, times[K])]),
+            "seed_steps_per_s_sequential": K * steps / sequential, "seed_steps_per_s_parallel": K * steps / par,
+            "mode": "vmap" if "group" in notes[K] else notes[K]["fallback"],
+        })
     return rows
 
 
-def seed_parallel_rows(ks=(1, 4, 16), steps: int = 100) -> list[dict]:
-    """K seeds of the `quick` config trained together vs one after another (whole runs)."""
-    return throughput(ks=ks, steps=steps)
+def seed_parallel_rows(ks=(1, 4, 16), steps: int = 100, repeats: int = 5, models: dict | None = None) -> list[dict]:
+    """Per model (name -> preset run; default ``SUITE_RUNS``), ``throughput`` at ``steps`` steps with
+    the preset's eval cadence, each row named by its model."""
+    rows = []
+    for name, raw in (models or {n: preset_run(*SUITE_RUNS[n]) for n in SUITE_RUNS}).items():
+        config = copy.deepcopy(raw)
+        config.setdefault("trainer", {})["max_steps"] = steps
+        rows += [{"model": name, **row} for row in throughput(config, ks=ks, repeats=repeats)]
+    return rows
 
 
 def render_seeds(rows: list[dict]) -> str:
-    lines = ["| seeds K | sequential (s) | seed-parallel (s) | speed-up | seed-steps/s sequential → parallel | mode |",
-             "|---|---|---|---|---|---|"]
+    lines = ["| model | seeds K | steps | K sequential = K × one run (s) | seed-parallel (s) | "
+             "speed-up, median (min–max) | seed-steps/s sequential → parallel | mode |",
+             "|---|---|---|---|---|---|---|---|"]
     for r in rows:
-        lines.append(f"| {r['k']} | {r['sequential_s']:.1f} | {r['parallel_s']:.1f} | {r['speedup']:.2f}× | "
+        lines.append(f"| {r.get('model', '-')} | {r['k']} | {r['steps']} | {r['sequential_s']:.1f} | "
+                     f"{r['parallel_s']:.1f} | {_fmt(r['speedup'], '×')} | "
                      f"{r['seed_steps_per_s_sequential']:.0f} → {r['seed_steps_per_s_parallel']:.0f} | {r['mode']} |")
     return "\n".join(lines) + "\n"
 
 
+# ----------------------------------------------------------------------------------------------
+
+
+MIN_REPEATS = 5  # fewer interleaved repeats give no usable spread
+
+
 def main(out: str | Path, lengths=(64, 256), repeats: int = 5, quick: bool = False, steps: int = 100) -> dict:
-    """Print the speed tables and write them as JSON to ``out``."""
-    if quick:  # a smoke run: tiny and fast, same code paths
-        lengths, repeats, steps = (16,), 1, 8
-    suite = suite_rows(steps=steps, models=suite_models(["quick"]) if quick else None,
-                       compile_check=not quick)
+    """Print the speed tables and write them as JSON to ``out``: ``repeats`` interleaved repeats (at
+    least ``MIN_REPEATS``) of ``steps``-step blocks per ratio. ``quick``: a smoke run of the same code
+    paths, in seconds: 2 repeats of 2 steps, K in (1, 2), the `quick` model (per step: at 16 sequences)."""
+    if quick:
+        lengths, repeats, steps, ks, mixer_repeats, warmup = (16,), 2, 2, (1, 2), 1, 1
+        models = {"quick": preset_run(*SUITE_RUNS["quick"])}
+        settings = {"quick-b16": preset_run(*SEED_RUNS["quick-b16"])}
+    else:
+        if repeats < MIN_REPEATS:
+            raise ValueError(f"--repeats must be at least {MIN_REPEATS} for a median with a spread, got {repeats} "
+                             "(--quick for a smoke run)")
+        ks, mixer_repeats, warmup, models, settings = (1, 4, 16), repeats, 5, None, None
+    start = machine()
+    print(f"machine: {start['cores']} cores, torch {start['torch']} with {start['threads']} threads; "
+          f"load average at start (other processes' load) {start['load_1m']} (1 min), {start['load_5m']} (5 min), "
+          f"{start['load_15m']} (15 min); {repeats} interleaved repeats of {steps}-step blocks per ratio\n")
+    suite = suite_rows(steps=steps, repeats=repeats, models=models, compile_check=not quick, warmup=warmup)
     print(render_suite(suite))
-    seeds = seed_parallel_rows(ks=(1, 2) if quick else (1, 4, 16), steps=4 if quick else steps)
+    seed_steps = seed_step_rows(ks=ks, steps=steps, repeats=repeats, settings=settings)
+    print(render_seed_steps(seed_steps))
+    seeds = seed_parallel_rows(ks=ks, steps=steps, repeats=repeats, models=models)
     print(render_seeds(seeds))
-    rows = mixer_ratios(lengths=lengths, repeats=repeats)
+    rows = mixer_ratios(lengths=lengths, repeats=mixer_repeats)
     print(render(rows), end="")
-    report = {"threads": torch.get_num_threads(), "torch": torch.__version__, "suite": suite,
+    end = machine()
+    print(f"\nload average at end {end['load_1m']} (1 min)")
+    report = {"machine": {"start": start, "end": end}, "threads": start["threads"], "torch": torch.__version__,
+              "repeats": repeats, "steps": steps, "suite": suite, "seed_parallel_steps": seed_steps,
               "seed_parallel": seeds, "mixers": rows}
     write_json(Path(out), report)
     return report

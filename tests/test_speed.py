@@ -1,0 +1,142 @@
+"""`emergence-bench speed`'s measurement: the interleaving and its arithmetic on scripted timings,
+and that the loops it times do the suite's work (same losses, same updates). No timed assertions."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+from conftest import tiny_config
+
+from emergence_bench.config import resolve
+from emergence_bench.reporting import speed
+from emergence_bench.run import run
+
+
+# --- the arithmetic, on scripted timings -----------------------------------------------------------
+def test_summary_gives_median_and_spread():
+    s = speed.summary([1.10, 0.90, 1.00, 1.40, 1.05])
+    assert s["median"] == pytest.approx(1.05)
+    assert (s["min"], s["max"]) == (0.90, 1.40)
+    assert (s["q1"], s["q3"]) == (pytest.approx(1.00), pytest.approx(1.10))
+    assert s["values"] == [1.10, 0.90, 1.00, 1.40, 1.05]
+    one = speed.summary([2.0])
+    assert one["median"] == one["min"] == one["max"] == one["q1"] == one["q3"] == 2.0
+
+
+def test_bracketed_divides_by_the_reference_blocks_either_side():
+    assert speed.bracketed([1.0, 3.0, 1.0], [4.0, 6.0]) == [2.0, 3.0]
+    with pytest.raises(ValueError, match="one more reference block"):
+        speed.bracketed([1.0, 2.0], [1.0, 1.0])
+
+
+class FakeClock:
+    """A clock that only the scripted blocks advance."""
+
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_interleave_alternates_blocks_and_cancels_a_drifting_load():
+    """Blocks run ref, a, b, ref, b, a, ref, ...; per-step seconds come from the injected clock; a
+    load that slows everything linearly over time leaves the bracketed ratios exact."""
+    clock, order = FakeClock(), []
+
+    def block(name: str, cost: float):
+        def run(steps: int) -> None:
+            order.append((name, steps))
+            slowdown = 1 + 0.1 * len(order)  # the machine gets busier, block by block
+            clock.now += cost * steps * slowdown
+        return run
+
+    ref, times = speed.interleave((block("ref", 1.0), 10), {"a": (block("a", 2.0), 5), "b": (block("b", 0.5), 20)},
+                                  repeats=3, clock=clock)
+    assert [name for name, _ in order] == ["ref", "a", "b", "ref", "b", "a", "ref", "a", "b", "ref"]
+    assert dict(order) == {"ref": 10, "a": 5, "b": 20}
+    assert len(ref) == 4 and len(times["a"]) == len(times["b"]) == 3
+    assert ref[0] == pytest.approx(1.1) and times["a"][0] == pytest.approx(2.0 * 1.2)
+    # a sits right after its repeat's first reference block, so its ratio is off by the drift
+    # within the repeat only; b's ratio errs the other way in the next repeat.
+    a = speed.bracketed(ref, times["a"])
+    assert all(1.8 < r < 2.2 for r in a)
+    assert speed.summary(a)["median"] == pytest.approx(2.0, rel=0.05)
+
+
+def test_repeats_below_the_minimum_are_refused_before_anything_runs(tmp_path):
+    with pytest.raises(ValueError, match="--repeats must be at least 5"):
+        speed.main(tmp_path / "speed.json", repeats=3)
+    assert not (tmp_path / "speed.json").exists()
+
+
+# --- the loops do the suite's work -----------------------------------------------------------------
+@pytest.mark.parametrize("train_on", ["scored", "all"])
+def test_bare_loop_starts_from_the_suites_loss(tmp_path, train_on):
+    """Same config and seed: the bare loop's first loss is the suite's step-0 loss (same init, data, rows)."""
+    config = resolve(tiny_config(seed=3, trainer={"max_steps": 1, "eval_every": 1, "train_on": train_on},
+                                 callbacks={}))
+    metrics = run(config, tmp_path)["metrics"]
+    suite = metrics["final_train_full_sequence_loss" if train_on == "all" else "final_train_loss"]
+    bare = speed.BareLoop(config)
+    with torch.no_grad():
+        loss = float(bare.loss(bare.task.batch("train", 0)))
+    assert loss == pytest.approx(suite, rel=1e-5)
+    other = speed.BareLoop(dataclasses.replace(config, seed=4))
+    with torch.no_grad():
+        assert float(other.loss(other.task.batch("train", 0))) != pytest.approx(suite, rel=1e-5)
+
+
+def test_batched_seed_steps_equal_k_bare_loops():
+    """Two steps of the K-seed batched step = two steps of each seed's own bare loop: losses and
+    parameters within float tolerance (decay, a warmup schedule and tight clipping all shape them)."""
+    config = resolve(tiny_config(seed=5, optim={"weight_decay": 0.1, "grad_clip": 0.05, "warmup_steps": 3},
+                                 trainer={"log_every": 1}))
+    K = 3
+    batched = speed.EnsembleLoop(config, K)
+    batched.run(2)
+    for k in range(K):
+        bare = speed.BareLoop(dataclasses.replace(config, seed=config.seed + k))
+        bare.run(2)
+        assert [step[k] for step in batched.read] == pytest.approx(bare.read, rel=1e-5)
+        for name, p in bare.model.named_parameters():
+            ours, theirs = batched.ensemble.stacked[batched.ensemble.names.index(name)][k].detach(), p.detach()
+            if name.endswith("qkv.bias"):
+                # The key bias's gradient is 0 in exact arithmetic (a softmax ignores a shift shared by
+                # every key), so AdamW turns each path's rounding noise into steps of up to lr.
+                key = torch.arange(ours.numel()) // (ours.numel() // 3) == 1  # of the q, k, v thirds
+                torch.testing.assert_close(ours[key], theirs[key], rtol=0, atol=2 * config.optim.lr)
+                ours, theirs = ours[~key], theirs[~key]
+            torch.testing.assert_close(ours, theirs, rtol=1e-5, atol=1e-6)
+    before = speed.BareLoop(config)  # and the steps did move the weights
+    moved = [not torch.equal(p, before_p) for p, before_p in
+             zip(batched.ensemble.stacked, (q.detach() for q in before.model.parameters()))]
+    assert any(moved)
+
+
+def test_suite_clock_interleaves_bare_and_suite_blocks_in_one_run():
+    """R suite blocks between R + 1 bare blocks, each of the given steps, after the warm-up."""
+    raw = tiny_config(callbacks={})
+    bare, bare_s, suite_s = speed.suite_vs_bare(raw, steps=2, repeats=3, warmup=1)
+    assert len(bare_s) == 4 and len(suite_s) == 3
+    assert all(t > 0 for t in bare_s + suite_s)
+    assert bare.index == 3 + 4 * 2  # its warm-up, then four blocks of two steps
+    assert speed.SuiteClock.session is None
+
+
+def test_the_timed_settings_are_the_ones_described():
+    """The per-step settings: `quick` at 128 and at 16 sequences, and the reproduction's
+    configuration (S=16, s=3, width 128, MLP 512, 8 heads × 16, batch 256, ~203k parameters)."""
+    from emergence_bench.run import build_model, build_task
+
+    configs = {name: resolve(speed.preset_run(*spec)) for name, spec in speed.SEED_RUNS.items()}
+    assert configs["quick"].task["batch_size"] == 128 and configs["quick-b16"].task["batch_size"] == 16
+    peer = configs["peer-linear-map"]
+    assert (peer.task["state_size"], peer.task["sparsity"], peer.task["batch_size"]) == (16, 3, 256)
+    assert (peer.model.d_model, peer.model.mlp_ratio, peer.mixer["n_heads"], peer.mixer["head_dim"]) == (128, 4, 8, 16)
+    with torch.device("meta"):
+        params = sum(p.numel() for p in build_model(peer, build_task(peer)).parameters())
+    assert 195_000 < params < 210_000
+    assert set(speed.SUITE_RUNS) == {"quick", "paper-linear-map"}
