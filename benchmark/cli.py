@@ -237,7 +237,7 @@ def parser() -> argparse.ArgumentParser:
     speed = sub.add_parser("speed", help="speed ratios measured side by side on this machine")
     speed.add_argument("--out", default="speed.json", help="where to write the table as JSON")
     speed.add_argument("--lengths", default="64,256", help="sequence lengths (comma-separated)")
-    speed.add_argument("--repeats", type=int, default=5, help="timed steps per measurement (median)")
+    speed.add_argument("--repeats", type=int, default=5, help="interleaved repeats per ratio (≥ 5; the median and range are printed)")
     speed.add_argument("--steps", type=int, default=100, help="timed training steps per suite measurement")
     speed.add_argument("--quick", action="store_true", help="a smoke run: one short length, one repeat")
     return p

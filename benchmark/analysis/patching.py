@@ -8,7 +8,7 @@ p(correct) that they recover (PAPER.md, "Causal head patching").
 
 The ranking logic is generic over a function ``p_correct(heads) -> float`` (the old model with those
 heads patched), so SequenceModel runs (through ``MixerContext.patch``, for every mixer that exposes
-attention scores) and Hugging Face models (benchmark/pythia.py) share it.
+attention scores) and Hugging Face models (analysis/pythia.py) share it.
 """
 
 from __future__ import annotations
