@@ -446,3 +446,29 @@ def test_a_callback_that_stops_or_fails_ends_its_seed_alone(callback, tmp_path):
     assert len({(r["status"], r["timing"]["steps"]) for r in alone}) > 1  # the seeds end differently
     for row, expected in zip(rows, alone):
         assert_same_row(row, expected)
+
+
+@pytest.mark.parametrize("measured", [0.6, 3.0])
+def test_auto_batches_only_where_its_probe_says_it_pays(measured, tmp_path, monkeypatch):
+    from emergence_bench.execution import seed_parallel
+
+    monkeypatch.setattr(seed_parallel, "batching_speedup", lambda config, k: measured)
+    configs = [tiny_config(seed=s, trainer={"max_steps": 4}) for s in (0, 1)]
+    rows = run_seed_parallel(configs, tmp_path, batching="auto")
+    note = rows[0]["seed_parallel"]
+    assert note["probe"] == measured and all(r["status"] == "ok" for r in rows)
+    assert ("group" in note) == (measured >= seed_parallel.PAYS)
+    if "fallback" in note:
+        assert note["k"] == 1 and note["fallback"].startswith("auto: batching 2 seeds measured 0.60×")
+
+
+def test_the_probe_measures_a_positive_speedup_and_leaves_the_random_state_alone():
+    from emergence_bench.execution.seed_parallel import batching_speedup
+
+    torch.manual_seed(7)
+    expected = torch.rand(2)
+    torch.manual_seed(7)
+    assert batching_speedup(resolve(tiny_config()), 3, rounds=1) > 0
+    assert torch.equal(torch.rand(2), expected)
+    with pytest.raises(ValueError, match="batching"):
+        run_seed_parallel([tiny_config()], "unused", batching="sometimes")

@@ -43,6 +43,8 @@ from __future__ import annotations
 
 import copy
 import math
+import statistics
+import time
 from collections import deque
 from pathlib import Path
 
@@ -545,31 +547,47 @@ for _name in HOOKS:
 # Public API.
 
 
-def run_seed_parallel(configs: list[dict | RunConfig], out: str | Path, progress: bool = False) -> list[dict]:
+BATCHING = ("always", "auto")
+PAYS = 1.1  # auto batches a group when its probe measures it at least this much faster than one by one
+
+
+def run_seed_parallel(configs: list[dict | RunConfig], out: str | Path, progress: bool = False,
+                      batching: str = "always") -> list[dict]:
     """Train the seeds of ``configs`` (identical but for ``seed``) together; returns their rows.
 
     Each seed's row is written to ``out/<run_id>/result.json`` with the run id and schema of
     ``emergence_bench.run.run`` plus ``"seed_parallel"``: ``{"k": K, "group": [run ids]}`` when batched,
     ``{"k": 1, "fallback": reason}`` when the model cannot be vmapped and the seeds ran one by one.
+    With ``batching="auto"`` a short probe (``batching_speedup``) first measures whether batching
+    pays here and now; the group is batched only when it does (by ``PAYS``), and the measured
+    speed-up is recorded either way (``"probe"``).
     A NaN loss ends only its seed (``diverged``); a callback error only its seed (``failed``); an
     error in the shared step fails every seed still training. Ctrl-C raises KeyboardInterrupt and
     leaves unfinished seeds without a row, so a resumed sweep reruns them.
     """
+    if batching not in BATCHING:
+        raise ValueError(f"seed-parallel batching must be one of {', '.join(BATCHING)}, got {batching!r}")
     configs = [check(c) for c in configs]
     if not configs:
         return []
     _check_group(configs)
     supported, reason = seed_parallel_supported(configs[0])
+    probe = {}
+    if supported and batching == "auto" and len(configs) > 1:
+        speedup = batching_speedup(configs[0], len(configs))
+        probe = {"probe": round(speedup, 3)}
+        if speedup < PAYS:
+            supported, reason = False, f"auto: batching {len(configs)} seeds measured {speedup:.2f}× one by one here"
     if not supported:
         rows = []
         for config in configs:
             row = run(config, out, progress=progress)
-            row["seed_parallel"] = {"k": 1, "fallback": reason}
+            row["seed_parallel"] = {"k": 1, "fallback": reason, **probe}
             write_json(Path(out) / row["run_id"] / RESULT_FILE, row)
             rows.append(row)
         return rows
     quiet_lightning()
-    note = {"seed_parallel": {"k": len(configs), "group": [c.run_id() for c in configs]}}
+    note = {"seed_parallel": {"k": len(configs), "group": [c.run_id() for c in configs], **probe}}
     seeds = [Seed(c, Path(out), note) for c in configs]
     built = []
     for seed in seeds:
@@ -692,3 +710,60 @@ def _trial(config: RunConfig, device: torch.device) -> str | None:
             if not torch.allclose(eval_logits[k], own_logits, rtol=1e-4, atol=1e-5):
                 return "vmap trial: batched eval logits differ from the per-seed ones"
     return None
+
+
+def batching_speedup(config: RunConfig, k: int, rounds: int = 3) -> float:
+    """How much faster K seeds train batched than one after another, measured here and now: the
+    median over ``rounds`` of (K × one seed's training step) / (one batched step of K seeds), each
+    a whole step (data, forward, backward, clipping, AdamW) after a warm-up. Lightning's per-step
+    overhead, which batching also saves, is left out, so the estimate errs towards one by one."""
+    device = accelerator_device(config.trainer.accelerator) or torch.device("cpu")
+    with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+        task = build_task(config)
+        models = [build_model(config, task).to(device) for _ in range(k)]
+        t, o = config.trainer, config.optim
+        ensemble = EnsembleModule(models, task, o, t.max_steps, t.train_on).to(device)
+        ensemble.seeds = [_Slot() for _ in range(k)]
+        batched_opt = ensemble.configure_optimizers()["optimizer"]
+        single = models[0]
+        params = list(single.parameters())
+        single_opt = adamw(params, [is_decayed(p) for p in params], o, t.max_steps)["optimizer"]
+
+        def batched(i: int) -> None:
+            tokens = torch.stack([task.batch("train", i)] * k).to(device)
+            scored, full = ensemble.losses(tokens, {})
+            ensemble.backward((full if t.train_on == "all" else scored).sum())
+            ensemble.configure_gradient_clipping(batched_opt, o.grad_clip)
+            batched_opt.step()
+            batched_opt.zero_grad(set_to_none=True)
+
+        def one(i: int) -> None:
+            tokens = task.batch("train", i).to(device)
+            logits = single(task.model_inputs(tokens))
+            scored, full = train_losses(logits, tokens[:, 1:], ensemble.rows, t.train_on)
+            (full if t.train_on == "all" else scored).backward()
+            if o.grad_clip:
+                torch.nn.utils.clip_grad_norm_(params, o.grad_clip)
+            single_opt.step()
+            single_opt.zero_grad(set_to_none=True)
+
+        def seconds(step, i: int) -> float:
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+            start = time.perf_counter()
+            step(i)
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+            return time.perf_counter() - start
+
+        for i in range(2):  # warm-up: allocator, the batching rule, first-call costs
+            batched(i), one(i)
+        ratios = [k * seconds(one, i) / seconds(batched, i) for i in range(rounds)]
+    return statistics.median(ratios)
+
+
+class _Slot:
+    """A probe's seed: always live."""
+
+    live = True
+
