@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 TORCH  := torch==2.13.0
 OUT    ?= runs/quick
 
-.PHONY: bench test install clean
+.PHONY: bench test install clean gpu-check
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -25,6 +25,10 @@ bench: install
 
 test: install
 	$(BIN)/python -m pytest -q
+
+# On a CUDA machine with the `kernels` extra: every GPU check in one call (.ci/gpu-check).
+gpu-check:
+	.ci/gpu-check
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache

@@ -572,9 +572,10 @@ def render_seeds(rows: list[dict]) -> str:
 MIN_REPEATS = 5  # fewer interleaved repeats give no usable spread
 
 
-def main(out: str | Path, lengths=(64, 256), repeats: int = 5, quick: bool = False, steps: int = 100) -> dict:
+def main(out: str | Path, lengths=(64, 256), repeats: int = 5, quick: bool = False, steps: int = 100,
+         seeds=(1, 4, 16)) -> dict:
     """Print the speed tables and write them as JSON to ``out``: ``repeats`` interleaved repeats (at
-    least ``MIN_REPEATS``) of ``steps``-step blocks per ratio. ``quick``: a smoke run of the same code
+    least ``MIN_REPEATS``) of ``steps``-step blocks per ratio, seed-parallel at K in ``seeds``. ``quick``: a smoke run of the same code
     paths, in seconds: 2 repeats of 2 steps, K in (1, 2), the `quick` model (per step: at 16 sequences)."""
     if quick:
         lengths, repeats, steps, ks, mixer_repeats, warmup = (16,), 2, 2, (1, 2), 1, 1
@@ -584,7 +585,7 @@ def main(out: str | Path, lengths=(64, 256), repeats: int = 5, quick: bool = Fal
         if repeats < MIN_REPEATS:
             raise ValueError(f"--repeats must be at least {MIN_REPEATS} for a median with a spread, got {repeats} "
                              "(--quick for a smoke run)")
-        ks, mixer_repeats, warmup, models, settings = (1, 4, 16), repeats, 5, None, None
+        ks, mixer_repeats, warmup, models, settings = tuple(seeds), repeats, 5, None, None
     start = machine()
     print(f"machine: {start['cores']} cores, torch {start['torch']} with {start['threads']} threads; "
           f"load average at start (other processes' load) {start['load_1m']} (1 min), {start['load_5m']} (5 min), "
