@@ -38,6 +38,16 @@ def _overrides(extra: list[str]) -> dict:
     return overrides
 
 
+def _threads(text: str):
+    """``--threads``: ``auto`` or a count (checked as trainer.threads)."""
+    if text == "auto":
+        return text
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--threads takes auto or a number of threads, got {text!r}") from None
+
+
 def _describe(reg) -> list[str]:
     lines = []
     for name in reg.names():
@@ -72,14 +82,17 @@ def cmd_list(args, extra) -> int:
 
 
 def cmd_run(args, extra) -> int:
-    from emergence_bench.config import load_yaml, set_dotted
+    from emergence_bench.config import choose_threads, load_yaml, set_dotted
     from emergence_bench.results import RESULT_FILE
     from emergence_bench.run import check, run
 
     data = load_yaml(args.config) if args.config else {}
     for key, value in _overrides(extra).items():
         set_dotted(data, key, value)
+    if args.threads is not None:
+        set_dotted(data, "trainer.threads", args.threads)
     config = check(data)
+    choose_threads(config.trainer.threads, 0.0)  # a count above this machine's cores fails before anything runs
     if args.seed_parallel > 1:
         return _run_seeds(config, args)
     print(f"run {config.run_id()} → {Path(args.out) / config.run_id()}", file=sys.stderr)
@@ -89,7 +102,8 @@ def cmd_run(args, extra) -> int:
     if record["status"] != "failed":
         print(f"emergence step {e.get('step')} (accuracy ≥ {e.get('threshold')})  "
               f"plateau end {p.get('end_step')} (loss < {p.get('threshold', 0):.3f})  "
-              f"final eval loss {m.get('final_eval_loss')}  steps/s {record['timing']['steps_per_second']}")
+              f"final eval loss {m.get('final_eval_loss')}  steps/s {record['timing']['steps_per_second']}  "
+              f"threads {record.get('threads')}")
     print(f"result: {Path(args.out) / config.run_id() / RESULT_FILE}")
     return 1 if record["status"] == "failed" else 0
 
@@ -131,7 +145,10 @@ def cmd_sweep(args, extra) -> int:
     sweep = load_sweep(args.sweep)
     if args.group:
         sweep.select([g.strip() for g in args.group.split(",") if g.strip()])
-    sweep.override(_overrides(extra))
+    overrides = _overrides(extra)
+    if args.threads is not None:
+        overrides["trainer.threads"] = args.threads
+    sweep.override(overrides)
     if args.scale <= 0:
         raise ValueError(f"--scale must be > 0, got {args.scale}")
     sweep.scale = args.scale
@@ -203,11 +220,16 @@ def parser() -> argparse.ArgumentParser:
     run.add_argument("--out", default="runs", help="results directory (default: runs)")
     run.add_argument("--seed-parallel", type=int, default=1, metavar="K",
                      help="train seeds s..s+K-1 together as one batched model (one result each)")
+    threads_help = ("torch threads per run: auto (default: 1 for small models, else the cores a run has) "
+                    "or N (= --trainer.threads N; not part of the run id)")
+    run.add_argument("--threads", type=_threads, metavar="N|auto", help=threads_help)
     sweep = sub.add_parser("sweep", allow_abbrev=False,
                            help="run a preset or sweep file with local workers; resumes where it stopped")
     sweep.add_argument("sweep", nargs="?", help="preset name or sweep YAML file")
     sweep.add_argument("--out", help="results directory (default: runs/<sweep name>)")
     sweep.add_argument("--workers", type=int, default=1, help="parallel worker processes (default 1)")
+    sweep.add_argument("--threads", type=_threads, metavar="N|auto",
+                       help=threads_help + "; workers × threads must fit the cores")
     sweep.add_argument("--executor", choices=("local", "ray"), default="local",
                        help="local worker processes (default) or one Ray task per run")
     sweep.add_argument("--address", help="Ray cluster address (default: start a local Ray instance)")

@@ -25,7 +25,7 @@ from emergence_bench import registry
 from emergence_bench.callbacks.checkpoints import CheckpointSchedule
 from emergence_bench.callbacks.progress import ProgressLine
 from emergence_bench.callbacks.recorder import Recorder
-from emergence_bench.config import RunConfig, resolve
+from emergence_bench.config import RunConfig, choose_threads, resolve, step_flops
 from emergence_bench.curriculum import check_transitions, pretrain, stage_tasks
 from emergence_bench.model import SequenceModel
 from emergence_bench.module import Diverged, EmergenceModule
@@ -74,6 +74,18 @@ def check(config: dict | RunConfig) -> RunConfig:
     return config
 
 
+def apply_threads(config: RunConfig, seeds: int = 1) -> int:
+    """Set torch's intra-op threads by ``config.trainer.threads`` (see config.choose_threads) for a
+    run of ``seeds`` models of this config trained together; returns the count. The inter-op pool is
+    left alone: torch allows setting it only before any parallel work, and the suite does not use it."""
+    task = build_task(config)
+    with torch.device("meta"):
+        parameters = sum(p.numel() for p in build_model(config, task).parameters())
+    threads = choose_threads(config.trainer.threads, step_flops(parameters * seeds, task.batch_size, task.seq_len))
+    torch.set_num_threads(threads)
+    return threads
+
+
 class RunFolder:
     """``out/<run_id>/`` of one config and the result row written there.
 
@@ -93,6 +105,7 @@ class RunFolder:
         self.record = {
             "schema_version": SCHEMA_VERSION, "run_id": self.run_id, "status": "ok", "error": None,
             "seed": config.seed, "config": config.to_dict(), "backend": None, "device": None,
+            "threads": torch.get_num_threads(),  # intra-op threads it trains with (see apply_threads)
             "versions": versions(), "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         }
         self.done = False
@@ -141,6 +154,7 @@ def run(config: dict | RunConfig, out: str | Path, progress: bool = False) -> di
     an interrupt (Ctrl-C) raises KeyboardInterrupt and writes nothing, so a resumed sweep runs it again.
     """
     config = check(config)
+    apply_threads(config)  # before the folder, which records it; a count above the cores raises here
     quiet_lightning()
     folder = RunFolder(config, out)
     trainer = module = None

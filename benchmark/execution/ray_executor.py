@@ -5,6 +5,11 @@ share one device). The worker trains in a scratch folder and sends back the resu
 small files (config, TensorBoard logs, attention maps; not checkpoints); the driver writes them, the
 result last, so resume works exactly as with the local executor. A task whose worker dies is retried
 by Ray (``max_retries``); a run that fails is recorded by the worker like any other result.
+
+Threads follow the local executor's policy with a task's ``num_cpus`` as its share of the cores:
+``trainer.threads: auto`` gives 1 thread to a small model and ``int(num_cpus)`` to a large one; an
+explicit count above ``num_cpus`` is refused before anything is submitted (ask Ray for the CPUs the
+threads use, so Ray never packs more threads on a node than it has cores).
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ import tempfile
 from pathlib import Path
 from typing import Callable
 
+from emergence_bench.config import ConfigError, available_cpus, set_cpu_share
 from emergence_bench.results import (CHECKPOINT_DIR, RESULT_FILE, lost_summary, progress_summary, write_atomic,
                                      write_json)
 
@@ -22,11 +28,9 @@ MAX_FILE_BYTES = 64 * 2**20  # larger files stay on the worker
 
 def _train(config: dict, num_cpus: float) -> tuple[dict, dict[str, bytes]]:
     """On the worker: run ``config`` in a scratch folder; return (result row, {relative path: bytes})."""
-    import torch
-
     from emergence_bench.run import run
 
-    torch.set_num_threads(max(1, int(num_cpus)))
+    set_cpu_share(min(task_share(num_cpus), available_cpus()))  # run() chooses its threads within it
     with tempfile.TemporaryDirectory() as scratch:
         record = run(config, scratch)
         run_dir = Path(scratch) / record["run_id"]
@@ -37,6 +41,20 @@ def _train(config: dict, num_cpus: float) -> tuple[dict, dict[str, bytes]]:
                     and path.stat().st_size <= MAX_FILE_BYTES:
                 files[str(relative)] = path.read_bytes()
     return record, files
+
+
+def task_share(num_cpus: float) -> int:
+    """The cores a Ray task with ``num_cpus`` may use: its whole CPUs, at least 1."""
+    return max(1, int(num_cpus))
+
+
+def check_threads_fit(configs: list, num_cpus: float) -> None:
+    """Every run's explicit ``trainer.threads`` fits the CPUs Ray reserves for its task."""
+    for config in configs:
+        threads = config.trainer.threads
+        if threads != "auto" and threads > task_share(num_cpus):
+            raise ConfigError(f"trainer.threads={threads} but each Ray task reserves --num-cpus {num_cpus:g}: "
+                              f"give --num-cpus {threads}, or --threads {task_share(num_cpus)} (or auto)")
 
 
 def store(run_dir: Path, record: dict, files: dict[str, bytes]) -> None:
@@ -52,6 +70,7 @@ def run_on_ray(pending: list, report: Callable[[dict], None], address: str | Non
                num_cpus: float = 1, num_gpus: float = 0, max_retries: int = 3) -> None:
     """Run ``pending`` [(output folder, RunConfig)] on the Ray cluster at ``address`` (None: start a
     local one); ``report`` is called with each run's ``progress_summary`` as it comes back."""
+    check_threads_fit([config for _, config in pending], num_cpus)
     import ray
 
     ray.init(address=address, include_dashboard=False, log_to_driver=False, ignore_reinit_error=True)

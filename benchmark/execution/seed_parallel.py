@@ -64,7 +64,7 @@ from emergence_bench.module import (FINAL_LOSS_WINDOW, Diverged, EvalTally, adam
                                     deliver_train_losses, eval_metrics, is_decayed, is_read_step, scored_rows,
                                     train_losses)
 from emergence_bench.results import RESULT_FILE, write_json
-from emergence_bench.run import RunFolder, build_model, build_task, check, failure, run
+from emergence_bench.run import RunFolder, apply_threads, build_model, build_task, check, failure, run
 from emergence_bench.tasks.base import SyntheticTask, TrainStream, seeded_generator
 from emergence_bench.trainer import build_trainer, quiet_lightning
 
@@ -586,6 +586,7 @@ def run_seed_parallel(configs: list[dict | RunConfig], out: str | Path, progress
             write_json(Path(out) / row["run_id"] / RESULT_FILE, row)
             rows.append(row)
         return rows
+    apply_threads(configs[0], seeds=len(configs))  # the thread policy, sized for K models
     quiet_lightning()
     note = {"seed_parallel": {"k": len(configs), "group": [c.run_id() for c in configs], **probe}}
     seeds = [Seed(c, Path(out), note) for c in configs]

@@ -24,14 +24,14 @@ import difflib
 import json
 import itertools
 import multiprocessing
-import os
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from emergence_bench.config import ConfigError, RunConfig, TrainerConfig, load_yaml, set_dotted
+from emergence_bench.config import (ConfigError, RunConfig, TrainerConfig, available_cpus, load_yaml, set_cpu_share,
+                                    set_dotted)
 from emergence_bench.results import FINISHED, lost_summary, progress_summary, read_result
 
 PRESETS_DIR = Path(__file__).parents[1] / "presets"
@@ -162,13 +162,30 @@ def _grid(grid, path) -> dict[str, list]:
 
 
 # --- execution --------------------------------------------------------------------------------
-def _init_worker(threads: int) -> None:
+def _init_worker(share: int) -> None:
+    """A worker process: its share of the cores, which each run's thread policy stays within."""
     import signal
 
     import torch
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the driver's to handle
-    torch.set_num_threads(threads)
+    set_cpu_share(share)
+    torch.set_num_threads(share)  # until a run applies its own trainer.threads (emergence_bench.run.apply_threads)
+
+
+def worker_share(workers: int, cpus: int | None = None) -> int:
+    """The cores each of ``workers`` local worker processes may use: cores // workers, at least 1."""
+    return max(1, (available_cpus() if cpus is None else cpus) // max(1, workers))
+
+
+def check_threads_fit(configs: list[RunConfig], share: int, workers: int) -> None:
+    """Every run's ``trainer.threads`` fits its worker's share, so workers × threads ≤ cores; raised
+    before any run starts."""
+    for config in configs:
+        threads = config.trainer.threads
+        if threads != "auto" and threads > share:
+            raise ConfigError(f"trainer.threads={threads} with {workers} worker(s) needs {threads * workers} cores; "
+                              f"this machine has {available_cpus()}: use --threads {share} (or auto) or fewer --workers")
 
 
 def _stop_workers(pool: ProcessPoolExecutor) -> None:
@@ -252,7 +269,10 @@ def run_sweep(sweep: Sweep, out: str | Path, workers: int = 1, stream=sys.stderr
     pending = [(out / group, config) for group, config in runs
                if (read_result(out / group / config.run_id()) or {}).get("status") not in FINISHED]
     skipped = len(runs) - len(pending)
-    where = "on Ray" if executor == "ray" else f"with {workers} worker(s)"
+    share = worker_share(workers)
+    if executor == "local":
+        check_threads_fit([c for _, c in pending], share, workers)
+    where = "on Ray" if executor == "ray" else f"with {workers} worker(s) of ≤ {share} thread(s)"
     print(f"[{sweep.name}] {len(runs)} runs, {skipped} already finished, {len(pending)} to run {where} → {out}",
           file=stream, flush=True)
     progress = Progress(sweep.name, len(runs), skipped, stream)
@@ -279,9 +299,8 @@ def run_sweep(sweep: Sweep, out: str | Path, workers: int = 1, stream=sys.stderr
         for function, args, _ in jobs:
             report(function(*args))
     else:
-        threads = max(1, (os.cpu_count() or 1) // workers)
         pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"),
-                                   initializer=_init_worker, initargs=(threads,))
+                                   initializer=_init_worker, initargs=(share,))
         try:
             futures = {pool.submit(function, *args): run_ids for function, args, run_ids in jobs}
             for future in as_completed(futures):

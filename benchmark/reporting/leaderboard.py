@@ -14,6 +14,7 @@ from pathlib import Path
 import pandas as pd
 
 from emergence_bench import registry
+from emergence_bench.config import scientific
 from emergence_bench.results import LEADERBOARD_STEM, load_records, write_json, write_text
 from emergence_bench.reporting.stats import kaplan_meier_median, kaplan_meier_median_ci, wilson_interval
 
@@ -82,7 +83,7 @@ def build(records: list[dict], over: tuple[str, ...] = ("seed",), keep_keys: boo
     ("key=value") each row gets its medians' ratios to its baseline row (see _baseline_ratios)."""
     if not records:
         return pd.DataFrame()
-    flats = [flatten(r["config"]) for r in records]
+    flats = [flatten(scientific(r["config"])) for r in records]  # not how it ran (threads)
     keys = sorted({k for f in flats for k in f} - set(over))
     varying = [k for k in keys if len({json.dumps(f.get(k), default=str) for f in flats}) > 1]
     intervention_names = {n for r in records for n in _interventions(r["config"])}
@@ -184,7 +185,7 @@ def _cells_learned(records: list[dict]) -> dict:
 
 def group_key(record: dict, over: tuple[str, ...] = ("seed",)) -> str:
     """Runs with equal keys form one leaderboard row: the flat config without the ``over`` keys."""
-    flat = flatten(record["config"])
+    flat = flatten(scientific(record["config"]))
     return json.dumps({k: v for k, v in sorted(flat.items()) if k not in over}, default=str)
 
 
