@@ -120,7 +120,7 @@ def _run_seeds(config, args) -> int:
         data["seed"] = config.seed + offset
         configs.append(check(data))
     print(f"run seeds {configs[0].seed}..{configs[-1].seed} together → {args.out}", file=sys.stderr)
-    records = run_seed_parallel(configs, args.out, progress=True)
+    records = run_seed_parallel(configs, args.out, progress=True, batching=args.batching)
     for record in records:
         e = record.get("emergence") or {}
         note = record.get("seed_parallel") or {}
@@ -163,7 +163,7 @@ def cmd_sweep(args, extra) -> int:
                    "max_retries": args.max_retries}
     try:
         counts = run_sweep(sweep, out, workers=args.workers, executor=args.executor, ray_options=ray_options,
-                           seed_parallel=args.seed_parallel)
+                           seed_parallel=args.seed_parallel, batching=args.batching)
     except KeyboardInterrupt:
         print(f"\ninterrupted: finished results are kept in {out}; rerun the same command to resume",
               file=sys.stderr)
@@ -203,7 +203,8 @@ def cmd_speed(args, extra) -> int:
     from emergence_bench.reporting import speed
 
     lengths = tuple(int(n) for n in args.lengths.split(","))
-    speed.main(args.out, lengths=lengths, repeats=args.repeats, quick=args.quick, steps=args.steps)
+    seeds = tuple(int(n) for n in args.seeds.split(","))
+    speed.main(args.out, lengths=lengths, repeats=args.repeats, quick=args.quick, steps=args.steps, seeds=seeds)
     print(f"wrote {args.out}", file=sys.stderr)
     return 0
 
@@ -220,6 +221,9 @@ def parser() -> argparse.ArgumentParser:
     run.add_argument("--out", default="runs", help="results directory (default: runs)")
     run.add_argument("--seed-parallel", type=int, default=1, metavar="K",
                      help="train seeds s..s+K-1 together as one batched model (one result each)")
+    batching_help = ("with --seed-parallel: auto (default) batches a group only where a short probe measures "
+                     "it faster than one seed at a time; always batches")
+    run.add_argument("--batching", choices=("auto", "always"), default="auto", help=batching_help)
     threads_help = ("torch threads per run: auto (default: 1 for small models, else the cores a run has) "
                     "or N (= --trainer.threads N; not part of the run id)")
     run.add_argument("--threads", type=_threads, metavar="N|auto", help=threads_help)
@@ -238,6 +242,7 @@ def parser() -> argparse.ArgumentParser:
     sweep.add_argument("--max-retries", type=int, default=3, help="Ray retries of a run whose worker died")
     sweep.add_argument("--seed-parallel", type=int, default=1, metavar="K",
                        help="train up to K seeds of the same config together (local executor)")
+    sweep.add_argument("--batching", choices=("auto", "always"), default="auto", help=batching_help)
     sweep.add_argument("--group", help="run only these groups of the sweep (comma-separated)")
     sweep.add_argument("--scale", type=float, default=1.0,
                        help="multiply every run's max_steps and eval_every (e.g. 0.1 for a CPU-sized try)")
@@ -261,6 +266,7 @@ def parser() -> argparse.ArgumentParser:
     speed.add_argument("--lengths", default="64,256", help="sequence lengths (comma-separated)")
     speed.add_argument("--repeats", type=int, default=5, help="interleaved repeats per ratio (≥ 5; the median and range are printed)")
     speed.add_argument("--steps", type=int, default=100, help="timed training steps per suite measurement")
+    speed.add_argument("--seeds", default="1,4,16", help="seed-parallel group sizes K (comma-separated)")
     speed.add_argument("--quick", action="store_true", help="a smoke run: one short length, one repeat")
     return p
 

@@ -93,11 +93,11 @@ def test_seed_parallel_sweep_groups_seeds_of_one_config(tmp_path):
     assert sorted(len(configs) for _, configs in jobs) == [1, 1, 2, 2]
     for _, configs in jobs:
         assert len({c.task["sparsity"] for c in configs}) == 1  # a job never mixes configs
-    counts = run_sweep(sweep, tmp_path / "out", seed_parallel=2)
+    counts = run_sweep(sweep, tmp_path / "out", seed_parallel=2, batching="always")
     assert counts["ok"] == 6
     records = [json.loads(p.read_text()) for p in (tmp_path / "out").glob("*/result.json")]
     assert sorted(r["seed_parallel"]["k"] for r in records) == [1, 1, 2, 2, 2, 2]
-    assert run_sweep(sweep, tmp_path / "out", seed_parallel=2)["skipped"] == 6
+    assert run_sweep(sweep, tmp_path / "out", seed_parallel=2, batching="always")["skipped"] == 6
 
 
 def test_a_failed_write_keeps_the_old_result(tmp_path):

@@ -206,11 +206,11 @@ def _run_one(config: dict, out: str) -> dict:
     return progress_summary(run(config, out))
 
 
-def _run_group(configs: list[dict], out: str) -> list[dict]:
+def _run_group(configs: list[dict], out: str, batching: str = "auto") -> list[dict]:
     """Seeds of one config trained together (see emergence_bench.execution.seed_parallel)."""
     from emergence_bench.execution.seed_parallel import run_seed_parallel
 
-    return [progress_summary(record) for record in run_seed_parallel(configs, out)]
+    return [progress_summary(record) for record in run_seed_parallel(configs, out, batching=batching)]
 
 
 def seed_groups(pending: list, k: int) -> list[tuple[Path, list[RunConfig]]]:
@@ -256,13 +256,14 @@ class Progress:
 
 
 def run_sweep(sweep: Sweep, out: str | Path, workers: int = 1, stream=sys.stderr, executor: str = "local",
-              ray_options: dict | None = None, seed_parallel: int = 1) -> dict:
+              ray_options: dict | None = None, seed_parallel: int = 1, batching: str = "auto") -> dict:
     """Run every unfinished run of ``sweep`` under ``out``; returns counts by status.
 
     ``executor`` is ``local`` (``workers`` processes on this machine) or ``ray`` (one Ray task per run;
     ``ray_options``: address, num_cpus, num_gpus, max_retries — see emergence_bench.execution.ray_executor).
     With ``seed_parallel`` K > 1 (local only), runs that differ only in their seed train K at a time
-    as one batched model, each still with its own result row.
+    as one batched model, each still with its own result row; with ``batching="auto"`` (the default)
+    a group is batched only where a short probe measures that it pays (``run_seed_parallel``).
     """
     out = Path(out)
     runs = sweep.runs()
@@ -282,7 +283,7 @@ def run_sweep(sweep: Sweep, out: str | Path, workers: int = 1, stream=sys.stderr
         raise ConfigError("--seed-parallel runs with the local executor only (Ray runs one task per run)")
     # A job is (function, arguments, the run ids it covers): one run, or a group of seeds.
     if seed_parallel > 1:
-        jobs = [(_run_group, ([c.to_dict() for c in configs], str(run_out)), [c.run_id() for c in configs])
+        jobs = [(_run_group, ([c.to_dict() for c in configs], str(run_out), batching), [c.run_id() for c in configs])
                 for run_out, configs in seed_groups(pending, seed_parallel)]
     else:
         jobs = [(_run_one, (c.to_dict(), str(run_out)), [c.run_id()]) for run_out, c in pending]
