@@ -247,7 +247,8 @@ class BareLoop:
         """tokens [B, L+1] -> the loss trained on (scalar)."""
         from emergence_bench.module import train_losses
 
-        scored, full = train_losses(self.model(self.task.model_inputs(tokens)), tokens[:, 1:], self.rows)
+        logits = self.model(self.task.model_inputs(tokens))
+        scored, full = train_losses(logits, tokens[:, 1:], self.rows, self.train_on)
         return full if self.train_on == "all" else scored
 
     def step(self) -> None:
