@@ -25,7 +25,7 @@ from emergence_bench import registry
 from emergence_bench.callbacks.checkpoints import CheckpointSchedule
 from emergence_bench.callbacks.progress import ProgressLine
 from emergence_bench.callbacks.recorder import Recorder
-from emergence_bench.config import RunConfig, choose_threads, resolve, step_flops
+from emergence_bench.config import RunConfig, resolve
 from emergence_bench.curriculum import check_transitions, pretrain, stage_tasks
 from emergence_bench.model import SequenceModel
 from emergence_bench.module import Diverged, EmergenceModule
@@ -34,6 +34,7 @@ from emergence_bench.devices import accelerator_device, describe_device
 from emergence_bench.results import CONFIG_FILE, RESULT_FILE, SCHEMA_VERSION, TENSORBOARD_DIR, versions, write_json, write_text
 from emergence_bench.trainer import build_trainer, quiet_lightning
 from emergence_bench.tasks.base import SyntheticTask
+from emergence_bench.threads import choose_threads, step_flops
 
 
 def build_task(config: RunConfig) -> SyntheticTask:
@@ -75,7 +76,7 @@ def check(config: dict | RunConfig) -> RunConfig:
 
 
 def apply_threads(config: RunConfig, seeds: int = 1) -> int:
-    """Set torch's intra-op threads by ``config.trainer.threads`` (see config.choose_threads) for a
+    """Set torch's intra-op threads by ``config.trainer.threads`` (see threads.choose_threads) for a
     run of ``seeds`` models of this config trained together; returns the count. The inter-op pool is
     left alone: torch allows setting it only before any parallel work, and the suite does not use it."""
     task = build_task(config)

@@ -1,4 +1,4 @@
-"""The thread policy (config.choose_threads): chosen by model size and cores, applied in a run,
+"""The thread policy (threads.choose_threads): chosen by model size and cores, applied in a run,
 recorded in every row, overridden by --threads, checked against the cores, and left out of run ids."""
 
 import json
@@ -9,9 +9,10 @@ import torch
 import yaml
 
 from conftest import tiny_config
-from emergence_bench import config as cfg
+from emergence_bench import threads as cfg
 from emergence_bench.cli import main
-from emergence_bench.config import SMALL_STEP_FLOPS, ConfigError, choose_threads, resolve, step_flops
+from emergence_bench.config import ConfigError, resolve, scientific
+from emergence_bench.threads import SMALL_STEP_FLOPS, choose_threads, step_flops
 from emergence_bench.execution import ray_executor, sweep as sweeps
 from emergence_bench.registry import register_callback
 from emergence_bench.run import apply_threads, run
@@ -154,7 +155,7 @@ def test_threads_leave_run_ids_as_they_were():
 
 def test_scientific_drops_only_the_unhashed_keys():
     data = resolve(tiny_config(trainer={"threads": 2})).to_dict()
-    kept = cfg.scientific(data)
+    kept = scientific(data)
     assert "threads" not in kept["trainer"] and data["trainer"]["threads"] == 2  # a copy
     assert {k: v for k, v in data["trainer"].items() if k != "threads"} == kept["trainer"]
-    assert cfg.scientific({"seed": 1}) == {"seed": 1}  # an old result's config without the section
+    assert scientific({"seed": 1}) == {"seed": 1}  # an old result's config without the section

@@ -30,9 +30,9 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from emergence_bench.config import (ConfigError, RunConfig, TrainerConfig, available_cpus, load_yaml, set_cpu_share,
-                                    set_dotted)
+from emergence_bench.config import ConfigError, RunConfig, TrainerConfig, load_yaml, set_dotted
 from emergence_bench.results import FINISHED, lost_summary, progress_summary, read_result
+from emergence_bench.threads import available_cpus, set_cpu_share
 
 PRESETS_DIR = Path(__file__).parents[1] / "presets"
 
