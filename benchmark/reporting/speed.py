@@ -217,7 +217,28 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-class BareLoop:
+class _Loop:
+    """What both timed loops share: ``step()`` (defined by each), ``run(steps)`` and the suite's
+    read-back of the losses every ``log_every`` steps (``pending`` on the device, ``read`` on the host)."""
+
+    device: torch.device
+    log_every: int
+    pending: list
+    read: list
+
+    def keep(self, loss: torch.Tensor) -> None:
+        self.pending.append(loss)
+        if len(self.pending) == self.log_every:
+            self.read += torch.stack(self.pending).tolist()
+            self.pending = []
+
+    def run(self, steps: int) -> None:
+        for _ in range(steps):
+            self.step()
+        _sync(self.device)
+
+
+class BareLoop(_Loop):
     """One seed's training as a bare PyTorch loop, doing the suite's work per step without Lightning
     or callbacks: the model built as ``run()`` builds it (same init), the seed's train stream
     (batch i = ``task.batch("train", i)``, [B, L+1]), ``train_losses`` (scored rows and every row;
@@ -263,18 +284,10 @@ class BareLoop:
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.clip)
         self.optimizer.step()
         self.scheduler.step()
-        self.pending.append(loss.detach())
-        if len(self.pending) == self.log_every:
-            self.read += torch.stack(self.pending).tolist()
-            self.pending = []
-
-    def run(self, steps: int) -> None:
-        for _ in range(steps):
-            self.step()
-        _sync(self.device)
+        self.keep(loss.detach())
 
 
-class EnsembleLoop:
+class EnsembleLoop(_Loop):
     """K seeds of ``config`` (seeds seed, seed+1, ...) in one batched step without Lightning, from
     ``EnsembleModule``'s public pieces: data [K, B, L+1] (slice k = seed k's own ``batch("train", i)``),
     ``losses`` -> (scored [K], full [K]), ``backward`` of their sum, per-seed clipping, one AdamW over
@@ -310,15 +323,7 @@ class EnsembleLoop:
         self.optimizer.step()
         self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
-        self.pending.append(losses.detach())
-        if len(self.pending) == self.log_every:
-            self.read += torch.stack(self.pending).tolist()
-            self.pending = []
-
-    def run(self, steps: int) -> None:
-        for _ in range(steps):
-            self.step()
-        _sync(self.device)
+        self.keep(losses.detach())
 
 
 # ----------------------------------------------------------------------------------------------
