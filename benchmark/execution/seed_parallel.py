@@ -141,6 +141,10 @@ class EnsembleModule(L.LightningModule):
         """[K] bool: the seeds still training."""
         return torch.tensor([s.live for s in self.seeds], device=self.device)
 
+    def finished(self) -> list[bool]:
+        """Per seed, whether it has ended: decided on the host, so a step costs no device sync."""
+        return [not s.live for s in self.seeds]
+
     # --- training -----------------------------------------------------------------------------
     def training_step(self, tokens: torch.Tensor, batch_idx: int) -> torch.Tensor | None:
         """tokens [K, B, L+1] -> the sum of the live seeds' losses (their gradients are independent)."""
@@ -153,12 +157,14 @@ class EnsembleModule(L.LightningModule):
             for seed in [s for s in self.seeds if s.live]:
                 seed.log({"train/loss": seed.view.last_train_loss,
                           "train/full_sequence_loss": seed.view.recent_full_sequence_losses[-1]}, batch_idx)
-        live = self.live()
-        if not bool(live.any()):
+        finished = self.finished()
+        if all(finished):
             self.trainer.should_stop = True
             return None  # Lightning skips the update
         self.trained_losses = full if self.train_on == "all" else scored
-        return torch.where(live, self.trained_losses, torch.zeros_like(self.trained_losses)).sum()
+        if not any(finished):
+            return self.trained_losses.sum()
+        return torch.where(self.live(), self.trained_losses, torch.zeros_like(self.trained_losses)).sum()
 
     def read_losses(self) -> None:
         """EmergenceModule.read_losses for every live seed: one host sync for all of them. A seed
@@ -171,13 +177,17 @@ class EnsembleModule(L.LightningModule):
         for seed in [s for s in self.seeds if s.live]:
             k = seed.index
             losses, full_losses = [v[0][k] for v in values], [v[1][k] for v in values]
+            finite = 0  # the steps before a non-finite loss count, as in a run alone
             try:
                 for i, step in enumerate(steps):
                     check_finite(losses[i], full_losses[i], step)
-                    seed.view.record_losses(losses[i:i + 1], full_losses[i:i + 1])
+                    finite = i + 1
             except Diverged as error:
+                if finite:
+                    seed.view.record_losses(losses[:finite], full_losses[:finite])
                 seed.diverge(error)
                 continue
+            seed.view.record_losses(losses, full_losses)
             try:
                 deliver_train_losses(seed.callbacks, seed.trainer, seed.view, steps, losses)
             except Exception as error:
@@ -189,8 +199,8 @@ class EnsembleModule(L.LightningModule):
     def backward(self, loss: torch.Tensor, *args, **kwargs) -> None:
         with vmapped(self.device):
             loss.backward(*args, **kwargs)
-        dead = ~self.live()
-        if bool(dead.any()):  # masked_fill, not a product: a diverged slot's 0 · NaN is NaN
+        if any(self.finished()):  # masked_fill, not a product: a diverged slot's 0 · NaN is NaN
+            dead = ~self.live()
             for p in self.stacked:
                 if p.grad is not None:
                     p.grad.masked_fill_(dead.view(-1, *[1] * (p.grad.dim() - 1)), 0.0)
