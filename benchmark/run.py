@@ -22,6 +22,7 @@ import yaml
 from lightning.pytorch.loggers import TensorBoardLogger
 
 from emergence_bench import registry
+from emergence_bench.allocator import keep_freed_memory
 from emergence_bench.callbacks.checkpoints import CheckpointSchedule
 from emergence_bench.callbacks.progress import ProgressLine
 from emergence_bench.callbacks.recorder import Recorder
@@ -156,6 +157,7 @@ def run(config: dict | RunConfig, out: str | Path, progress: bool = False) -> di
     """
     config = check(config)
     apply_threads(config)  # before the folder, which records it; a count above the cores raises here
+    keep_freed_memory()
     quiet_lightning()
     folder = RunFolder(config, out)
     trainer = module = None

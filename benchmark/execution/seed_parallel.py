@@ -57,6 +57,7 @@ from torch.utils.data import DataLoader, IterableDataset
 from emergence_bench.callbacks.contract import EvalResult
 from emergence_bench.config import OptimConfig, RunConfig, resolve
 from emergence_bench.devices import accelerator_device
+from emergence_bench.allocator import keep_freed_memory
 from emergence_bench.execution.batching import vmapped
 from emergence_bench.mixers.base import MixerContext
 from emergence_bench.model import SequenceModel
@@ -581,6 +582,7 @@ def run_seed_parallel(configs: list[dict | RunConfig], out: str | Path, progress
     if not configs:
         return []
     _check_group(configs)
+    keep_freed_memory()  # K seeds' activations are large blocks: reused, not page-faulted afresh each step
     supported, reason = seed_parallel_supported(configs[0])
     probe = {}
     if supported and batching == "auto" and len(configs) > 1:

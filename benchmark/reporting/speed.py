@@ -28,6 +28,7 @@ import torch
 import torch.nn.functional as F
 
 from emergence_bench import registry
+from emergence_bench.allocator import keep_freed_memory
 from emergence_bench.config import RunConfig, resolve
 from emergence_bench.devices import resolve_device
 from emergence_bench.execution.sweep import load_sweep
@@ -173,7 +174,7 @@ def machine() -> dict:
     """The machine and its load from other processes (os.getloadavg: 1, 5, 15 minutes)."""
     load = [round(x, 2) for x in os.getloadavg()] if hasattr(os, "getloadavg") else [None] * 3
     return {"cores": os.cpu_count(), "threads": torch.get_num_threads(), "torch": torch.__version__,
-            "load_1m": load[0], "load_5m": load[1], "load_15m": load[2]}
+            "allocator": keep_freed_memory(), "load_1m": load[0], "load_5m": load[1], "load_15m": load[2]}
 
 
 # ----------------------------------------------------------------------------------------------
@@ -592,8 +593,10 @@ def main(out: str | Path, lengths=(64, 256), repeats: int = 5, quick: bool = Fal
             raise ValueError(f"--repeats must be at least {MIN_REPEATS} for a median with a spread, got {repeats} "
                              "(--quick for a smoke run)")
         ks, mixer_repeats, warmup, models, settings = tuple(seeds), repeats, 5, None, None
+    keep_freed_memory()  # as every run does (emergence_bench.run.run), so both loops time with it
     start = machine()
-    print(f"machine: {start['cores']} cores, torch {start['torch']} with {start['threads']} threads; "
+    print(f"machine: {start['cores']} cores, torch {start['torch']} with {start['threads']} threads, "
+          f"{start['allocator']}; "
           f"load average at start (other processes' load) {start['load_1m']} (1 min), {start['load_5m']} (5 min), "
           f"{start['load_15m']} (15 min); {repeats} interleaved repeats of {steps}-step blocks per ratio\n")
     suite = suite_rows(steps=steps, repeats=repeats, models=models, compile_check=not quick, warmup=warmup)
