@@ -29,6 +29,7 @@ MAPS_FILE = "attention_maps.pt"  # the attention probe's last maps (emergence_be
 ANALYSIS_DIR = "analysis"  # `emergence-bench analyze` outputs: emergence.json, patch_<old>_<new>.json
 # What a results folder (a sweep's DIR) holds beside its run folders.
 LEADERBOARD_STEM = "leaderboard"  # leaderboard.md, leaderboard.csv, leaderboard.json
+RANK_STEM = "rank"  # rank.md, rank.csv, rank.json
 REPORT_FILE = "report.html"
 
 

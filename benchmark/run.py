@@ -136,6 +136,7 @@ class RunFolder:
             self.record.update(status=status, error=error)
         if model is not None:
             self.record["backend"] = "+".join(sorted({getattr(m, "backend", "torch") for m in model.mixers}))
+            self.record["parameters"] = sum(p.numel() for p in model.parameters())
         if module is not None:  # where it trained: Lightning moves the module back to the CPU at the end
             self.record["device"] = describe_device(accelerator_device(self.config.trainer.accelerator) or module.device)
         self.record.update(self.recorder.columns(trainer, module))

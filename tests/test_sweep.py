@@ -4,7 +4,7 @@ import pytest
 import yaml
 
 from emergence_bench.config import ConfigError
-from emergence_bench.execution.sweep import load_sweep, merge, presets, run_sweep
+from emergence_bench.execution.sweep import Group, Sweep, load_sweep, merge, presets, run_sweep
 from conftest import tiny_config
 
 
@@ -115,3 +115,20 @@ def test_a_failed_write_keeps_the_old_result(tmp_path):
         write_atomic(path, half)
     assert json.loads(path.read_text()) == {"status": "ok"}
     assert [p.name for p in path.parent.iterdir()] == ["result.json"]
+
+
+def test_choose_mixers_keeps_the_sweeps_settings_and_adds_a_newcomer_with_its_defaults():
+    sweep = Sweep("s", base={"mixer": {"name": "transformer"}},
+                  grid={"mixer": [{"name": "transformer", "n_heads": 2}, {"name": "mamba", "d_state": 4}]},
+                  groups=[Group("g", grid={"task.sparsity": [1, 2]})])
+    before = {c["mixer"]["name"]: c for _, c in sweep.raw_runs()}
+    sweep.choose_mixers(["mamba", "my_mixer"])
+    runs = [c for _, c in sweep.raw_runs()]
+    assert [c["mixer"] for c in runs] == [{"name": "mamba", "d_state": 4}, {"name": "mamba", "d_state": 4},
+                                          {"name": "my_mixer"}, {"name": "my_mixer"}]
+    assert any(c == before["mamba"] for c in runs)  # the kept mixer's runs are the same runs (same ids)
+    plain = Sweep("p", base={"mixer": {"name": "transformer", "n_heads": 2}})
+    plain.choose_mixers(["transformer", "rwkv7"])
+    assert [c["mixer"] for _, c in plain.raw_runs()] == [{"name": "transformer", "n_heads": 2}, {"name": "rwkv7"}]
+    with pytest.raises(ConfigError, match="distinct"):
+        plain.choose_mixers(["rwkv7", "rwkv7"])

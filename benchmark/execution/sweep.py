@@ -104,6 +104,21 @@ class Sweep:
                               f"groups: {', '.join(known) or '(none)'}")
         self.groups = [g for g in self.groups if g.name in names]
 
+    def choose_mixers(self, names: list[str]) -> None:
+        """Train exactly the named mixers (``--mixers``): a mixer grid axis keeps its entries of these
+        names, in this order, and a name it lacks joins with its defaults (a plugin joining a ranking);
+        without a mixer axis, one is made. Run ids of the mixers kept are unchanged, so a finished
+        sweep reruns nothing but the new mixers."""
+        if not names or len(set(names)) != len(names):
+            raise ConfigError(f"--mixers takes distinct mixer names, comma-separated, got {','.join(names)!r}")
+        grids = [grid for grid in [self.grid] + [g.grid for g in self.groups] if "mixer" in grid]
+        if not grids:
+            grids = [self.grid]
+            self.grid["mixer"] = [self.base.get("mixer") or {}]
+        for grid in grids:
+            known = {entry.get("name"): entry for entry in grid["mixer"] if isinstance(entry, dict)}
+            grid["mixer"] = [copy.deepcopy(known.get(name, {"name": name})) for name in names]
+
     def override(self, overrides: dict) -> None:
         """Apply command-line ``--dotted.key value`` pairs: a grid axis is narrowed to the value(s)
         given, any other key is set on the base (and on each group's base that sets it)."""

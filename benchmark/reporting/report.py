@@ -2,7 +2,8 @@
 
 Sections: the leaderboard; mean train-loss curves per leaderboard row with the plateau shaded and each
 seed's emergence step marked; emergence steps per mixer (never-emerged runs drawn at their budget);
-a heatmap of final eval loss over two sweep axes; attention maps beside the ground truth.
+the ranking where the results hold a difficulty ladder (success and plateau vs rung per mixer); a
+heatmap of final eval loss over two sweep axes; attention maps beside the ground truth.
 Every figure is a PNG embedded in the page, so the file can be mailed or archived alone.
 """
 
@@ -21,7 +22,8 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 import torch  # noqa: E402
 
-from emergence_bench.reporting import leaderboard  # noqa: E402
+from emergence_bench.config import ConfigError  # noqa: E402
+from emergence_bench.reporting import leaderboard, rank  # noqa: E402
 from emergence_bench.results import MAPS_FILE, REPORT_FILE, RESULT_FILE, load_records, write_text  # noqa: E402
 
 
@@ -135,6 +137,43 @@ def heatmap(records: list[dict], axes: tuple[str, str] | None) -> tuple[str | No
     return _png(figure), axes
 
 
+def ladder_figure(ranked: dict) -> str | None:
+    """Per task family (columns): success rate vs rung per mixer with 95% Wilson intervals (top), and
+    the median plateau end vs rung on a log axis (bottom), a median not reached drawn as an arrow
+    at the budget. None when no family has more than one rung."""
+    ladders = {f: l for f, l in ranked["ladders"].items() if len(l["rungs"]) > 1}
+    if not ladders:
+        return None
+    cells = ranked["cells"]
+    mixers = sorted(cells["mixer"].unique())
+    figure, axes = plt.subplots(2, len(ladders), figsize=(4 * len(ladders), 6), squeeze=False)
+    for column, (family, ladder) in enumerate(sorted(ladders.items())):
+        top, bottom = axes[0, column], axes[1, column]
+        for i, mixer in enumerate(mixers):
+            rows = cells[(cells["family"] == family) & (cells["mixer"] == mixer)].sort_values("rung_index")
+            rows = rows[rows["success_rate"].notna()]
+            if rows.empty:
+                continue
+            x = rows["rung_index"] + (i - (len(mixers) - 1) / 2) * 0.06  # side by side, not on top of each other
+            rate = rows["success_rate"]
+            top.errorbar(x, rate, yerr=[rate - rows["success_low"], rows["success_high"] - rate], marker="o",
+                         capsize=3, color=f"C{i}", label=mixer)
+            reached = rows["median_plateau_end"].notna()
+            bottom.plot(x[reached], rows["median_plateau_end"][reached], marker="o", color=f"C{i}", label=mixer)
+            bottom.scatter(x[~reached], rows["budget"][~reached], marker="^", s=60, color=f"C{i}")
+        for ax in (top, bottom):
+            ax.set_xticks(range(len(ladder["rungs"])), [str(r) for r in ladder["rungs"]])
+            ax.set_xlabel(ladder["axis"])
+        top.set_ylim(-0.05, 1.05)
+        top.set_title(family, fontsize=9)
+        top.set_ylabel("success rate (emerged)")
+        bottom.set_yscale("log")
+        bottom.set_ylabel("median plateau end (▲: not reached, at budget)")
+    axes[0, 0].legend(fontsize=7)
+    figure.tight_layout()
+    return _png(figure)
+
+
 def attention_maps(run_dir: Path, label: str) -> str | None:
     """Each head's mean attention map (last eval) beside the ground truth, per probed layer."""
     path = run_dir / MAPS_FILE
@@ -183,6 +222,7 @@ def write(root: str | Path, out: str | Path | None = None, axes: tuple[str, str]
     figure = emergence_distribution(records)
     if figure:
         parts += ["<h2>Emergence steps per mixer</h2>", _img(figure, "emergence steps")]
+    parts += ranking_section(records)
     figure, used = heatmap(records, axes)
     if figure:
         parts += [f"<h2>Final eval loss over {html.escape(used[0])} × {html.escape(used[1])}</h2>",
@@ -205,6 +245,24 @@ def write(root: str | Path, out: str | Path | None = None, axes: tuple[str, str]
             + "\n".join(parts) + "</body></html>")
     write_text(out, page)
     return out
+
+
+def ranking_section(records: list[dict]) -> list[str]:
+    """The ranking's tables and ladder figure, where the results hold a ladder (``rank``); else nothing."""
+    try:
+        ranked = rank.build(records)
+    except ConfigError:  # no single ladder per family: the sweep is not a ranking
+        return []
+    figure = ladder_figure(ranked)
+    if figure is None or ranked["ranking"]["mixer"].nunique() < 2:
+        return []
+    markdown = rank.to_markdown(ranked["ranking"], ranked["families"], ranked["cells"], ranked["ladders"])
+    ranking, frontier = markdown.split("## ")[1:3]
+    return ["<h2>Ranking</h2>", f"<p>{html.escape(ranking.splitlines()[2])}</p>", _markdown_table_html(ranking),
+            "<h3>Frontier per task family</h3>", _markdown_table_html(frontier),
+            "<p>Top: success rate per rung with 95% Wilson intervals, one line per mixer. Bottom: the median "
+            "plateau end per rung on a log axis; a triangle at the budget where the median was not reached.</p>",
+            _img(figure, "success and plateau vs rung")]
 
 
 def _run_dir(root: Path, record: dict) -> Path | None:

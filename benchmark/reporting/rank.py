@@ -1,0 +1,238 @@
+"""The ranking: per mixer and task family, how far up a difficulty ladder the mixer still finds the
+sparse pattern, and one overall score per mixer.
+
+A *family* is a task (``task.name``); its *ladder* is the one numeric task key that varies among the
+family's runs (state size, sparsity, pairs, depth), its values the rungs, harder as they rise. A
+*cell* is one (mixer, family, rung): its seeds' success rate (emerged within the budget) with a 95%
+Wilson interval, and Kaplan–Meier medians of the plateau end and the emergence step, runs that never
+got there censored at the budget.
+
+Per mixer and family:
+  - frontier: the hardest rung whose success rate is ≥ 50%, with an interval: the hardest rung whose
+    Wilson interval lies wholly above 50% (low) and the hardest whose interval reaches 50% (high);
+    None is "below the ladder's first rung".
+  - area: the mean success rate over the ladder's rungs (the area under success vs rung, the rungs
+    equally spaced and the area normalised to [0, 1]).
+Overall: the score is the mean area over families; mixers are ranked by it, and a mixer whose score
+is within the 95% margin of the one above it (a z-test on the difference, each cell's variance
+binomial with a Laplace-smoothed rate) shares that one's rank: a tie.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pandas as pd
+
+from emergence_bench.config import ConfigError, scientific
+from emergence_bench.reporting.leaderboard import flatten, km_time
+from emergence_bench.reporting.stats import wilson_interval
+from emergence_bench.results import RANK_STEM, load_records, write_json, write_text
+
+Z = 1.96  # 95%
+
+
+def mixer_label(record: dict, labels: dict[str, str]) -> str:
+    return labels[json.dumps(record["config"]["mixer"], sort_keys=True, default=str)]
+
+
+def mixer_labels(records: list[dict]) -> dict[str, str]:
+    """Each distinct mixer section -> its label: the mixer's name, plus the keys that tell apart two
+    sections of one name (``transformer(n_heads=4)``)."""
+    sections = {json.dumps(r["config"]["mixer"], sort_keys=True, default=str): r["config"]["mixer"] for r in records}
+    labels = {}
+    for key, section in sections.items():
+        same = [s for s in sections.values() if s["name"] == section["name"]]
+        differing = sorted(k for k in section if k != "name" and len({json.dumps(s.get(k)) for s in same}) > 1)
+        labels[key] = section["name"] + (f"({', '.join(f'{k}={section[k]}' for k in differing)})" if differing else "")
+    return labels
+
+
+def ladders(records: list[dict], axes: dict[str, str] | None = None) -> dict[str, dict]:
+    """family -> {"axis": dotted key, "rungs": sorted values}: the one numeric ``task.`` key that
+    varies within the family (or ``axes[family]``); a family whose task never varies has one rung
+    (axis None). Raises ConfigError when several keys vary and none was named."""
+    axes = axes or {}
+    families: dict[str, list[dict]] = {}
+    for r in records:
+        families.setdefault(r["config"]["task"]["name"], []).append(flatten(scientific(r["config"])))
+    found = {}
+    for family, flats in families.items():
+        varying = sorted(k for k in {k for f in flats for k in f} if k.startswith("task.")
+                         and len({json.dumps(f.get(k), default=str) for f in flats}) > 1)
+        axis = axes.get(family)
+        if axis is None:
+            numeric = [k for k in varying if all(isinstance(f.get(k), (int, float)) for f in flats)]
+            if len(varying) > 1 or (varying and not numeric):
+                raise ConfigError(f"task family {family!r} varies in {', '.join(varying)}: name its ladder with "
+                                  f"--rung {family}=KEY (one numeric task key)")
+            axis = numeric[0] if numeric else None
+        elif axis not in varying:
+            raise ConfigError(f"--rung {family}={axis}: {axis} does not vary among the {family} runs "
+                              f"(varying: {', '.join(varying) or 'none'})")
+        found[family] = {"axis": axis, "rungs": sorted({f.get(axis) for f in flats}) if axis else [None]}
+    return found
+
+
+def cells(records: list[dict], axes: dict[str, str] | None = None) -> tuple[pd.DataFrame, dict]:
+    """One row per (mixer, family, rung) and the ladders. Failed runs (errors) are left out of the
+    rates; a diverged run counts as not emerged, as in the leaderboard."""
+    ladder = ladders(records, axes)
+    labels = mixer_labels(records)
+    groups: dict[tuple, list[dict]] = {}
+    for r in records:
+        family = r["config"]["task"]["name"]
+        axis = ladder[family]["axis"]
+        rung = flatten(scientific(r["config"])).get(axis) if axis else None
+        groups.setdefault((mixer_label(r, labels), family, json.dumps(rung)), []).append(r)
+    rows = []
+    for (mixer, family, rung), members in groups.items():
+        measured = [r for r in members if r["status"] in ("ok", "diverged")]
+        emerged = sum(1 for r in measured if (r.get("emergence") or {}).get("step") is not None)
+        low, high = wilson_interval(emerged, len(measured))
+        emergence, plateau = km_time(measured, "emergence", "step"), km_time(measured, "plateau", "end_step")
+        params = [r["parameters"] for r in members if r.get("parameters")]
+        rows.append({"mixer": mixer, "family": family, "axis": ladder[family]["axis"], "rung": json.loads(rung),
+                     "rung_index": ladder[family]["rungs"].index(json.loads(rung)),
+                     "seeds": len(members), "failed": len(members) - len(measured), "emerged": emerged,
+                     "success_rate": emerged / len(measured) if measured else None,
+                     "success_low": low, "success_high": high,
+                     "median_plateau_end": plateau["median"], "median_emergence_step": emergence["median"],
+                     "budget": emergence["budget"], "parameters": max(params) if params else None})
+    table = pd.DataFrame(rows)
+    if len(table):
+        table = table.sort_values(["family", "mixer", "rung_index"], ignore_index=True)
+    return table, ladder
+
+
+def family_scores(cell_rows: pd.DataFrame, ladder: dict) -> pd.DataFrame:
+    """One row per (mixer, family): frontier (with its interval), area (with its standard error)."""
+    rows = []
+    for (mixer, family), group in cell_rows.groupby(["mixer", "family"], sort=True):
+        rungs = ladder[family]["rungs"]
+        by_rung = {row.rung_index: row for row in group.itertuples()}
+        rates, variances, frontier, low, high = [], [], None, None, None
+        for i, rung in enumerate(rungs):
+            row = by_rung.get(i)
+            if row is None or pd.isna(row.success_rate):  # a rung this mixer did not run (or only failed)
+                rates.append(0.0)
+                variances.append(0.25)
+                continue
+            rates.append(row.success_rate)
+            n = row.seeds - row.failed
+            smoothed = (row.emerged + 1) / (n + 2)
+            variances.append(smoothed * (1 - smoothed) / n)
+            if row.success_rate >= 0.5:
+                frontier = rung
+            if row.success_low > 0.5:
+                low = rung
+            if row.success_high >= 0.5:
+                high = rung
+        missing = [rungs[i] for i in range(len(rungs)) if i not in by_rung]
+        rows.append({"mixer": mixer, "family": family, "axis": ladder[family]["axis"], "rungs": len(rungs),
+                     "missing_rungs": missing, "frontier": frontier, "frontier_low": low, "frontier_high": high,
+                     "area": sum(rates) / len(rungs), "area_se": math.sqrt(sum(variances)) / len(rungs)})
+    return pd.DataFrame(rows)
+
+
+def overall(scores: pd.DataFrame, cell_rows: pd.DataFrame) -> pd.DataFrame:
+    """One row per mixer, best first: score (mean area over the families), its standard error, rank
+    (equal ranks are ties) and the parameter count."""
+    families = sorted(scores["family"].unique())
+    rows = []
+    for mixer, group in scores.groupby("mixer", sort=True):
+        areas = {row.family: row for row in group.itertuples()}
+        # A family the mixer did not run scores 0 with the largest variance (0.5 at every rung).
+        score = sum(areas[f].area if f in areas else 0.0 for f in families) / len(families)
+        se = math.sqrt(sum((areas[f].area_se if f in areas else 0.5) ** 2 for f in families)) / len(families)
+        params = cell_rows.loc[cell_rows["mixer"] == mixer, "parameters"].dropna()
+        rows.append({"mixer": mixer, "score": score, "score_se": se,
+                     "parameters": int(params.max()) if len(params) else None,
+                     **{f"area:{f}": areas[f].area if f in areas else None for f in families},
+                     **{f"frontier:{f}": areas[f].frontier if f in areas else None for f in families}})
+    table = pd.DataFrame(rows).sort_values(["score", "mixer"], ascending=[False, True], ignore_index=True)
+    ranks, tied_with = [], []
+    for i, row in enumerate(table.itertuples()):
+        if i and abs(table.score[i - 1] - row.score) <= Z * math.hypot(table.score_se[i - 1], row.score_se):
+            ranks.append(ranks[-1])
+            tied_with.append(table.mixer[i - 1])
+        else:
+            ranks.append(i + 1)
+            tied_with.append(None)
+    table.insert(0, "rank", ranks)
+    table["tied_with"] = tied_with
+    return table
+
+
+def _value(value) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    return f"{value:.3g}" if isinstance(value, float) else str(value)
+
+
+def _frontier(row) -> str:
+    """``8 [4, 16]``: the frontier and its interval; ``<first`` when even the first rung fails."""
+    point, low, high = ("<first" if pd.isna(v) else _value(v) for v in (row.frontier, row.frontier_low,
+                                                                          row.frontier_high))
+    return f"{point} [{low}, {high}]"
+
+
+def _median(value, budget) -> str:
+    return f">{budget:g}" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:g}"
+
+
+def to_markdown(ranking: pd.DataFrame, scores: pd.DataFrame, cell_rows: pd.DataFrame, ladder: dict) -> str:
+    """The overall ranking, each family's frontier and area per mixer, and every cell."""
+    families = sorted(ladder)
+    lines = ["## Ranking", "",
+             "Score: the mean over task families of the area under success vs rung (0 to 1). "
+             "Equal ranks are ties (scores within the 95% margin of the one above).", "",
+             "| rank | mixer | parameters | score ± se | " + " | ".join(f"{f} area" for f in families) + " |",
+             "|---|---|---|---|" + "---|" * len(families)]
+    for row in ranking.to_dict("records"):
+        areas = [_value(row.get(f"area:{f}")) for f in families]
+        lines.append(f"| {row['rank']}{' (tie)' if row['tied_with'] else ''} | {row['mixer']} | "
+                     f"{_value(row['parameters'])} | {row['score']:.2f} ± {row['score_se']:.2f} | "
+                     + " | ".join(areas) + " |")
+    lines += ["", "## Frontier per task family", "",
+              "The hardest rung with success ≥ 50%, [interval]: the hardest rung whose Wilson interval lies "
+              "above 50%, and the hardest whose interval reaches it.", "",
+              "| mixer | " + " | ".join(f"{f} ({ladder[f]['axis'] or '-'})" for f in families) + " |",
+              "|---|" + "---|" * len(families)]
+    for mixer, group in scores.groupby("mixer", sort=True):
+        by_family = {row.family: row for row in group.itertuples()}
+        lines.append(f"| {mixer} | " + " | ".join(_frontier(by_family[f]) if f in by_family else "-"
+                                                 for f in families) + " |")
+    lines += ["", "## Cells", "",
+              "| family | rung | mixer | seeds | success (95% interval) | median plateau end | median emergence |",
+              "|---|---|---|---|---|---|---|"]
+    for row in cell_rows.itertuples():
+        success = "-" if pd.isna(row.success_rate) else \
+            f"{row.emerged}/{row.seeds - row.failed} ({row.success_low:.2f}–{row.success_high:.2f})"
+        lines.append(f"| {row.family} | {row.axis or '-'}={_value(row.rung)} | {row.mixer} | {row.seeds} | {success} | "
+                     f"{_median(row.median_plateau_end, row.budget)} | {_median(row.median_emergence_step, row.budget)} |")
+    return "\n".join(lines) + "\n"
+
+
+def build(records: list[dict], axes: dict[str, str] | None = None) -> dict:
+    """Everything the ranking holds: ladders, cells, per-family scores and the overall ranking."""
+    if not records:
+        raise ConfigError("no results to rank")
+    cell_rows, ladder = cells(records, axes)
+    scores = family_scores(cell_rows, ladder)
+    return {"ladders": ladder, "cells": cell_rows, "families": scores, "ranking": overall(scores, cell_rows)}
+
+
+def write(root: str | Path, axes: dict[str, str] | None = None) -> tuple[dict, str]:
+    """Rank every result under ``root``; write rank.md, rank.csv (the ranking) and rank.json (all of it)."""
+    root = Path(root)
+    ranked = build(load_records(root), axes)
+    markdown = to_markdown(ranked["ranking"], ranked["families"], ranked["cells"], ranked["ladders"])
+    write_text(root / f"{RANK_STEM}.md", markdown)
+    write_text(root / f"{RANK_STEM}.csv", ranked["ranking"].to_csv(index=False))
+    write_json(root / f"{RANK_STEM}.json", {
+        "ladders": ranked["ladders"],
+        **{part: json.loads(ranked[part].to_json(orient="records")) for part in ("ranking", "families", "cells")}})
+    return ranked, markdown

@@ -1,0 +1,133 @@
+"""The ranking (emergence_bench.reporting.rank) on synthetic result rows with known answers."""
+
+import json
+
+import pandas as pd
+import pytest
+
+from emergence_bench.config import ConfigError
+from emergence_bench.reporting import rank
+from emergence_bench.reporting.stats import wilson_interval
+
+BUDGET = 1000
+
+
+def row(mixer: str, family: str, rung: int, seed: int, emerged: int | None, status: str = "ok",
+        axis: str = "sparsity", extra_task: dict | None = None, plateau: int | None = None) -> dict:
+    """A result row as run() writes it, with only what the ranking reads."""
+    task = {"name": family, axis: rung, **(extra_task or {})}
+    return {"run_id": f"{family}-{mixer}-{rung}-{seed}", "status": status, "seed": seed, "parameters": 1000,
+            "config": {"seed": seed, "task": task, "mixer": {"name": mixer}, "model": {}, "optim": {},
+                       "trainer": {"max_steps": BUDGET}, "callbacks": {}},
+            "timing": {"steps": BUDGET},
+            "emergence": {"step": emerged}, "plateau": {"end_step": plateau if plateau else emerged}}
+
+
+def seeds(mixer, family, rung, outcomes, **kw) -> list[dict]:
+    """One row per outcome (an emergence step, or None: never emerged)."""
+    return [row(mixer, family, rung, i, o, **kw) for i, o in enumerate(outcomes)]
+
+
+def ladder_records() -> list[dict]:
+    return (seeds("a", "linear_map", 1, [100, 120, 140]) + seeds("a", "linear_map", 2, [300, 400, 500])
+            + seeds("a", "linear_map", 3, [None, None, None])
+            + seeds("b", "linear_map", 1, [600, None, None]) + seeds("b", "linear_map", 2, [None] * 3)
+            + seeds("b", "linear_map", 3, [None] * 3))
+
+
+def test_frontier_area_and_cells_on_known_answers():
+    ranked = rank.build(ladder_records())
+    assert ranked["ladders"] == {"linear_map": {"axis": "task.sparsity", "rungs": [1, 2, 3]}}
+    families = ranked["families"].set_index("mixer")
+    # a: 3/3, 3/3, 0/3 -> frontier 2. Wilson(3 of 3) is (0.44, 1): never wholly above 50% with 3 seeds,
+    # so the interval's low end is below the first rung; 0/3 reaches up to 0.56, so its high end is 3.
+    assert wilson_interval(3, 3)[0] < 0.5 < wilson_interval(0, 3)[1]
+    assert families.loc["a", "frontier"] == 2 and families.loc["a", "frontier_high"] == 3
+    assert pd.isna(families.loc["a", "frontier_low"])
+    assert families.loc["a", "area"] == pytest.approx(2 / 3)
+    # b: 1/3, 0/3, 0/3 -> no rung at 50%: below the ladder.
+    assert pd.isna(families.loc["b", "frontier"])
+    assert families.loc["b", "area"] == pytest.approx(1 / 9)
+    cells = ranked["cells"].set_index(["mixer", "rung"])
+    assert cells.loc[("a", 2), "median_emergence_step"] == 400
+    # Censoring: b at rung 1 emerged once in three (600, >1000, >1000): the KM median is not reached.
+    assert pd.isna(cells.loc[("b", 1), "median_emergence_step"])
+    ranking = ranked["ranking"]
+    assert list(ranking["mixer"]) == ["a", "b"] and ranking["score"][0] == pytest.approx(2 / 3)
+
+
+def test_markdown_names_the_frontier_and_censored_medians():
+    ranked = rank.build(ladder_records())
+    text = rank.to_markdown(ranked["ranking"], ranked["families"], ranked["cells"], ranked["ladders"])
+    assert "| a | 2 [<first, 3] |" in text and "| b | <first [<first, 3] |" in text
+    assert "| linear_map | task.sparsity=1 | b | 3 | 1/3 (0.06–0.79) | >1000 | >1000 |" in text
+
+
+def test_ties_within_the_margin_and_a_clear_winner():
+    # Equal success with 3 seeds: a tie. 20 seeds each, 20/20 against 2/20: not a tie.
+    tied = seeds("a", "mqar", 4, [10, 10, None]) + seeds("b", "mqar", 4, [None, 10, 10])
+    ranking = rank.build(tied)["ranking"]
+    assert list(ranking["rank"]) == [1, 1] and ranking["tied_with"][1] == "a"
+    clear = seeds("a", "mqar", 4, [10] * 20) + seeds("b", "mqar", 4, [10, 10] + [None] * 18)
+    ranking = rank.build(clear)["ranking"]
+    assert list(ranking["rank"]) == [1, 2] and ranking["tied_with"][1] is None
+
+
+def test_failed_runs_are_left_out_and_a_missing_rung_scores_zero():
+    records = (seeds("a", "dyck", 2, [5, 5], axis="max_depth") + [row("a", "dyck", 2, 9, None, status="failed",
+                                                                       axis="max_depth")]
+               + seeds("a", "dyck", 4, [5, 5], axis="max_depth") + seeds("b", "dyck", 2, [5, 5], axis="max_depth"))
+    ranked = rank.build(records)
+    cells = ranked["cells"].set_index(["mixer", "rung"])
+    assert cells.loc[("a", 2), "failed"] == 1 and cells.loc[("a", 2), "success_rate"] == 1.0
+    families = ranked["families"].set_index("mixer")
+    assert families.loc["b", "missing_rungs"] == [4] and families.loc["b", "area"] == 0.5
+
+
+def test_two_varying_task_keys_need_a_named_ladder():
+    records = [row("a", "mqar", p, s, 10, axis="pairs", extra_task={"vocab_size": 16 * p}) for p in (4, 8)
+               for s in range(2)]
+    with pytest.raises(ConfigError, match="--rung mqar=KEY"):
+        rank.build(records)
+    assert rank.build(records, {"mqar": "task.pairs"})["ladders"]["mqar"]["axis"] == "task.pairs"
+    with pytest.raises(ConfigError, match="does not vary"):
+        rank.build(records, {"mqar": "task.queries"})
+
+
+def test_write_puts_markdown_csv_and_json_next_to_the_results(tmp_path):
+    for r in ladder_records():
+        folder = tmp_path / r["run_id"]
+        folder.mkdir()
+        (folder / "result.json").write_text(json.dumps(r))
+    rank.write(tmp_path)
+    assert (tmp_path / "rank.md").read_text().startswith("## Ranking")
+    assert (tmp_path / "rank.csv").read_text().splitlines()[0].startswith("rank,mixer,score")
+    data = json.loads((tmp_path / "rank.json").read_text())
+    assert set(data) == {"ladders", "ranking", "families", "cells"} and len(data["cells"]) == 6
+
+
+def test_rank_command_prints_the_ranking_and_refuses_a_bad_rung(tmp_path, capsys):
+    from emergence_bench.cli import main
+
+    for r in ladder_records():
+        (tmp_path / r["run_id"]).mkdir()
+        (tmp_path / r["run_id"] / "result.json").write_text(json.dumps(r))
+    assert main(["rank", str(tmp_path)]) == 0
+    assert "| 1 | a | 1000 | 0.67 ± 0.13 | 0.667 |" in capsys.readouterr().out
+    assert main(["rank", str(tmp_path), "--rung", "linear_map"]) == 2
+    assert "FAMILY=KEY" in capsys.readouterr().err
+    assert main(["rank", str(tmp_path), "--rung", "linear_map=state_size"]) == 2
+    assert "does not vary" in capsys.readouterr().err
+
+
+def test_the_report_gets_a_ranking_section_only_for_a_ladder():
+    from emergence_bench.reporting.report import ranking_section
+
+    parts = ranking_section(ladder_records())
+    assert parts[0] == "<h2>Ranking</h2>" and any(p.startswith("<img") for p in parts)
+    assert "<td>a</td>" in parts[2] and "<td>2 [&lt;first, 3]</td>" in parts[4]
+    one_rung = seeds("a", "mqar", 4, [10, None]) + seeds("b", "mqar", 4, [10, 10])
+    assert ranking_section(one_rung) == []  # nothing to draw against
+    ambiguous = [row("a", "mqar", p, s, 10, axis="pairs", extra_task={"vocab_size": 16 * p}) for p in (4, 8)
+                 for s in range(2)]
+    assert ranking_section(ambiguous) == []
