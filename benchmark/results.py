@@ -11,6 +11,7 @@ import json
 import os
 import platform
 import secrets
+import sys
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import BinaryIO, Callable
@@ -90,19 +91,60 @@ def versions() -> dict:
     return found
 
 
+class UnreadableResult(ValueError):
+    """A result file that is not a result row this version reads: the message names the file and why."""
+
+
+def parse_result(path: str | Path) -> dict:
+    """The row in ``path``, checked: JSON, an object with run_id, status and config, of this schema.
+    Raises UnreadableResult otherwise (a run killed mid-write by something other than this suite, a
+    file edited by hand, a row of an older version)."""
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise UnreadableResult(f"{path}: not readable JSON ({error})") from None
+    if not isinstance(data, dict) or any(key not in data for key in ("run_id", "status", "config")):
+        raise UnreadableResult(f"{path}: not a result row (it needs run_id, status and config)")
+    if data.get("schema_version") != SCHEMA_VERSION:
+        raise UnreadableResult(f"{path}: schema_version {data.get('schema_version')!r}; "
+                               f"this version reads {SCHEMA_VERSION}")
+    return data
+
+
+def _warn(error: UnreadableResult) -> None:
+    print(f"warning: {error}; counted as unfinished (a resumed sweep runs it again)", file=sys.stderr)
+
+
 def read_result(run_dir: Path) -> dict | None:
+    """The run's result row; None when it has none, or an unreadable one (named in a warning), so a
+    resumed sweep runs it again."""
     path = Path(run_dir) / RESULT_FILE
     if not path.is_file():
         return None
-    return json.loads(path.read_text())
+    try:
+        return parse_result(path)
+    except UnreadableResult as error:
+        _warn(error)
+        return None
 
 
 def result_paths(root: str | Path) -> list[Path]:
     return sorted(Path(root).rglob(RESULT_FILE))
 
 
-def load_records(root: str | Path) -> list[dict]:
-    return [json.loads(p.read_text()) for p in result_paths(root)]
+def load_records(root: str | Path, strict: bool = False) -> list[dict]:
+    """Every readable result row under ``root``. An unreadable one is named in a warning and left out
+    (the rest is still aggregated); with ``strict`` it raises UnreadableResult instead (for CI)."""
+    records = []
+    for path in result_paths(root):
+        try:
+            records.append(parse_result(path))
+        except UnreadableResult as error:
+            if strict:
+                raise
+            _warn(error)
+    return records
 
 
 def load(root: str | Path) -> pd.DataFrame:

@@ -16,7 +16,7 @@ def row(mixer: str, family: str, rung: int, seed: int, emerged: int | None, stat
         axis: str = "sparsity", extra_task: dict | None = None, plateau: int | None = None) -> dict:
     """A result row as run() writes it, with only what the ranking reads."""
     task = {"name": family, axis: rung, **(extra_task or {})}
-    return {"run_id": f"{family}-{mixer}-{rung}-{seed}", "status": status, "seed": seed, "parameters": 1000,
+    return {"schema_version": 2, "run_id": f"{family}-{mixer}-{rung}-{seed}", "status": status, "seed": seed, "parameters": 1000,
             "config": {"seed": seed, "task": task, "mixer": {"name": mixer}, "model": {}, "optim": {},
                        "trainer": {"max_steps": BUDGET}, "callbacks": {}},
             "timing": {"steps": BUDGET},
@@ -131,3 +131,29 @@ def test_the_report_gets_a_ranking_section_only_for_a_ladder():
     ambiguous = [row("a", "mqar", p, s, 10, axis="pairs", extra_task={"vocab_size": 16 * p}) for p in (4, 8)
                  for s in range(2)]
     assert ranking_section(ambiguous) == []
+
+
+# Ladder v1, frozen: a change here is a new ladder version (new presets), never an edit, so that
+# scores stay comparable across releases.
+LADDER_V1 = {"linear_map": ("task.sparsity", [1, 2, 4]), "cellular_automata": ("task.state_size", [4, 8, 16]),
+             "mqar": ("task.pairs", [2, 4, 8]), "dyck": ("task.max_depth", [1, 2, 4])}
+
+
+@pytest.mark.parametrize("preset", ["standard-cpu", "standard"])
+def test_standard_presets_hold_ladder_v1_for_every_mixer_and_seed(preset):
+    from emergence_bench.execution.sweep import load_sweep
+
+    raw = [config for _, config in load_sweep(preset).raw_runs()]
+    records = [{"config": config, "status": "ok"} for config in raw]
+    found = rank.ladders(records)
+    assert {f: (l["axis"], l["rungs"]) for f, l in found.items()} == LADDER_V1
+    mixers = {c["mixer"]["name"] for c in raw}
+    assert mixers == {"transformer", "mlp_mixer", "mamba", "gated_deltanet", "rwkv7"}
+    widths = {c["model"]["d_model"] for c in raw}
+    assert len(widths) == 1  # matched width
+    cells = {}
+    for c in raw:
+        family = c["task"]["name"]
+        cells.setdefault((family, c["mixer"]["name"], c["task"][LADDER_V1[family][0].split(".")[1]]), set()).add(c["seed"])
+    assert len({len(s) for s in cells.values()}) == 1 and min(len(s) for s in cells.values()) >= 3
+    assert len(cells) == len(LADDER_V1) * 3 * len(mixers)

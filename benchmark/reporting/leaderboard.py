@@ -314,11 +314,12 @@ def _number(value) -> str:
     return "-" if value is None or pd.isna(value) else f"{value:.3g}"
 
 
-def write(root: str | Path, over: tuple[str, ...] = ("seed",), baseline: str | None = None
-          ) -> tuple[pd.DataFrame, str]:
-    """Build the leaderboard of every result under ``root``; write leaderboard.md/.csv/.json there."""
+def write(root: str | Path, over: tuple[str, ...] = ("seed",), baseline: str | None = None,
+          strict: bool = False) -> tuple[pd.DataFrame, str]:
+    """Build the leaderboard of every result under ``root``; write leaderboard.md/.csv/.json there.
+    ``strict``: an unreadable result file is an error, not a warning (see results.load_records)."""
     root = Path(root)
-    table = build(load_records(root), over, baseline=baseline)
+    table = build(load_records(root, strict=strict), over, baseline=baseline)
     markdown = to_markdown(table)
     write_text(root / f"{LEADERBOARD_STEM}.md", markdown)
     write_text(root / f"{LEADERBOARD_STEM}.csv", table.to_csv(index=False))

@@ -225,10 +225,11 @@ def build(records: list[dict], axes: dict[str, str] | None = None) -> dict:
     return {"ladders": ladder, "cells": cell_rows, "families": scores, "ranking": overall(scores, cell_rows)}
 
 
-def write(root: str | Path, axes: dict[str, str] | None = None) -> tuple[dict, str]:
-    """Rank every result under ``root``; write rank.md, rank.csv (the ranking) and rank.json (all of it)."""
+def write(root: str | Path, axes: dict[str, str] | None = None, strict: bool = False) -> tuple[dict, str]:
+    """Rank every result under ``root``; write rank.md, rank.csv (the ranking) and rank.json (all of it).
+    ``strict``: an unreadable result file is an error, not a warning (see results.load_records)."""
     root = Path(root)
-    ranked = build(load_records(root), axes)
+    ranked = build(load_records(root, strict=strict), axes)
     markdown = to_markdown(ranked["ranking"], ranked["families"], ranked["cells"], ranked["ladders"])
     write_text(root / f"{RANK_STEM}.md", markdown)
     write_text(root / f"{RANK_STEM}.csv", ranked["ranking"].to_csv(index=False))

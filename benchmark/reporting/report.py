@@ -202,11 +202,12 @@ def attention_maps(run_dir: Path, label: str) -> str | None:
 
 
 def write(root: str | Path, out: str | Path | None = None, axes: tuple[str, str] | None = None,
-          maps: int = 4, over: tuple[str, ...] = ("seed",)) -> Path:
-    """Write the report for every result under ``root``; returns the HTML file's path."""
+          maps: int = 4, over: tuple[str, ...] = ("seed",), strict: bool = False) -> Path:
+    """Write the report for every result under ``root``; returns the HTML file's path. ``strict``: an
+    unreadable result file is an error, not a warning (see results.load_records)."""
     root = Path(root)
     out = Path(out) if out else root / REPORT_FILE
-    records = load_records(root)
+    records = load_records(root, strict=strict)
     if not records:
         raise ValueError(f"no {RESULT_FILE} under {root}")
     table = leaderboard.build(records, over, keep_keys=True)

@@ -1,0 +1,48 @@
+"""A results folder with a bad result.json: named, counted as unfinished, the rest still aggregated."""
+
+import json
+
+import pytest
+
+from emergence_bench.results import UnreadableResult, load_records, read_result
+from emergence_bench.reporting import leaderboard
+
+from test_rank import ladder_records
+
+
+def folder_with(tmp_path, bad: dict[str, str]) -> None:
+    """The ranking test's 18 rows, plus run folders holding the given bad texts."""
+    for r in ladder_records():
+        (tmp_path / r["run_id"]).mkdir()
+        (tmp_path / r["run_id"] / "result.json").write_text(json.dumps({"schema_version": 2, **r}))
+    for name, text in bad.items():
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "result.json").write_text(text)
+
+
+BAD = {"truncated": '{"schema_version": 2, "run_id": "x", "sta', "not-a-row": "[1, 2]",
+       "old-schema": json.dumps({"schema_version": 1, "run_id": "y", "status": "ok", "config": {}})}
+
+
+def test_each_bad_file_is_named_and_the_rest_aggregated(tmp_path, capsys):
+    folder_with(tmp_path, BAD)
+    records = load_records(tmp_path)
+    assert len(records) == 18
+    err = capsys.readouterr().err
+    for name in BAD:
+        assert f"{tmp_path / name / 'result.json'}" in err
+    assert "not readable JSON" in err and "not a result row" in err and "schema_version 1" in err
+    table, _ = leaderboard.write(tmp_path)
+    assert table["seeds"].sum() == 18
+
+
+def test_strict_turns_a_bad_file_into_an_error(tmp_path):
+    folder_with(tmp_path, {"truncated": BAD["truncated"]})
+    with pytest.raises(UnreadableResult, match="truncated"):
+        load_records(tmp_path, strict=True)
+
+
+def test_a_resumed_sweep_sees_a_corrupt_result_as_unfinished(tmp_path, capsys):
+    folder_with(tmp_path, {"truncated": BAD["truncated"]})
+    assert read_result(tmp_path / "truncated") is None
+    assert "counted as unfinished" in capsys.readouterr().err
