@@ -132,3 +132,22 @@ def test_choose_mixers_keeps_the_sweeps_settings_and_adds_a_newcomer_with_its_de
     assert [c["mixer"] for _, c in plain.raw_runs()] == [{"name": "transformer", "n_heads": 2}, {"name": "rwkv7"}]
     with pytest.raises(ConfigError, match="distinct"):
         plain.choose_mixers(["rwkv7", "rwkv7"])
+
+
+def test_groups_may_be_a_mapping_from_name_to_base_and_grid(tmp_path):
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump({"base": {"task": {"name": "linear_map"}},
+                                    "groups": {"a": {"grid": {"task.sparsity": [1, 2]}}, "b": None}}))
+    sweep = load_sweep(str(path))
+    assert [g.name for g in sweep.groups] == ["a", "b"] and len(sweep.raw_runs()) == 3
+    path.write_text(yaml.safe_dump({"groups": {"a": [1, 2]}}))
+    with pytest.raises(ConfigError, match="groups.a .* must be a mapping"):
+        load_sweep(str(path))
+
+
+@pytest.mark.parametrize("workers", [0, -1])
+def test_no_workers_is_refused_before_anything_runs(tmp_path, workers):
+    sweep = load_sweep("quick")
+    with pytest.raises(ConfigError, match="--workers must be a whole number ≥ 1"):
+        run_sweep(sweep, tmp_path, workers=workers)
+    assert not any(tmp_path.iterdir())

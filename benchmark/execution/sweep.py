@@ -150,12 +150,16 @@ def load_sweep(preset_or_file: str) -> Sweep:
                               f"Presets: {', '.join(known)}")
         path = known[preset_or_file]
     data = load_yaml(path)
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path} must hold a mapping (name, base, grid, groups), got {type(data).__name__}")
+    if data.get("base") is not None and not isinstance(data["base"], dict):
+        raise ConfigError(f"base in {path} must be a run config (a mapping), got {data['base']!r}")
     allowed = {"name", "description", "runs", "base", "grid", "groups"}
     for key in data:
         if key not in allowed:
             raise ConfigError(f"unknown sweep key {key!r} in {path}; valid keys: {', '.join(sorted(allowed))}")
     groups = []
-    for i, group in enumerate(data.get("groups") or []):
+    for i, group in enumerate(_group_list(data.get("groups"), path)):
         extra = set(group) - {"name", "base", "grid"}
         if "name" not in group or extra:
             raise ConfigError(f"groups[{i}] in {path} needs a name and may have base and grid; "
@@ -168,7 +172,28 @@ def load_sweep(preset_or_file: str) -> Sweep:
     return sweep
 
 
+def _group_list(groups, path) -> list[dict]:
+    """``groups`` as a list of {name, base, grid}: the documented list form, or a mapping from each
+    group's name to its {base, grid} (the name is its key)."""
+    if isinstance(groups, dict):
+        listed = []
+        for name, body in groups.items():
+            if body is not None and not isinstance(body, dict):
+                raise ConfigError(f"groups.{name} in {path} must be a mapping with base and/or grid, got {body!r}")
+            listed.append({"name": name, **(body or {})})
+        return listed
+    if groups is not None and not isinstance(groups, list):
+        raise ConfigError(f"groups in {path} must be a list of {{name, base, grid}} (or a mapping from name to "
+                          f"{{base, grid}}), got {type(groups).__name__}")
+    for i, group in enumerate(groups or []):
+        if not isinstance(group, dict):
+            raise ConfigError(f"groups[{i}] in {path} must be a mapping with a name, got {group!r}")
+    return groups or []
+
+
 def _grid(grid, path) -> dict[str, list]:
+    if grid is not None and not isinstance(grid, dict):
+        raise ConfigError(f"grid in {path} must be a mapping from dotted keys to lists of values, got {grid!r}")
     grid = dict(grid or {})
     for key, values in grid.items():
         if not isinstance(values, list) or not values:
@@ -280,6 +305,10 @@ def run_sweep(sweep: Sweep, out: str | Path, workers: int = 1, stream=sys.stderr
     as one batched model, each still with its own result row; with ``batching="auto"`` (the default)
     a group is batched only where a short probe measures that it pays (``run_seed_parallel``).
     """
+    if not isinstance(workers, int) or workers < 1:
+        raise ConfigError(f"--workers must be a whole number ≥ 1, got {workers}")
+    if not isinstance(seed_parallel, int) or seed_parallel < 1:
+        raise ConfigError(f"--seed-parallel must be a whole number ≥ 1, got {seed_parallel}")
     out = Path(out)
     runs = sweep.runs()
     pending = [(out / group, config) for group, config in runs
