@@ -32,6 +32,7 @@ ANALYSIS_DIR = "analysis"  # `emergence-bench analyze` outputs: emergence.json, 
 LEADERBOARD_STEM = "leaderboard"  # leaderboard.md, leaderboard.csv, leaderboard.json
 RANK_STEM = "rank"  # rank.md, rank.csv, rank.json
 REPORT_FILE = "report.html"
+LOCKS_DIR = ".locks"  # <run_id>.lock: held by the process training that run (emergence_bench.run.RunLock)
 
 
 def write_atomic(path: str | Path, write: Callable[[BinaryIO], object]) -> None:
@@ -72,6 +73,12 @@ def progress_summary(record: dict) -> dict:
         "error": (record["error"] or "").splitlines()[0] if record["error"] else None,
         "emergence_step": (record.get("emergence") or {}).get("step"),
     }
+
+
+def busy_row(run_id: str, error: BaseException) -> dict:
+    """What a sweep reports of a run another process holds (emergence_bench.run.RunBusy): not run
+    here, not failed; that process writes its row."""
+    return {"run_id": run_id, "status": "busy", "error": str(error), "emergence_step": None}
 
 
 def lost_summary(run_id: str, error: BaseException) -> dict:

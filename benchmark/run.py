@@ -11,6 +11,8 @@ record with every callback of the run (``RunFolder``); the Trainer is ``emergenc
 
 from __future__ import annotations
 
+import fcntl
+import os
 import shutil
 import time
 import traceback
@@ -32,7 +34,8 @@ from emergence_bench.model import SequenceModel
 from emergence_bench.module import Diverged, EmergenceModule
 from emergence_bench.mixers.init import WeightInit
 from emergence_bench.devices import accelerator_device, describe_device
-from emergence_bench.results import CONFIG_FILE, RESULT_FILE, SCHEMA_VERSION, TENSORBOARD_DIR, versions, write_json, write_text
+from emergence_bench.results import (CONFIG_FILE, FINISHED, LOCKS_DIR, RESULT_FILE, SCHEMA_VERSION, TENSORBOARD_DIR,
+                                     read_result, versions, write_json, write_text)
 from emergence_bench.trainer import build_trainer, quiet_lightning
 from emergence_bench.tasks.base import SyntheticTask
 from emergence_bench.threads import choose_threads, step_flops
@@ -88,17 +91,53 @@ def apply_threads(config: RunConfig, seeds: int = 1) -> int:
     return threads
 
 
+class RunBusy(RuntimeError):
+    """Another process holds this run: it is training it, or (for a sweep) finished it meanwhile."""
+
+
+class RunLock:
+    """An exclusive lock on one run of a results folder, ``out/.locks/<run_id>.lock`` (flock: the
+    kernel drops it when its process dies, so a killed sweep leaves no stale lock). Two sweeps or
+    runs on one folder never train the same run at once nor interleave its writes."""
+
+    def __init__(self, out: Path, run_id: str):
+        path = out / LOCKS_DIR / f"{run_id}.lock"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.file = open(path, "a+")
+        try:
+            fcntl.flock(self.file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            self.file.seek(0)
+            holder = self.file.read().strip() or "another process"
+            self.file.close()
+            raise RunBusy(f"run {run_id} in {out} is being trained by {holder}") from None
+        self.file.seek(0)
+        self.file.truncate()
+        self.file.write(f"process {os.getpid()} since {time.strftime('%H:%M:%S')}")
+        self.file.flush()
+
+    def release(self) -> None:
+        if not self.file.closed:
+            self.file.close()  # closing the file drops the lock
+
+
 class RunFolder:
     """``out/<run_id>/`` of one config and the result row written there.
 
-    Created empty (leftovers of an interrupted attempt are removed) with the resolved config;
-    ``finish`` completes the row and writes it, once.
+    Held under the run's lock (``RunLock``) from creation until the row is written. Created empty
+    (leftovers of an interrupted attempt are removed) with the resolved config; ``finish`` completes
+    the row and writes it, once. ``unfinished_only``: raise RunBusy when the run already has a
+    finished row (another sweep on this folder finished it since this one looked).
     """
 
-    def __init__(self, config: RunConfig, out: str | Path):
+    def __init__(self, config: RunConfig, out: str | Path, unfinished_only: bool = False):
         self.config = config
         self.run_id = config.run_id()
         self.path = Path(out) / self.run_id
+        self.lock = RunLock(Path(out), self.run_id)
+        if unfinished_only and (read_result(self.path) or {}).get("status") in FINISHED:
+            self.lock.release()
+            raise RunBusy(f"run {self.run_id} in {out} was finished by another process meanwhile")
         if self.path.exists():
             shutil.rmtree(self.path)
         self.path.mkdir(parents=True)
@@ -141,7 +180,10 @@ class RunFolder:
             self.record["device"] = describe_device(accelerator_device(self.config.trainer.accelerator) or module.device)
         self.record.update(self.recorder.columns(trainer, module))
         self.record.update(extra or {})
-        write_json(self.path / RESULT_FILE, self.record)
+        try:
+            write_json(self.path / RESULT_FILE, self.record)
+        finally:
+            self.lock.release()
         return self.record
 
 
@@ -150,17 +192,18 @@ def failure(error: BaseException) -> str:
     return f"{type(error).__name__}: {error}\n{traceback.format_exc()}"
 
 
-def run(config: dict | RunConfig, out: str | Path, progress: bool = False) -> dict:
+def run(config: dict | RunConfig, out: str | Path, progress: bool = False, unfinished_only: bool = False) -> dict:
     """Train one config and write its result row under ``out/<run_id>/``; returns the row.
 
     A NaN loss gives status ``diverged`` and any other error ``failed`` (with the traceback);
     an interrupt (Ctrl-C) raises KeyboardInterrupt and writes nothing, so a resumed sweep runs it again.
+    RunBusy when another process is training the run (or, with ``unfinished_only``, has finished it).
     """
     config = check(config)
     apply_threads(config)  # before the folder, which records it; a count above the cores raises here
     keep_freed_memory()
     quiet_lightning()
-    folder = RunFolder(config, out)
+    folder = RunFolder(config, out, unfinished_only)
     trainer = module = None
     status, error = "ok", None
     try:

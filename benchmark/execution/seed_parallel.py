@@ -64,8 +64,8 @@ from emergence_bench.model import SequenceModel
 from emergence_bench.module import (FINAL_LOSS_WINDOW, Diverged, EvalTally, adamw, check_finite,
                                     deliver_train_losses, eval_metrics, is_decayed, is_read_step, scored_rows,
                                     train_losses)
-from emergence_bench.results import RESULT_FILE, write_json
-from emergence_bench.run import RunFolder, apply_threads, build_model, build_task, check, failure, run
+from emergence_bench.results import RESULT_FILE, busy_row, write_json
+from emergence_bench.run import RunBusy, RunFolder, apply_threads, build_model, build_task, check, failure, run
 from emergence_bench.tasks.base import SyntheticTask, TrainStream, seeded_generator
 from emergence_bench.trainer import build_trainer, quiet_lightning
 
@@ -399,9 +399,9 @@ class SeedTrainer:
 class Seed:
     """One seed of a group: its run folder, task, model, callbacks, logger and views."""
 
-    def __init__(self, config: RunConfig, out: Path, note: dict):
+    def __init__(self, config: RunConfig, out: Path, note: dict, unfinished_only: bool = False):
         self.config, self.note = config, note
-        self.folder = RunFolder(config, out)
+        self.folder = RunFolder(config, out, unfinished_only)
         self.index = -1
         self.live = False
         self.task = self.model = self.view = self.trainer = None
@@ -563,7 +563,7 @@ PAYS = 1.1  # auto batches a group when its probe measures it at least this much
 
 
 def run_seed_parallel(configs: list[dict | RunConfig], out: str | Path, progress: bool = False,
-                      batching: str = "always") -> list[dict]:
+                      batching: str = "always", unfinished_only: bool = False) -> list[dict]:
     """Train the seeds of ``configs`` (identical but for ``seed``) together; returns their rows.
 
     Each seed's row is written to ``out/<run_id>/result.json`` with the run id and schema of
@@ -574,7 +574,9 @@ def run_seed_parallel(configs: list[dict | RunConfig], out: str | Path, progress
     speed-up is recorded either way (``"probe"``).
     A NaN loss ends only its seed (``diverged``); a callback error only its seed (``failed``); an
     error in the shared step fails every seed still training. Ctrl-C raises KeyboardInterrupt and
-    leaves unfinished seeds without a row, so a resumed sweep reruns them.
+    leaves unfinished seeds without a row, so a resumed sweep reruns them. A seed another process
+    holds (``RunBusy``, see emergence_bench.run.RunLock; with ``unfinished_only`` also one it has
+    finished) is left to it: its row here is ``busy_row``'s, written nowhere.
     """
     if batching not in BATCHING:
         raise ValueError(f"seed-parallel batching must be one of {', '.join(BATCHING)}, got {batching!r}")
@@ -593,7 +595,11 @@ def run_seed_parallel(configs: list[dict | RunConfig], out: str | Path, progress
     if not supported:
         rows = []
         for config in configs:
-            row = run(config, out, progress=progress)
+            try:
+                row = run(config, out, progress=progress, unfinished_only=unfinished_only)
+            except RunBusy as busy:
+                rows.append(busy_row(config.run_id(), busy))
+                continue
             row["seed_parallel"] = {"k": 1, "fallback": reason, **probe}
             write_json(Path(out) / row["run_id"] / RESULT_FILE, row)
             rows.append(row)
@@ -601,7 +607,12 @@ def run_seed_parallel(configs: list[dict | RunConfig], out: str | Path, progress
     apply_threads(configs[0], seeds=len(configs))  # the thread policy, sized for K models
     quiet_lightning()
     note = {"seed_parallel": {"k": len(configs), "group": [c.run_id() for c in configs], **probe}}
-    seeds = [Seed(c, Path(out), note) for c in configs]
+    seeds, busy = [], []
+    for config in configs:
+        try:
+            seeds.append(Seed(config, Path(out), note, unfinished_only))
+        except RunBusy as error:
+            busy.append(busy_row(config.run_id(), error))
     built = []
     for seed in seeds:
         try:
@@ -611,7 +622,7 @@ def run_seed_parallel(configs: list[dict | RunConfig], out: str | Path, progress
             seed.finish("failed", failure(error))
     if built:
         _train(built, configs[0], Path(out))
-    return [s.folder.record for s in seeds]
+    return [s.folder.record for s in seeds] + busy
 
 
 def _train(seeds: list[Seed], config: RunConfig, out: Path) -> None:

@@ -30,8 +30,8 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from emergence_bench.config import ConfigError, RunConfig, TrainerConfig, load_yaml, set_dotted
-from emergence_bench.results import FINISHED, lost_summary, progress_summary, read_result
+from emergence_bench.config import ConfigError, RunConfig, TrainerConfig, load_yaml, resolve, set_dotted
+from emergence_bench.results import FINISHED, busy_row, lost_summary, progress_summary, read_result
 from emergence_bench.threads import available_cpus, set_cpu_share
 
 PRESETS_DIR = Path(__file__).parents[1] / "presets"
@@ -241,16 +241,21 @@ def _stop_workers(pool: ProcessPoolExecutor) -> None:
 
 
 def _run_one(config: dict, out: str) -> dict:
-    from emergence_bench.run import run
+    """One run, unless another process (a second sweep on this folder) holds it or finished it."""
+    from emergence_bench.run import RunBusy, run
 
-    return progress_summary(run(config, out))
+    try:
+        return progress_summary(run(config, out, unfinished_only=True))
+    except RunBusy as busy:
+        return busy_row(resolve(config).run_id(), busy)
 
 
 def _run_group(configs: list[dict], out: str, batching: str = "auto") -> list[dict]:
     """Seeds of one config trained together (see emergence_bench.execution.seed_parallel)."""
     from emergence_bench.execution.seed_parallel import run_seed_parallel
 
-    return [progress_summary(record) for record in run_seed_parallel(configs, out, batching=batching)]
+    return [progress_summary(record) for record in
+            run_seed_parallel(configs, out, batching=batching, unfinished_only=True)]
 
 
 def seed_groups(pending: list, k: int) -> list[tuple[Path, list[RunConfig]]]:
@@ -277,7 +282,7 @@ class Progress:
     def __init__(self, name: str, total: int, skipped: int, stream=sys.stderr):
         self.name, self.total, self.stream = name, total, stream
         self.done = self.skipped = skipped
-        self.counts = {"ok": 0, "diverged": 0, "failed": 0}
+        self.counts = {"ok": 0, "diverged": 0, "failed": 0, "busy": 0}
         self.started = time.perf_counter()
 
     def update(self, summary: dict) -> None:
