@@ -1,4 +1,4 @@
-"""The `emergence-bench` command: list, run, sweep, leaderboard, report, speed, analyze.
+"""The `emergence-bench` command: list, run, sweep, leaderboard, rank, report, speed, analyze, check-mixer.
 
 Every config key can be given as a flag after the command, e.g.
 ``emergence-bench run --task.state_size 16 --mixer.n_heads 4 --trainer.max_steps 2000``.
@@ -9,12 +9,14 @@ from __future__ import annotations
 import argparse
 import inspect
 import sys
+import traceback
 import warnings
 from pathlib import Path
 
 from emergence_bench.analysis import analyze
 
-EXIT_BAD_INPUT = 2
+EXIT_BAD_INPUT = 2  # a mistake in what was asked: one line on stderr names it (see expected_errors)
+EXIT_BUG = 70  # sysexits' EX_SOFTWARE: an unexpected error, printed with its traceback
 
 
 def _overrides(extra: list[str]) -> dict:
@@ -49,6 +51,8 @@ def _threads(text: str):
 
 
 def _describe(reg) -> list[str]:
+    from emergence_bench.config import takes_kwargs
+
     lines = []
     for name in reg.names():
         cls = reg.get(name)
@@ -59,6 +63,8 @@ def _describe(reg) -> list[str]:
         lines.append(f"  {name}  ({'; '.join(facts)})")
         params = reg.parameters(name)
         shown = " ".join(f"{k}={'<required>' if v is inspect.Parameter.empty else v}" for k, v in params.items())
+        if takes_kwargs(cls):
+            shown = (shown + " **kwargs (passed through unchecked)").strip()
         lines.append(f"      {shown or '(no parameters)'}")
     for name, error in reg.broken.items():
         lines.append(f"  {name}  (plugin failed to import: {error})")
@@ -94,6 +100,7 @@ def cmd_run(args, extra) -> int:
         set_dotted(data, "trainer.threads", args.threads)
     config = check(data)
     choose_threads(config.trainer.threads, 0.0)  # a count above this machine's cores fails before anything runs
+    results_folder(args.out)
     if args.seed_parallel > 1:
         return _run_seeds(config, args)
     print(f"run {config.run_id()} → {Path(args.out) / config.run_id()}", file=sys.stderr)
@@ -146,6 +153,8 @@ def cmd_sweep(args, extra) -> int:
     sweep = load_sweep(args.sweep)
     if args.group:
         sweep.select([g.strip() for g in args.group.split(",") if g.strip()])
+    if args.mixers:
+        sweep.choose_mixers([m.strip() for m in args.mixers.split(",") if m.strip()])
     overrides = _overrides(extra)
     if args.threads is not None:
         overrides["trainer.threads"] = args.threads
@@ -159,7 +168,7 @@ def cmd_sweep(args, extra) -> int:
             print(f"{group}/{config.run_id()}" if group else config.run_id())
         print(f"{len(runs)} runs", file=sys.stderr)
         return 0
-    out = args.out or str(Path("runs") / sweep.name)
+    out = str(results_folder(args.out or Path("runs") / sweep.name))
     ray_options = {"address": args.address, "num_cpus": args.num_cpus, "num_gpus": args.num_gpus,
                    "max_retries": args.max_retries}
     try:
@@ -170,8 +179,9 @@ def cmd_sweep(args, extra) -> int:
               file=sys.stderr)
         return 130
     print(f"[{sweep.name}] finished: {counts['ok']} ok, {counts['diverged']} diverged, {counts['failed']} failed, "
-          f"{counts['skipped']} skipped (already done). Results in {out}; "
-          f"see `emergence-bench leaderboard {out}`", file=sys.stderr)
+          f"{counts['skipped']} skipped (already done)"
+          + (f", {counts['busy']} left to another process on this folder" if counts.get("busy") else "")
+          + f". Results in {out}; see `emergence-bench leaderboard {out}`", file=sys.stderr)
     return 1 if counts["failed"] else 0
 
 
@@ -181,10 +191,28 @@ def cmd_leaderboard(args, extra) -> int:
     if not Path(args.dir).is_dir():
         raise ValueError(f"no such results directory: {args.dir}")
     over = tuple(k.strip() for k in args.over.split(",") if k.strip())
-    table, markdown = leaderboard.write(args.dir, over, baseline=args.baseline)
+    table, markdown = leaderboard.write(args.dir, over, baseline=args.baseline, strict=args.strict)
     print(markdown, end="")
     print(f"\nwrote {Path(args.dir) / 'leaderboard.md'} and {Path(args.dir) / 'leaderboard.csv'} "
           f"({len(table)} rows)", file=sys.stderr)
+    return 0
+
+
+def cmd_rank(args, extra) -> int:
+    from emergence_bench.reporting import rank
+
+    if not Path(args.dir).is_dir():
+        raise ValueError(f"no such results directory: {args.dir}")
+    axes = {}
+    for spec in args.rung or []:
+        family, _, key = spec.partition("=")
+        if not family or not key:
+            raise ValueError(f"--rung takes FAMILY=KEY, e.g. linear_map=task.sparsity; got {spec!r}")
+        axes[family] = key if "." in key else f"task.{key}"
+    ranked, markdown = rank.write(args.dir, axes, strict=args.strict)
+    print(markdown, end="")
+    print(f"\nwrote {Path(args.dir) / 'rank.md'}, rank.csv and rank.json ({len(ranked['ranking'])} mixers, "
+          f"{len(ranked['cells'])} cells)", file=sys.stderr)
     return 0
 
 
@@ -195,7 +223,7 @@ def cmd_report(args, extra) -> int:
     if axes is not None and len(axes) != 2:
         raise ValueError(f"--axes takes two config keys, e.g. task.state_size,task.sparsity; got {args.axes!r}")
     over = tuple(k.strip() for k in args.over.split(",") if k.strip())
-    path = report.write(args.dir, args.out, axes=axes, maps=args.maps, over=over)
+    path = report.write(args.dir, args.out, axes=axes, maps=args.maps, over=over, strict=args.strict)
     print(f"report: {path}")
     return 0
 
@@ -208,6 +236,26 @@ def cmd_speed(args, extra) -> int:
     speed.main(args.out, lengths=lengths, repeats=args.repeats, quick=args.quick, steps=args.steps, seeds=seeds)
     print(f"wrote {args.out}", file=sys.stderr)
     return 0
+
+
+def cmd_check_mixer(args, extra) -> int:
+    """`check-mixer NAME [--mixer.KEY VALUE ...]`: the table of mixer_check's checks; 1 if one fails."""
+    from emergence_bench import mixer_check, registry
+    from emergence_bench.config import ConfigError
+
+    overrides = {}
+    for key, value in _overrides(extra).items():
+        if not key.startswith("mixer.") or key == "mixer.name":
+            raise ConfigError(f"check-mixer takes the mixer's name, then its keys as --mixer.KEY VALUE; got --{key}")
+        overrides[key[len("mixer."):]] = value
+    skip = [c.strip() for c in (args.skip or "").split(",") if c.strip()]
+    unknown = [c for c in skip if c not in mixer_check.check_names()]
+    if unknown:
+        raise ConfigError(f"--skip: no check named {', '.join(unknown)}; checks: {', '.join(mixer_check.check_names())}")
+    registry.mixers.get(args.name)  # an unknown name is bad input (exit 2, with the closest name), not a failed check
+    results = mixer_check.check_mixer(args.name, overrides, skip=skip)
+    print(mixer_check.render(args.name, results))
+    return 1 if any(r.failed for r in results) else 0
 
 
 def parser() -> argparse.ArgumentParser:
@@ -245,6 +293,8 @@ def parser() -> argparse.ArgumentParser:
                        help="train up to K seeds of the same config together (local executor)")
     sweep.add_argument("--batching", choices=("auto", "always"), default="auto", help=batching_help)
     sweep.add_argument("--group", help="run only these groups of the sweep (comma-separated)")
+    sweep.add_argument("--mixers", help="train exactly these mixers (comma-separated): the sweep's own settings "
+                                        "for the ones it has, defaults for others (e.g. a plugin)")
     sweep.add_argument("--scale", type=float, default=1.0,
                        help="multiply every run's max_steps and eval_every (e.g. 0.1 for a CPU-sized try)")
     sweep.add_argument("--dry-run", action="store_true", help="list the run ids and exit")
@@ -255,12 +305,19 @@ def parser() -> argparse.ArgumentParser:
                        help="comma-separated config keys to aggregate over (default: seed)")
     board.add_argument("--baseline", help="add ratio columns against the row with key=value, "
                                           "e.g. mixer=transformer or model.n_layers=1")
+    ranking = sub.add_parser("rank", help="rank the mixers under DIR: frontier and area per task family's ladder")
+    ranking.add_argument("dir")
+    ranking.add_argument("--rung", action="append", metavar="FAMILY=KEY",
+                         help="the ladder's task key of a family where several vary (repeatable)")
     rep = sub.add_parser("report", help="write one self-contained HTML report of the results under DIR")
     rep.add_argument("dir")
     rep.add_argument("--out", help="HTML file to write (default: DIR/report.html)")
     rep.add_argument("--axes", help="two config keys for the heatmap, e.g. task.state_size,task.sparsity")
     rep.add_argument("--maps", type=int, default=4, help="attention-map figures to include (default 4)")
     rep.add_argument("--over", default="seed", help="config keys to aggregate over (default: seed)")
+    for command in (board, ranking, rep):
+        command.add_argument("--strict", action="store_true",
+                             help="an unreadable result.json is an error (default: a warning naming it; it is left out)")
     analyze.add_parser(sub)
     speed = sub.add_parser("speed", help="speed ratios measured side by side on this machine")
     speed.add_argument("--out", default="speed.json", help="where to write the table as JSON")
@@ -269,25 +326,58 @@ def parser() -> argparse.ArgumentParser:
     speed.add_argument("--steps", type=int, default=100, help="timed training steps per suite measurement")
     speed.add_argument("--seeds", default="1,4,16", help="seed-parallel group sizes K (comma-separated)")
     speed.add_argument("--quick", action="store_true", help="a smoke run: one short length, one repeat")
+    check = sub.add_parser("check-mixer", allow_abbrev=False,
+                           help="is a mixer (e.g. your plugin) fit for the suite? a table of checks; "
+                                "its keys follow as --mixer.KEY VALUE")
+    check.add_argument("name", help="the registered mixer name")
+    check.add_argument("--skip", metavar="CHECKS", help="comma-separated checks not to run (e.g. learns,speed)")
     return p
 
 
 COMMANDS = {"list": cmd_list, "run": cmd_run, "sweep": cmd_sweep, "leaderboard": cmd_leaderboard,
-            "report": cmd_report, "speed": cmd_speed, "analyze": analyze.main}
+            "rank": cmd_rank, "report": cmd_report, "speed": cmd_speed, "analyze": analyze.main}
+COMMANDS["check-mixer"] = cmd_check_mixer
 
 
 def main(argv: list[str] | None = None) -> int:
     warnings.filterwarnings("ignore", message=".*LeafSpec.*")
     args, extra = parser().parse_known_args(argv)
-    if extra and args.command in ("list", "leaderboard", "report", "speed"):
+    if extra and args.command in ("list", "leaderboard", "rank", "report", "speed"):
         parser().error(f"unrecognized arguments: {' '.join(extra)}")
-    from emergence_bench.registry import UnknownNameError
-
     try:
         return COMMANDS[args.command](args, extra)
-    except (ValueError, UnknownNameError) as error:  # ConfigError is a ValueError
-        print(f"error: {error}", file=sys.stderr)
+    except expected_errors() as error:
+        print(f"error: {' '.join(str(error).splitlines())}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    except Exception:  # a bug: keep everything needed to find it
+        traceback.print_exc()
+        print("error: this is a bug in emergence-bench, not in your input: please report it with the command "
+              "line and the traceback above", file=sys.stderr)
+        return EXIT_BUG
+
+
+def expected_errors() -> tuple[type[BaseException], ...]:
+    """The errors that are the user's input, not a bug: a bad config, file, folder or results
+    (ConfigError and UnreadableResult are ValueErrors, as are the tasks' and mixers' own checks of
+    their parameters), an unknown name, a run another process holds. Each is one line: what is wrong
+    and what would fix it. Anything else is unexpected and keeps its traceback."""
+    from emergence_bench.registry import UnknownNameError
+    from emergence_bench.run import RunBusy
+
+    return ValueError, UnknownNameError, RunBusy
+
+
+def results_folder(path: str | Path) -> Path:
+    """``path`` created (with its parents) for results; a path that cannot be is bad input."""
+    from emergence_bench.config import ConfigError
+
+    path = Path(path)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise ConfigError(f"cannot create the results folder {path}: {error.strerror or error} "
+                          f"(choose another --out)") from None
+    return path
 
 
 if __name__ == "__main__":

@@ -3,6 +3,8 @@
 A config is a nested dict (YAML) with the sections below; ``resolve`` validates every key (an unknown
 key is an error naming it), fills every default — including the task's, mixer's and callbacks'
 constructor defaults — and returns the fully resolved RunConfig that each run saves beside its result.
+A plugin whose constructor takes ``**kwargs`` gets the keys it does not name as given, with a warning
+that they are unchecked.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import difflib
 import hashlib
 import inspect
 import json
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -118,6 +121,24 @@ def _unknown_key(key: str, known) -> ConfigError:
     return ConfigError(f"unknown config key {key!r}{hint}; valid keys here: {', '.join(sorted(known))}")
 
 
+def _no_parameters(key: str, reg: registry.Registry, name: str) -> ConfigError:
+    """A key for a component whose constructor has no config keys at all (not even ``**kwargs``)."""
+    passed = ", ".join(sorted(registry.SKIPPED_PARAMETERS[reg.kind] - {"self"}))
+    suite = f" (its constructor takes only {passed}, which the suite passes itself)" if passed else ""
+    return ConfigError(f"unknown config key {key!r}: {reg.kind} {name!r} takes no parameters{suite}; "
+                       f"to make {key.rsplit('.', 1)[-1]!r} a config key, add it to the constructor's "
+                       f"keyword arguments")
+
+
+def takes_kwargs(cls: type) -> bool:
+    """Whether ``cls(...)`` takes ``**kwargs``: then config keys it does not name pass through to it."""
+    try:
+        parameters = inspect.signature(cls.__init__).parameters.values()
+    except (TypeError, ValueError):  # no signature to read
+        return False
+    return any(p.kind is p.VAR_KEYWORD for p in parameters)
+
+
 def _check_type(key: str, value, default):
     """Coerce ``value`` to the type of ``default`` where that is safe (int → float, list → tuple)."""
     if default is None or default is inspect.Parameter.empty or value is None:
@@ -146,13 +167,26 @@ def _resolve_named(section: str, data: Any, reg: registry.Registry, default_name
     if not isinstance(data, dict) or "name" not in data:
         raise ConfigError(f"{section} must be a mapping with a 'name' key, got {data!r}")
     params = reg.parameters(data["name"])
-    resolved = {"name": data["name"]}
+    # A constructor with **kwargs says it takes keys it does not name (a plugin wrapping another
+    # library's layer, say): those pass through to it, recorded in the resolved config (and the run
+    # id) as given, with a warning, since the suite can check neither their names nor their types.
+    open_ended = takes_kwargs(reg.get(data["name"]))
+    resolved, unchecked = {"name": data["name"]}, []
     for key, value in data.items():
         if key == "name":
             continue
-        if key not in params:
-            raise _unknown_key(f"{section}.{key}", params)
-        resolved[key] = _check_type(f"{section}.{key}", value, params[key])
+        if key not in params and open_ended:
+            resolved[key] = value
+            unchecked.append(f"{section}.{key}")
+        elif key not in params:
+            raise (_unknown_key(f"{section}.{key}", params) if params
+                   else _no_parameters(f"{section}.{key}", reg, data["name"]))
+        else:
+            resolved[key] = _check_type(f"{section}.{key}", value, params[key])
+    if unchecked:
+        warnings.warn(f"{', '.join(unchecked)} {'pass' if len(unchecked) > 1 else 'passes'} unchecked to "
+                      f"{reg.kind} {data['name']!r}, whose constructor takes **kwargs: neither the name nor "
+                      f"the type is checked, and defaults it does not name are not recorded", stacklevel=3)
     for key, default in params.items():
         if key not in resolved:
             if default is inspect.Parameter.empty:
@@ -227,8 +261,8 @@ def resolve(data: dict | RunConfig | None = None) -> RunConfig:
         if key not in top:
             raise _unknown_key(key, top)
     seed = data.get("seed", 0)
-    if not isinstance(seed, int) or isinstance(seed, bool):
-        raise ConfigError(f"seed must be an int, got {seed!r}")
+    if not isinstance(seed, int) or isinstance(seed, bool) or not 0 <= seed < 2**32:
+        raise ConfigError(f"seed must be a whole number in [0, 2**32) (numpy's seed range), got {seed!r}")
     config = RunConfig(
         seed=seed,
         task=_resolve_named("task", data.get("task", {}), registry.tasks, DEFAULT_TASK),
@@ -294,7 +328,34 @@ def set_dotted(data: dict, key: str, value) -> None:
             raise ConfigError(f"cannot set {key!r}: {part!r} is not a section")
         node[part] = child
         node = child
+    if leaf == "name" and len(parents) == 1 and parents[0] in RENAMED_SECTIONS:
+        _check_rename(parents[0], node, value)
     node[leaf] = value
+
+
+RENAMED_SECTIONS = {"task": registry.tasks, "mixer": registry.mixers}
+
+
+def _check_rename(section: str, node: dict, name) -> None:
+    """``--mixer.name X`` over a section that holds another mixer's keys (a config file's): name
+    the keys X does not take and whose they are, rather than a bare "unknown key" later."""
+    old, stale = node.get("name"), [k for k in node if k != "name"]
+    if not isinstance(old, str) or not isinstance(name, str) or old == name or not stale:
+        return
+    reg = RENAMED_SECTIONS[section]
+    try:
+        params = reg.parameters(name)
+        open_ended = takes_kwargs(reg.get(name))
+    except registry.UnknownNameError:
+        return  # resolve says so, with the closest known name
+    foreign = [f"{section}.{k}" for k in stale if k not in params]
+    if not foreign:  # the keys fit the new one too (e.g. n_heads, head_dim): they carry over
+        return
+    whose = "these keys belong" if len(foreign) > 1 else "this key belongs"
+    through = " (it takes **kwargs: they would pass to it unchecked)" if open_ended else ""
+    raise ConfigError(f"{section}.name {name!r} replaces {old!r}, but the {section} section still holds "
+                      f"{', '.join(foreign)}, which {name!r} does not take{through}: {whose} to {old!r}; "
+                      f"use --{section} '{{name: {name}}}' to replace the section")
 
 
 def parse_value(text: str):
@@ -312,7 +373,14 @@ def load_yaml(path: str | Path) -> dict:
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"config file not found: {path}")
-    data = yaml.safe_load(path.read_text()) or {}
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except yaml.YAMLError as error:
+        mark = getattr(error, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        raise ConfigError(f"{path} is not valid YAML{where}: {getattr(error, 'problem', None) or error}") from None
+    except (OSError, UnicodeDecodeError) as error:
+        raise ConfigError(f"cannot read {path}: {error}") from None
     if not isinstance(data, dict):
         raise ConfigError(f"{path} must hold a mapping, got {type(data).__name__}")
     return data

@@ -46,3 +46,19 @@ def test_a_resumed_sweep_sees_a_corrupt_result_as_unfinished(tmp_path, capsys):
     folder_with(tmp_path, {"truncated": BAD["truncated"]})
     assert read_result(tmp_path / "truncated") is None
     assert "counted as unfinished" in capsys.readouterr().err
+
+
+def test_written_files_follow_the_umask_like_any_other_file(tmp_path):
+    import os
+
+    from emergence_bench.results import write_json
+
+    previous = os.umask(0o022)
+    try:
+        write_json(tmp_path / "a" / "result.json", {"x": 1})
+        os.umask(0o077)
+        write_json(tmp_path / "private.json", {"x": 1})
+    finally:
+        os.umask(previous)
+    assert (tmp_path / "a" / "result.json").stat().st_mode & 0o777 == 0o644  # a colleague can read it
+    assert (tmp_path / "private.json").stat().st_mode & 0o777 == 0o600

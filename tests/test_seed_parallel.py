@@ -28,7 +28,7 @@ from emergence_bench.mixers.base import TokenMixer
 SMALL = {"transformer": {"n_heads": 2, "head_dim": 4}, "mamba": {"d_state": 4},
          "gated_deltanet": {"n_heads": 2, "head_dim": 4}, "rwkv7": {"head_dim": 4}}
 # These must batch on CPU; a regression that silently falls back to sequential fails here.
-BATCHED_ON_CPU = {"transformer", "mlp_mixer", "gated_deltanet", "rwkv7", "mamba"}
+BATCHED_ON_CPU = {"transformer", "mlp_mixer", "gated_deltanet", "rwkv7", "mamba", "mlstm", "lru"}
 MIXERS = [name for name in registry.mixers.names() if not name.startswith("test_")]
 
 # Thresholds a 20-step tiny run can cross, so plateau and emergence steps are not all censored.

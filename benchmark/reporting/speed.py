@@ -43,6 +43,8 @@ WIDTH_MATCHED = {
     "mamba": {},
     "gated_deltanet": {"n_heads": 4, "head_dim": 16},
     "rwkv7": {"head_dim": 16},
+    "mlstm": {},  # its defaults are width-matched already (4 heads over an inner width of 2 · d_model)
+    "lru": {},
 }
 
 

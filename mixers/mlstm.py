@@ -1,0 +1,249 @@
+"""mLSTM (Beck et al., 2024, "xLSTM: Extended Long Short-Term Memory"): an LSTM whose memory is a
+matrix, written with an exponential input gate and read with a query.
+
+Per head, with query q_t and key k_t [K], value v_t [V], input-gate pre-activation ĩ_t and forget gate
+f_t = σ(f̃_t) (``forget_gate: sigmoid``) or exp(f̃_t) (``exp``), the memory C_t [V, K], normaliser
+n_t [K] and output h_t [V] are::
+
+    C_t = f_t C_{t-1} + i_t v_t k_tᵀ            i_t = exp(ĩ_t)
+    n_t = f_t n_{t-1} + i_t k_t
+    h_t = C_t q̂_t / max(|n_tᵀ q̂_t|, 1)          q̂_t = q_t / √K
+
+and the block's output gate multiplies h_t afterwards. exp(ĩ) overflows for ĩ > 88 in float32, so every
+form carries the max-stabiliser m_t = max(log f_t + m_{t-1}, ĩ_t) and stores C and n scaled by
+exp(-m_t); the 1 of the normaliser then reads exp(-m_t). h_t does not depend on m (it cancels), except
+through ``eps``, a guard added to the stabilised denominator (as xLSTM and mlstm-kernels add it).
+
+The core op has two backends over the same tensors: mlstm-kernels' chunkwise Triton kernel
+(``triton_xl_chunk``) on CUDA, sigmoid forget gate only, and the pure-PyTorch ``mlstm_parallel``
+below (the stabilised quadratic form, as xLSTM trains). ``mlstm_recurrent`` is the step-by-step loop
+the tests check both against. mlstm-kernels ships under the NXAI Community License (not an OSI
+licence), so it is only ever an optional extra: the ``dev`` oracle and the ``kernels`` GPU path.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from emergence_bench.registry import register_mixer
+from emergence_bench.mixers.backend import KERNEL, REFERENCE, ENV, choose, requested
+from emergence_bench.mixers.base import MixerContext, TokenMixer
+from emergence_bench.mixers.init import WeightInit
+
+KERNEL_MODULE = "mlstm_kernels.torch.chunkwise.triton_xl_chunk"
+EPS = 1e-6  # the denominator guard of xLSTM's and mlstm-kernels' mLSTM
+FORGET_GATES = ("sigmoid", "exp")
+NORM_EPS = 1e-5  # the per-head LayerNorm on the cell output
+
+
+def mlstm_parallel(q, k, v, log_i, log_f, eps: float = EPS) -> torch.Tensor:
+    """The mLSTM over a whole sequence at once, in the stabilised parallel (quadratic) form.
+
+    q, k [B, T, H, K], v [B, T, H, V], log_i (= ĩ) and log_f (= log f) [B, T, H] -> h [B, T, H, V],
+    in v's dtype, computed in at least float32. Memory: a few [B, H, T, T] tensors.
+
+    Unrolling the recurrence from zero, h_t = Σ_{s≤t} w_ts (q̂_t·k_s) v_s / max(|Σ_s w_ts q̂_t·k_s|, 1)
+    with w_ts = exp(log f_{s+1} + … + log f_t + ĩ_s). Each row is stabilised by its largest log
+    weight m_t (the recurrent m_t), so every exp(log w_ts - m_t) is ≤ 1.
+    """
+    B, T, H, K = q.shape
+    out_dtype = v.dtype
+    dtype = torch.promote_types(q.dtype, torch.float32)
+    q, k, v = (x.to(dtype).transpose(1, 2) for x in (q, k, v))  # [B, H, T, *]
+    log_i, log_f = (x.to(dtype).transpose(1, 2) for x in (log_i, log_f))  # [B, H, T]
+    causal = torch.ones(T, T, dtype=torch.bool, device=q.device).tril()
+    # steps[t, s] = log f_t for t > s, so the cumulative sum down the rows is the segment sum
+    # Σ_{s<l≤t} log f_l: summed per segment, not a difference of two cumulative sums, which loses
+    # float32 precision once |Σ log f| is large.
+    steps = log_f[..., :, None].expand(B, H, T, T).masked_fill(~causal.tril(-1), 0)
+    log_w = (steps.cumsum(-2) + log_i[..., None, :]).masked_fill(~causal, float("-inf"))  # [B, H, T, T]
+    m = log_w.amax(-1, keepdim=True)  # [B, H, T, 1]: the diagonal is finite, so m is
+    scores = (q @ k.transpose(-1, -2)) * K ** -0.5 * (log_w - m).exp()  # [B, H, T, T]
+    normaliser = torch.maximum(scores.sum(-1, keepdim=True).abs(), (-m).exp()) + eps  # [B, H, T, 1]
+    h = (scores / normaliser) @ v  # [B, H, T, V]
+    return h.transpose(1, 2).to(out_dtype)
+
+
+def mlstm_recurrent(q, k, v, log_i, log_f, eps: float = EPS) -> torch.Tensor:
+    """The mLSTM one step at a time, straight from the equations (for tests). Shapes as
+    ``mlstm_parallel``; the stabiliser starts at m_0 = -inf (nothing stored yet), so m_t is the
+    parallel form's row maximum and even ``eps`` acts alike in both."""
+    B, T, H, K = q.shape
+    out_dtype = v.dtype
+    dtype = torch.promote_types(q.dtype, torch.float32)
+    q, k, v, log_i, log_f = (x.to(dtype) for x in (q, k, v, log_i, log_f))
+    C = q.new_zeros(B, H, v.shape[-1], K)  # exp(-m) · memory
+    n = q.new_zeros(B, H, K)  # exp(-m) · normaliser
+    m = q.new_full((B, H), float("-inf"))
+    outputs = []
+    for t in range(T):
+        m_new = torch.maximum(log_f[:, t] + m, log_i[:, t])  # [B, H]
+        f, i = (log_f[:, t] + m - m_new).exp(), (log_i[:, t] - m_new).exp()  # stabilised gates  [B, H]
+        k_t, v_t, q_t = k[:, t], v[:, t], q[:, t] * K ** -0.5  # [B, H, K|V]
+        C = f[..., None, None] * C + i[..., None, None] * v_t[..., :, None] * k_t[..., None, :]
+        n = f[..., None] * n + i[..., None] * k_t
+        denominator = torch.maximum((n * q_t).sum(-1).abs(), (-m_new).exp()) + eps  # [B, H]
+        outputs.append((C @ q_t[..., None]).squeeze(-1) / denominator[..., None])  # [B, H, V]
+        m = m_new
+    return torch.stack(outputs, dim=1).to(out_dtype)
+
+
+def _kernel_length(T: int) -> int:
+    """The sequence length mlstm-kernels' xl_chunk kernel takes: 16, 32 or 64, or a multiple of 128."""
+    if T > 64:
+        return -(-T // 128) * 128
+    return max(16, 1 << (T - 1).bit_length())
+
+
+def _kernel_width(d: int) -> int:
+    """A head size the kernel's tensor-core tiles take: a power of two, at least 16."""
+    return max(16, 1 << (d - 1).bit_length())
+
+
+def mlstm_kernel(q, k, v, i_pre, f_pre, eps: float = EPS) -> torch.Tensor:
+    """mlstm-kernels' chunkwise Triton kernel (CUDA only), for the sigmoid forget gate: it takes the
+    gate pre-activations ĩ and f̃ (applying logsigmoid to f̃ itself). Same contract as
+    ``mlstm_parallel`` otherwise: q, k [B, T, H, K], v [B, T, H, V], i_pre, f_pre [B, T, H] -> h
+    [B, T, H, V], computed in float32.
+
+    The kernel wants [B, H, T, *] with T a length of ``_kernel_length`` and head sizes of
+    ``_kernel_width``: T is zero-padded at the end (causal: steps after the last change no earlier
+    output) and K, V with zero features (q·k and the read-out are unchanged). The kernel scales q·k
+    by its own K_pad^-0.5, so q is first multiplied by (K_pad / K)^0.5 to give our K^-0.5.
+    """
+    from mlstm_kernels.torch.chunkwise.triton_xl_chunk import mlstm_chunkwise__xl_chunk
+
+    B, T, H, K = q.shape
+    V = v.shape[-1]
+    pad_t, pad_k, pad_v = _kernel_length(T) - T, _kernel_width(K) - K, _kernel_width(V) - V
+    q = q * math.sqrt((K + pad_k) / K)
+
+    def layout(x: torch.Tensor, pad_features: int) -> torch.Tensor:  # [B, T, H, d] -> [B, H, T', d']
+        return F.pad(x.float(), (0, pad_features, 0, 0, 0, pad_t)).transpose(1, 2).contiguous()
+
+    def gate(x: torch.Tensor) -> torch.Tensor:  # [B, T, H] -> [B, H, T']
+        return F.pad(x.float(), (0, 0, 0, pad_t)).transpose(1, 2).contiguous()
+
+    h = mlstm_chunkwise__xl_chunk(
+        q=layout(q, pad_k), k=layout(k, pad_k), v=layout(v, pad_v), i=gate(i_pre), f=gate(f_pre),
+        eps=eps, return_last_states=False, autocast_kernel_dtype=torch.float32,
+    )  # [B, H, T', V']
+    return h.transpose(1, 2)[:, :T, :, :V].to(v.dtype)
+
+
+def _headwise(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """A block-diagonal linear map: x [..., E] with weight [E/b, b, b] (blocks [out, in]) -> [..., E]."""
+    blocks = x.unflatten(-1, (weight.shape[0], weight.shape[2]))  # [..., E/b, b]
+    return torch.einsum("...ni,noi->...no", blocks, weight).flatten(-2)
+
+
+@register_mixer("mlstm")
+class MLSTM(TokenMixer):
+    """The mLSTM block of xLSTM (the paper's pre-up-projection mLSTM block) as a token mixer.
+
+    x [B, L, D] -up_proj-> x_m, z [B, L, E] (E = inner_dim = proj_factor·D)
+    x_m -causal depthwise conv (width conv_size) + SiLU-> x_c [B, L, E]
+    q, k = headwise(x_c), v = headwise(x_m) [B, L, E], block-diagonal with blocks of qkv_blocksize
+    ĩ, f̃ = linear(q ‖ k ‖ v) [B, L, H]
+    h = mLSTM(q, k, v, ĩ, f̃) [B, L, H, E/H] -per-head LayerNorm-> + skip ⊙ x_c -> ⊙ SiLU(z) (the
+    output gate) [B, L, E] -down_proj-> [B, L, D]
+
+    ``n_heads`` H heads of size E/H for q, k and v alike. Left out of the paper's block: the
+    pre-LayerNorm and the residual (SequenceModel's block has both) and dropout; the inner width is
+    not rounded up to a multiple of 64 as the official code does. The gates keep xLSTM's init (zero
+    weights, forget biases spread over [3, 6] across heads, input biases N(0, 0.1)), whatever
+    ``model.init`` names; the projections follow it (``init_weights``).
+    """
+
+    exposes_attention = False
+    backends = (REFERENCE, KERNEL)
+
+    def __init__(self, d_model: int, max_len: int, layer_idx: int, n_heads: int = 4, proj_factor: float = 2,
+                 conv_size: int = 4, qkv_blocksize: int = 4, forget_gate: str = "sigmoid"):
+        super().__init__(d_model, max_len, layer_idx)
+        if not (isinstance(n_heads, int) and n_heads >= 1):
+            raise ValueError(f"n_heads must be an integer ≥ 1, got {n_heads!r}")
+        inner = proj_factor * d_model if isinstance(proj_factor, (int, float)) else 0
+        if not (inner >= n_heads and inner == int(inner) and int(inner) % n_heads == 0):
+            raise ValueError(f"proj_factor must be > 0 with proj_factor·d_model a whole multiple of n_heads, "
+                             f"got proj_factor={proj_factor!r} (d_model={d_model}, n_heads={n_heads})")
+        E = int(inner)
+        if not (isinstance(qkv_blocksize, int) and qkv_blocksize >= 1 and E % qkv_blocksize == 0):
+            raise ValueError(f"qkv_blocksize must be an integer ≥ 1 that divides the inner width {E}, "
+                             f"got {qkv_blocksize!r}")
+        if not (isinstance(conv_size, int) and conv_size >= 1):
+            raise ValueError(f"conv_size must be an integer ≥ 1, got {conv_size!r}")
+        if forget_gate not in FORGET_GATES:
+            raise ValueError(f"forget_gate must be one of {', '.join(FORGET_GATES)}, got {forget_gate!r}")
+        self.n_heads, self.proj_factor, self.inner_dim, self.head_dim = n_heads, proj_factor, E, E // n_heads
+        self.conv_size, self.qkv_blocksize, self.forget_gate = conv_size, qkv_blocksize, forget_gate
+
+        self.up_proj = nn.Linear(d_model, 2 * E, bias=False)
+        self.conv1d = nn.Conv1d(E, E, conv_size, groups=E, bias=True)  # left-padded in forward: causal
+        blocks = (E // qkv_blocksize, qkv_blocksize, qkv_blocksize)
+        self.q_weight, self.k_weight, self.v_weight = (nn.Parameter(torch.empty(blocks)) for _ in range(3))
+        self.igate = nn.Linear(3 * E, n_heads)
+        self.fgate = nn.Linear(3 * E, n_heads)
+        self.out_norm_weight = nn.Parameter(torch.ones(E))
+        self.skip = nn.Parameter(torch.ones(E))  # the learnable skip from the conv branch
+        self.down_proj = nn.Linear(E, d_model, bias=False)
+        self.last_backend = REFERENCE
+        self.init_weights(WeightInit())
+        self.reset_gate_parameters()
+
+    def init_weights(self, init: WeightInit) -> None:
+        """The up/down projections and the block-diagonal q, k, v (fan-in: one block) follow the
+        model's named init; the conv keeps PyTorch's, the gates xLSTM's (``reset_gate_parameters``)."""
+        init.linear_(self.up_proj)
+        init.linear_(self.down_proj)
+        for weight in (self.q_weight, self.k_weight, self.v_weight):
+            init.matrix_(weight, self.qkv_blocksize)
+
+    @torch.no_grad()
+    def reset_gate_parameters(self) -> None:
+        """xLSTM's gate init: input-independent at first (zero weights). Forget biases evenly from 3
+        to 6 across heads, so σ(f̃) ∈ [0.95, 0.998]: memories of about 20 to 400 steps; under the exp
+        gate the same forget values (f̃ = log σ(·)). Input biases N(0, 0.1)."""
+        nn.init.zeros_(self.igate.weight)
+        nn.init.zeros_(self.fgate.weight)
+        nn.init.normal_(self.igate.bias, std=0.1)
+        bias = torch.linspace(3.0, 6.0, self.n_heads)
+        self.fgate.bias.copy_(bias if self.forget_gate == "sigmoid" else F.logsigmoid(bias))
+
+    @property
+    def backend(self) -> str:
+        """The backend the last forward ran on ("reference" before any forward)."""
+        return self.last_backend
+
+    def _choose_backend(self, x: torch.Tensor) -> str:
+        if self.forget_gate == "sigmoid":
+            return choose(x, KERNEL_MODULE)
+        if requested() == KERNEL:  # the kernel applies logsigmoid to f̃ itself: f > 1 is out of its reach
+            raise RuntimeError(f"{ENV}=kernel but mlstm-kernels has no exp forget gate (forget_gate=exp)")
+        return REFERENCE
+
+    def forward(self, x: torch.Tensor, ctx: MixerContext) -> torch.Tensor:
+        B, L, _ = x.shape
+        H, K = self.n_heads, self.head_dim
+        x_m, z = self.up_proj(x).chunk(2, dim=-1)  # [B, L, E] each
+        x_c = F.silu(self.conv1d(F.pad(x_m.transpose(1, 2), (self.conv_size - 1, 0))).transpose(1, 2))
+        q, k, v = _headwise(x_c, self.q_weight), _headwise(x_c, self.k_weight), _headwise(x_m, self.v_weight)
+        qkv = torch.cat([q, k, v], dim=-1)  # [B, L, 3E]: what the gates see
+        i_pre, f_pre = self.igate(qkv), self.fgate(qkv)  # [B, L, H]
+        q, k, v = (t.view(B, L, H, K) for t in (q, k, v))
+
+        self.last_backend = self._choose_backend(x)
+        if self.last_backend == KERNEL:
+            h = mlstm_kernel(q, k, v, i_pre, f_pre)
+        else:
+            log_f = F.logsigmoid(f_pre) if self.forget_gate == "sigmoid" else f_pre
+            h = mlstm_parallel(q, k, v, i_pre, log_f)  # [B, L, H, K]
+
+        # Per-head LayerNorm (xLSTM's MultiHeadLayerNorm, weight only), the skip, the output gate.
+        h = F.layer_norm(h, (K,), eps=NORM_EPS).reshape(B, L, H * K) * self.out_norm_weight
+        h = (h + self.skip * x_c) * F.silu(z)
+        return self.down_proj(h)

@@ -1,0 +1,370 @@
+"""mLSTM: the parallel reference against mlstm-kernels' native PyTorch functions and our step-by-step
+loop, the block's contract and suite features, and (on a GPU) the mlstm-kernels kernel against the
+reference."""
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import emergence_bench.mixers.mlstm  # noqa: F401  (registers "mlstm")
+from conftest import assert_causal, tiny_config
+from emergence_bench.execution.seed_parallel import seed_parallel_supported
+from emergence_bench.mixers.backend import ENV, importable
+from emergence_bench.mixers.base import MixerContext
+from emergence_bench.mixers.init import WeightInit
+from emergence_bench.mixers.mlstm import EPS, KERNEL_MODULE, MLSTM, mlstm_parallel, mlstm_recurrent
+from emergence_bench.model import SequenceModel
+from emergence_bench.reporting.speed import builtin_mixers, step_seconds
+from emergence_bench.run import run
+
+try:  # the oracle: NX-AI's mlstm-kernels (dev extra; NXAI Community License, so never a core dependency)
+    from mlstm_kernels.torch.parallel.native_stablef import mlstm_parallel__native_stablef_autograd
+    from mlstm_kernels.torch.recurrent.native_sequence import mlstm_recurrent_sequence__native_fw
+except ImportError:  # e.g. Python 3.10, where mlstm-kernels does not install
+    mlstm_parallel__native_stablef_autograd = mlstm_recurrent_sequence__native_fw = None
+needs_oracle = pytest.mark.skipif(mlstm_parallel__native_stablef_autograd is None,
+                                  reason="needs mlstm-kernels (the dev extra)")
+
+GRAD_NAMES = ("q", "k", "v", "i", "f")
+
+
+def core_inputs(B=2, T=29, H=3, K=8, V=6, dtype=torch.float32, seed=0):
+    """q, k [B, T, H, K], v [B, T, H, V] and the gate pre-activations ĩ, f̃ [B, T, H], as leaves.
+    ĩ spans about e^±9 and f̃ forget values from 0.1 to 0.9999, so the stabiliser matters."""
+    gen = torch.Generator().manual_seed(seed)
+    q, k = (torch.randn(B, T, H, K, generator=gen, dtype=dtype) for _ in range(2))
+    v = torch.randn(B, T, H, V, generator=gen, dtype=dtype)
+    i = 3 * torch.randn(B, T, H, generator=gen, dtype=dtype)
+    f = 2 + 2 * torch.randn(B, T, H, generator=gen, dtype=dtype)
+    return [x.requires_grad_() for x in (q, k, v, i, f)]
+
+
+def output_and_grads(fn, inputs, upstream):
+    """fn(q, k, v, i, f) -> h [B, T, H, V]; returns (h, the gradients of <h, upstream> w.r.t. inputs)."""
+    h = fn(*inputs)
+    return h.detach(), torch.autograd.grad((h * upstream).sum(), inputs)
+
+
+def assert_close_all(ours, theirs, atol, rtol):
+    (h1, grads1), (h2, grads2) = ours, theirs
+    torch.testing.assert_close(h1, h2, atol=atol, rtol=rtol)
+    for name, a, b in zip(GRAD_NAMES, grads1, grads2):
+        torch.testing.assert_close(a, b, atol=atol, rtol=rtol, msg=lambda m, n=name: f"grad {n}: {m}")
+
+
+def ours_sigmoid(core, eps=EPS):
+    """Our core op with the sigmoid forget gate, taking f̃ as mlstm-kernels does."""
+    return lambda q, k, v, i, f: core(q, k, v, i, F.logsigmoid(f), eps=eps)
+
+
+def heads_first(fn):
+    """mlstm-kernels' layout is [B, H, T, *]: wrap fn to take and return ours, [B, T, H, *]."""
+    return lambda *xs: fn(*(x.transpose(1, 2) for x in xs)).transpose(1, 2)
+
+
+def upstream_for(T, H=3, V=6, dtype=torch.float32):
+    return torch.randn(2, T, H, V, dtype=dtype, generator=torch.Generator().manual_seed(1))
+
+
+@needs_oracle
+@pytest.mark.parametrize("dtype, tol", [(torch.float32, 2e-5), (torch.float64, 1e-12)])
+@pytest.mark.parametrize("T", [1, 29, 64])
+def test_parallel_form_matches_mlstm_kernels_parallel_forward_and_gradients(T, dtype, tol):
+    inputs = core_inputs(T=T, dtype=dtype)
+    upstream = upstream_for(T, dtype=dtype)
+    oracle = heads_first(lambda q, k, v, i, f: mlstm_parallel__native_stablef_autograd(q, k, v, i, f, eps=EPS))
+    ours = output_and_grads(ours_sigmoid(mlstm_parallel), inputs, upstream)
+    assert_close_all(ours, output_and_grads(oracle, inputs, upstream), atol=tol, rtol=tol)
+
+
+@needs_oracle
+@pytest.mark.parametrize("T", [1, 17, 40])
+def test_parallel_form_matches_mlstm_kernels_recurrent_sequence(T):
+    """Their loop starts its stabiliser at m = 0, ours at the row maximum; h does not depend on m
+    except through eps, so with eps = 0 the two agree to float64 rounding."""
+    inputs = core_inputs(T=T, dtype=torch.float64)
+    upstream = upstream_for(T, dtype=torch.float64)
+
+    def oracle(q, k, v, i, f):
+        return mlstm_recurrent_sequence__native_fw(q, k, v, i, f, eps=0.0, dtype_state=torch.float64)
+
+    ours = output_and_grads(ours_sigmoid(mlstm_parallel, eps=0.0), inputs, upstream)
+    assert_close_all(ours, output_and_grads(heads_first(oracle), inputs, upstream), atol=1e-10, rtol=1e-10)
+
+
+@pytest.mark.parametrize("forget_gate", ["sigmoid", "exp"])
+@pytest.mark.parametrize("T", [1, 17, 40])
+def test_parallel_form_matches_step_by_step_in_float64(T, forget_gate):
+    """Both forget gates; the exp gate with f > 1 on some steps (a memory that grows)."""
+    inputs = core_inputs(T=T, dtype=torch.float64)
+    upstream = upstream_for(T, dtype=torch.float64)
+
+    def with_gate(core):
+        def fn(q, k, v, i, f):
+            log_f = F.logsigmoid(f) if forget_gate == "sigmoid" else 0.1 * f - 0.3
+            return core(q, k, v, i, log_f)
+        return fn
+
+    ours = output_and_grads(with_gate(mlstm_parallel), inputs, upstream)
+    assert_close_all(ours, output_and_grads(with_gate(mlstm_recurrent), inputs, upstream), atol=1e-10, rtol=1e-10)
+
+
+def test_stabiliser_keeps_overflowing_gates_exact_in_float32():
+    """ĩ near 150 (exp(ĩ) overflows float32 at 88) and an exp forget gate at e^1 per step over 120
+    steps (e^120 of growth): the float32 forward and gradients are finite and agree with float64."""
+    q, k, v, i, f = (x.detach() for x in core_inputs(T=120))
+    q, k = q.abs(), k.abs()  # q·k > 0: no row's normaliser near 0, whose conditioning is not at issue here
+    i = 150 + 20 * torch.randn(i.shape, generator=torch.Generator().manual_seed(2))
+    log_f = torch.ones_like(f)
+    inputs32 = [x.clone().requires_grad_() for x in (q, k, v, i, log_f)]
+    inputs64 = [x.double().requires_grad_() for x in (q, k, v, i, log_f)]
+    upstream = upstream_for(120)
+    h32, grads32 = output_and_grads(mlstm_parallel, inputs32, upstream)
+    h64, grads64 = output_and_grads(mlstm_recurrent, inputs64, upstream.double())
+    assert torch.isfinite(h32).all() and all(torch.isfinite(g).all() for g in grads32)
+    for name, a, b in zip(("h", *GRAD_NAMES), (h32, *grads32), (h64, *grads64)):
+        assert relative_error(a.double(), b) < 2e-5, name
+
+
+def test_normaliser_floor_is_one_and_output_keeps_input_dtype():
+    """A tiny input gate (e^-20) stores almost nothing, so |nᵀq̂| ≪ 1 and the normaliser is its
+    floor 1: h_t = Σ_s f_{s+1}⋯f_t i_s (q̂_t·k_s) v_s, the unstabilised sum, term by term. In
+    bfloat16 the output stays bfloat16."""
+    q, k, v, i, f = (x.detach().double() for x in core_inputs(T=9))
+    i, log_f = torch.full_like(i, -20.0), F.logsigmoid(f)
+    expected = torch.zeros(2, 9, 3, 6, dtype=torch.float64)
+    for t in range(9):
+        for s in range(t + 1):
+            weight = torch.exp(log_f[:, s + 1:t + 1].sum(1) + i[:, s])  # [B, H]
+            expected[:, t] += (weight * (q[:, t] * k[:, s]).sum(-1) / math.sqrt(8))[..., None] * v[:, s]
+    torch.testing.assert_close(mlstm_parallel(q, k, v, i, log_f, eps=0.0), expected, atol=0, rtol=1e-10)
+    assert mlstm_parallel(*(x.bfloat16() for x in (q, k, v, i, log_f))).dtype == torch.bfloat16
+
+
+@needs_oracle
+@pytest.mark.parametrize("T, K, V", [(5, 8, 6), (37, 16, 16), (100, 12, 20), (128, 32, 64)])
+def test_kernel_wrapper_gives_the_kernel_valid_shapes_and_our_numbers(monkeypatch, T, K, V):
+    """The GPU path's padding and q rescaling, on CPU: the Triton kernel is stood in for by
+    mlstm-kernels' native parallel function, which has the kernel's contract ([B, H, T, *], f̃ through
+    logsigmoid, q·k scaled by the padded K^-0.5), after checking the shapes the kernel accepts."""
+    import mlstm_kernels.torch.chunkwise.triton_xl_chunk as xl_chunk
+    from emergence_bench.mixers.mlstm import mlstm_kernel
+
+    seen = []
+
+    def stand_in(q, k, v, i, f, eps, return_last_states, autocast_kernel_dtype):
+        T_pad, K_pad, V_pad = q.shape[2], q.shape[3], v.shape[3]
+        assert T_pad in (16, 32, 64) or T_pad % 128 == 0
+        assert all(d >= 16 and d & (d - 1) == 0 for d in (K_pad, V_pad))
+        assert all(x.is_contiguous() and x.dtype == torch.float32 for x in (q, k, v, i, f))
+        seen.append((T_pad, K_pad, V_pad))
+        return mlstm_parallel__native_stablef_autograd(q, k, v, i, f, eps=eps)
+
+    monkeypatch.setattr(xl_chunk, "mlstm_chunkwise__xl_chunk", stand_in)
+    inputs = core_inputs(T=T, K=K, V=V, dtype=torch.float64)
+    upstream = upstream_for(T, V=V, dtype=torch.float64)
+    wrapped = output_and_grads(lambda *x: mlstm_kernel(*(t.float() for t in x), eps=0.0).double(), inputs, upstream)
+    assert len(seen) == 1 and seen[0][0] >= T
+    reference = output_and_grads(ours_sigmoid(mlstm_parallel, eps=0.0), inputs, upstream)
+    # The wrapper computes in float32 (as the kernel does): tensor-wise relative errors.
+    for name, a, b in zip(("h", *GRAD_NAMES), (wrapped[0], *wrapped[1]), (reference[0], *reference[1])):
+        assert relative_error(a, b) < 1e-4, name  # float32 rounding; a wrong pad or scale gives O(1)
+
+
+# ---- the mixer -------------------------------------------------------------------------------------
+
+def make(d_model=16, max_len=24, **hparams):
+    torch.manual_seed(0)
+    hparams = {"n_heads": 2, "qkv_blocksize": 4, **hparams}
+    return MLSTM(d_model=d_model, max_len=max_len, layer_idx=0, **hparams)
+
+
+def test_shapes_parameters_and_contract():
+    mixer = make(n_heads=4, proj_factor=1.5, qkv_blocksize=2, conv_size=3)  # E = 24, heads of 6
+    assert (mixer.inner_dim, mixer.head_dim) == (24, 6)
+    assert mixer(torch.randn(2, 24, 16), MixerContext()).shape == (2, 24, 16)
+    assert mixer(torch.randn(2, 5, 16), MixerContext()).shape == (2, 5, 16)
+    assert mixer.up_proj.weight.shape == (48, 16) and mixer.down_proj.weight.shape == (16, 24)
+    assert mixer.q_weight.shape == mixer.k_weight.shape == mixer.v_weight.shape == (12, 2, 2)
+    assert mixer.igate.weight.shape == mixer.fgate.weight.shape == (4, 72)
+    assert mixer.conv1d.weight.shape == (24, 1, 3)
+    assert mixer.out_norm_weight.shape == mixer.skip.shape == (24,)
+    assert not MLSTM.exposes_attention and MLSTM.backends == ("reference", "kernel")
+
+
+def test_defaults_are_the_paper_block_and_its_gate_init():
+    mixer = MLSTM(d_model=64, max_len=8, layer_idx=0)
+    assert (mixer.n_heads, mixer.inner_dim, mixer.head_dim, mixer.conv_size, mixer.qkv_blocksize) == (4, 128, 32, 4, 4)
+    assert mixer.forget_gate == "sigmoid"
+    assert mixer.igate.weight.abs().max() == 0 and mixer.fgate.weight.abs().max() == 0
+    torch.testing.assert_close(mixer.fgate.bias.detach(), torch.tensor([3.0, 4.0, 5.0, 6.0]))
+    assert mixer.igate.bias.abs().max() < 0.5
+    exp_gate = MLSTM(d_model=64, max_len=8, layer_idx=0, forget_gate="exp")  # the same initial forget values
+    torch.testing.assert_close(exp_gate.fgate.bias.exp(), torch.sigmoid(mixer.fgate.bias))
+
+
+@pytest.mark.parametrize("d_model, count", [(64, 30088), (128, 109320)])
+def test_parameter_counts_at_the_preset_widths(d_model, count):
+    mixer = MLSTM(d_model=d_model, max_len=8, layer_idx=0)
+    assert sum(p.numel() for p in mixer.parameters()) == count
+
+
+def test_model_init_reaches_the_projections_and_not_the_gates():
+    model = SequenceModel(2, 16, {"name": "mlstm"}, d_model=64, init=WeightInit("normal", std=0.02))
+    mixer = model.mixers[0]
+    for weight in (mixer.up_proj.weight, mixer.down_proj.weight, mixer.q_weight):
+        assert abs(weight.std().item() - 0.02) < 0.004
+    assert mixer.fgate.weight.abs().max() == 0 and mixer.fgate.bias[0] == 3.0
+
+
+@pytest.mark.parametrize("L, t", [(24, 0), (24, 9), (24, 23), (7, 3), (1, 0)])
+@pytest.mark.parametrize("forget_gate", ["sigmoid", "exp"])
+def test_causal(L, t, forget_gate):
+    mixer = make(forget_gate=forget_gate)
+    assert_causal(lambda x: mixer(x, MixerContext()), torch.randn(2, L, 16), t)
+
+
+@pytest.mark.parametrize("forget_gate", ["sigmoid", "exp"])
+def test_gradients_reach_every_parameter(forget_gate):
+    mixer = make(forget_gate=forget_gate)
+    mixer(torch.randn(3, 24, 16), MixerContext()).square().sum().backward()
+    for name, p in mixer.named_parameters():
+        assert p.grad is not None and p.grad.abs().sum() > 0, name
+
+
+@pytest.mark.parametrize("forget_gate", ["sigmoid", "exp"])
+def test_mixer_with_parallel_core_matches_mixer_with_step_by_step_core(monkeypatch, forget_gate):
+    """The whole block in float64, with trained-looking (non-zero) gate weights: swapping the
+    parallel core for the loop changes nothing, so the block feeds the recurrence what it says."""
+    mixer = make(forget_gate=forget_gate).double()
+    with torch.no_grad():
+        for gate in (mixer.igate, mixer.fgate):
+            gate.weight.normal_(0, 0.3)
+    x = torch.randn(2, 30, 16, dtype=torch.float64)
+    parallel = mixer(x, MixerContext())
+    monkeypatch.setattr(emergence_bench.mixers.mlstm, "mlstm_parallel", mlstm_recurrent)
+    torch.testing.assert_close(parallel, mixer(x, MixerContext()), atol=1e-12, rtol=1e-10)
+
+
+def test_backend_choice_on_cpu(monkeypatch):
+    x = torch.randn(1, 6, 16)
+    for forget_gate in ("sigmoid", "exp"):
+        mixer = make(forget_gate=forget_gate)
+        assert mixer.backend == "reference"  # before any forward
+        monkeypatch.delenv(ENV, raising=False)
+        mixer(x, MixerContext())
+        assert mixer.backend == "reference"  # auto falls back to the reference on CPU
+        monkeypatch.setenv(ENV, "kernel")
+        with pytest.raises(RuntimeError, match="kernel"):
+            mixer(x, MixerContext())
+        monkeypatch.setenv(ENV, "reference")
+
+
+@pytest.mark.parametrize("hparams, name", [
+    ({"n_heads": 0}, "n_heads"), ({"n_heads": 3}, "proj_factor"), ({"proj_factor": 0}, "proj_factor"),
+    ({"proj_factor": 1.03}, "proj_factor"), ({"qkv_blocksize": 5}, "qkv_blocksize"),
+    ({"qkv_blocksize": 0}, "qkv_blocksize"), ({"conv_size": 0}, "conv_size"), ({"forget_gate": "tanh"}, "forget_gate"),
+])
+def test_invalid_hparams_name_the_parameter(hparams, name):
+    with pytest.raises(ValueError, match=name):
+        make(**hparams)
+
+
+# ---- suite features -----------------------------------------------------------------------------
+
+SMALL = {"name": "mlstm", "n_heads": 2, "qkv_blocksize": 4}
+
+
+def test_trains_end_to_end_with_the_influence_probe(tmp_path, monkeypatch):
+    monkeypatch.delenv(ENV, raising=False)
+    config = tiny_config(mixer=SMALL, callbacks={"influence_probe": {"probe_size": 4}})
+    record = run(config, tmp_path)
+    assert record["status"] == "ok", record["error"]
+    assert SMALL.items() <= record["config"]["mixer"].items() and record["backend"] == "reference"
+    assert record["attention_probe"]["applicable"] is False  # no attention scores: n/a, not silence
+    influence = record["influence_probe"]["final_mass"]
+    assert len(influence) == 1 and 0 <= influence[0] <= 1
+
+
+@pytest.mark.parametrize("forget_gate", ["sigmoid", "exp"])
+def test_seed_parallel_batches_it(forget_gate):
+    supported, reason = seed_parallel_supported(tiny_config(mixer={**SMALL, "forget_gate": forget_gate}))
+    assert supported, reason
+
+
+def test_it_is_in_the_speed_table():
+    assert "mlstm" in builtin_mixers()
+    assert step_seconds({"name": "mlstm"}, length=16, batch=2, d_model=64, device="cpu", repeats=1) > 0
+
+
+# ---- GPU: the mlstm-kernels kernel against the reference -------------------------------------------
+
+# The kernel's tl.dot may run float32 in TF32 (10-bit mantissa): compare relative errors per tensor.
+GPU_REL_TOL = 1e-2
+needs_kernel = pytest.mark.skipif(not torch.cuda.is_available() or not importable(KERNEL_MODULE),
+                                  reason="needs CUDA and mlstm-kernels' Triton kernels")
+
+
+def relative_error(a: torch.Tensor, b: torch.Tensor) -> float:
+    return ((a - b).norm() / b.norm().clamp_min(1e-12)).item()
+
+
+@pytest.mark.gpu
+@needs_kernel
+@pytest.mark.parametrize("T, K, V", [(64, 16, 16), (37, 8, 6), (300, 32, 64)])
+def test_kernel_core_matches_reference_core(T, K, V):
+    """The core op with gradients; lengths and head sizes the kernel pads (37, 300; 8, 6) or not.
+    eps = 0: the kernel starts its stabiliser at m = 0, we at the row maximum, which changes only
+    how much eps weighs, and these gates (up to e^±9) would make that visible."""
+    from emergence_bench.mixers.mlstm import mlstm_kernel
+
+    inputs = [x.detach().cuda().requires_grad_() for x in core_inputs(T=T, H=4, K=K, V=V)]
+    upstream = upstream_for(T, H=4, V=V).cuda()
+    h_k, grads_k = output_and_grads(lambda *x: mlstm_kernel(*x, eps=0.0), inputs, upstream)
+    h_r, grads_r = output_and_grads(ours_sigmoid(mlstm_parallel, eps=0.0), inputs, upstream)
+    assert relative_error(h_k, h_r) < GPU_REL_TOL
+    for name, a, b in zip(GRAD_NAMES, grads_k, grads_r):
+        assert relative_error(a, b) < GPU_REL_TOL, name
+
+
+@pytest.mark.gpu
+@needs_kernel
+@pytest.mark.parametrize("d_model, n_heads, L", [(64, 4, 100), (128, 4, 256), (32, 2, 20)])
+def test_kernel_matches_reference_forward_and_gradients(monkeypatch, d_model, n_heads, L):
+    torch.manual_seed(0)
+    mixer = MLSTM(d_model=d_model, max_len=L, layer_idx=0, n_heads=n_heads).cuda()
+    with torch.no_grad():  # gates that depend on the input, as after training
+        for gate in (mixer.igate, mixer.fgate):
+            gate.weight.normal_(0, 0.05)
+    x = torch.randn(3, L, d_model, device="cuda")
+    upstream = torch.randn(3, L, d_model, device="cuda")
+
+    def forward_and_grads(backend):
+        monkeypatch.setenv(ENV, backend)
+        mixer.zero_grad()
+        x_leaf = x.clone().requires_grad_()
+        out = mixer(x_leaf, MixerContext())
+        assert mixer.backend == backend
+        (out * upstream).sum().backward()
+        return out.detach(), x_leaf.grad, {name: p.grad.clone() for name, p in mixer.named_parameters()}
+
+    out_k, dx_k, grads_k = forward_and_grads("kernel")
+    out_r, dx_r, grads_r = forward_and_grads("reference")
+    assert relative_error(out_k, out_r) < GPU_REL_TOL
+    assert relative_error(dx_k, dx_r) < GPU_REL_TOL
+    for name in grads_r:
+        assert relative_error(grads_k[name], grads_r[name]) < GPU_REL_TOL, name
+
+
+@pytest.mark.gpu
+@needs_kernel
+def test_exp_forget_gate_stays_on_the_reference_on_cuda(monkeypatch):
+    mixer = MLSTM(d_model=32, max_len=16, layer_idx=0, forget_gate="exp").cuda()
+    monkeypatch.delenv(ENV, raising=False)
+    mixer(torch.randn(2, 16, 32, device="cuda"), MixerContext())
+    assert mixer.backend == "reference"
+    monkeypatch.setenv(ENV, "kernel")
+    with pytest.raises(RuntimeError, match="exp forget gate"):
+        mixer(torch.randn(2, 16, 32, device="cuda"), MixerContext())
