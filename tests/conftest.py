@@ -90,3 +90,18 @@ class Broken(TokenMixer):
 @pytest.fixture(autouse=True)
 def _threads():
     torch.set_num_threads(1)
+
+
+def output_and_grads(fn, inputs, upstream):
+    """fn(*inputs) -> out; returns (out, the gradients of <out, upstream> w.r.t. each input): what an
+    oracle comparison holds two implementations to."""
+    out = fn(*inputs)
+    return out.detach(), torch.autograd.grad((out * upstream).sum(), inputs)
+
+
+def assert_outputs_and_grads_close(ours, theirs, names, atol, rtol):
+    """Two ``output_and_grads`` results agree: the outputs, then each input's gradient (named)."""
+    (out1, grads1), (out2, grads2) = ours, theirs
+    torch.testing.assert_close(out1, out2, atol=atol, rtol=rtol)
+    for name, a, b in zip(names, grads1, grads2):
+        torch.testing.assert_close(a, b, atol=atol, rtol=rtol, msg=lambda m, n=name: f"grad {n}: {m}")

@@ -9,7 +9,7 @@ import torch
 
 import emergence_bench.mixers.gated_deltanet  # noqa: F401  (registers "gated_deltanet" before the lead imports it)
 from emergence_bench.run import run
-from conftest import assert_causal, tiny_config
+from conftest import assert_causal, assert_outputs_and_grads_close, output_and_grads, tiny_config
 from emergence_bench.mixers.backend import ENV, importable
 from emergence_bench.mixers.base import MixerContext
 from emergence_bench.mixers.gated_deltanet import (
@@ -38,17 +38,8 @@ def core_inputs(B=2, T=37, H=3, K=8, V=6, dtype=torch.float32, seed=0, strong_de
     return [x.requires_grad_() for x in (q, k, v, g, beta)]
 
 
-def output_and_grads(fn, inputs, upstream):
-    """fn(q, k, v, g, beta) -> o; returns (o, [d/dq, d/dk, d/dv, d/dg, d/dbeta] of <o, upstream>)."""
-    o = fn(*inputs)
-    return o.detach(), torch.autograd.grad((o * upstream).sum(), inputs)
-
-
 def assert_close_all(ours, theirs, atol, rtol):
-    (o1, grads1), (o2, grads2) = ours, theirs
-    torch.testing.assert_close(o1, o2, atol=atol, rtol=rtol)
-    for name, a, b in zip(GRAD_NAMES, grads1, grads2):
-        torch.testing.assert_close(a, b, atol=atol, rtol=rtol, msg=lambda m, n=name: f"grad {n}: {m}")
+    assert_outputs_and_grads_close(ours, theirs, GRAD_NAMES, atol, rtol)
 
 
 # float32 tolerances against fla's naive functions (which compute in float32 themselves): outputs

@@ -6,7 +6,9 @@ plugin author runs and what these tests assert cannot drift apart.
 
 import pytest
 
+from conftest import tiny_config
 from emergence_bench import mixer_check, registry
+from emergence_bench.run import run
 
 D, L = 16, 12
 # Small hyper-parameters per mixer so the contract runs fast; unknown mixers use their defaults.
@@ -48,3 +50,14 @@ def test_mixer_meets_the_contract(name, check):
 def test_a_short_run_learns_a_one_sparse_map(name):
     result = mixer_check.check_learns(subject(name))
     assert result.status == mixer_check.PASS, result.detail
+
+
+@pytest.mark.parametrize("name", [m for m in MIXERS if not getattr(registry.mixers.get(m.split(":")[0]),
+                                                                  "exposes_attention", False)])
+def test_a_mixer_without_attention_is_measured_by_the_influence_probe(name, tmp_path):
+    mixer = {"name": name.split(":")[0], **SMALL.get(name, {})}
+    record = run(tiny_config(mixer=mixer, callbacks={"influence_probe": {"probe_size": 4}}), tmp_path)
+    assert record["status"] == "ok", record["error"]
+    assert record["attention_probe"]["applicable"] is False  # no attention scores: n/a, not silence
+    influence = record["influence_probe"]["final_mass"]
+    assert len(influence) == 1 and 0 <= influence[0] <= 1

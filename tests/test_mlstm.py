@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 
 import emergence_bench.mixers.mlstm  # noqa: F401  (registers "mlstm")
-from conftest import assert_causal, tiny_config
+from conftest import assert_causal, assert_outputs_and_grads_close, output_and_grads, tiny_config
 from emergence_bench.execution.seed_parallel import seed_parallel_supported
 from emergence_bench.mixers.backend import ENV, importable
 from emergence_bench.mixers.base import MixerContext
@@ -41,17 +41,8 @@ def core_inputs(B=2, T=29, H=3, K=8, V=6, dtype=torch.float32, seed=0):
     return [x.requires_grad_() for x in (q, k, v, i, f)]
 
 
-def output_and_grads(fn, inputs, upstream):
-    """fn(q, k, v, i, f) -> h [B, T, H, V]; returns (h, the gradients of <h, upstream> w.r.t. inputs)."""
-    h = fn(*inputs)
-    return h.detach(), torch.autograd.grad((h * upstream).sum(), inputs)
-
-
 def assert_close_all(ours, theirs, atol, rtol):
-    (h1, grads1), (h2, grads2) = ours, theirs
-    torch.testing.assert_close(h1, h2, atol=atol, rtol=rtol)
-    for name, a, b in zip(GRAD_NAMES, grads1, grads2):
-        torch.testing.assert_close(a, b, atol=atol, rtol=rtol, msg=lambda m, n=name: f"grad {n}: {m}")
+    assert_outputs_and_grads_close(ours, theirs, GRAD_NAMES, atol, rtol)
 
 
 def ours_sigmoid(core, eps=EPS):
@@ -275,17 +266,6 @@ def test_invalid_hparams_name_the_parameter(hparams, name):
 # ---- suite features -----------------------------------------------------------------------------
 
 SMALL = {"name": "mlstm", "n_heads": 2, "qkv_blocksize": 4}
-
-
-def test_trains_end_to_end_with_the_influence_probe(tmp_path, monkeypatch):
-    monkeypatch.delenv(ENV, raising=False)
-    config = tiny_config(mixer=SMALL, callbacks={"influence_probe": {"probe_size": 4}})
-    record = run(config, tmp_path)
-    assert record["status"] == "ok", record["error"]
-    assert SMALL.items() <= record["config"]["mixer"].items() and record["backend"] == "reference"
-    assert record["attention_probe"]["applicable"] is False  # no attention scores: n/a, not silence
-    influence = record["influence_probe"]["final_mass"]
-    assert len(influence) == 1 and 0 <= influence[0] <= 1
 
 
 @pytest.mark.parametrize("forget_gate", ["sigmoid", "exp"])
