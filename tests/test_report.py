@@ -14,12 +14,14 @@ def test_report_from_a_small_sweep_has_every_figure(tmp_path):
     run(tiny_config(mixer={"name": "mlp_mixer"}), tmp_path)
     path = report.write(tmp_path)
     page = path.read_text()
-    for heading in ("Leaderboard", "Loss curves", "Emergence steps per mixer",
+    for heading in ("Leaderboard", "Loss curves", "Emergence step per seed",
+                    "Plateau and emergence against task.state_size", "Plateau and emergence against task.sparsity",
                     "Final eval loss over task.state_size × task.sparsity",
                     "Attention maps beside the ground truth"):
         assert heading in page, heading
     images = re.findall(r'src="data:image/png;base64,([^"]+)"', page)
-    assert len(images) == 3 + 4  # curves, emergence, heatmap, then the first 4 groups with attention maps
+    # curves, seeds' emergence, one per numeric axis, the heatmap, then the first 4 groups' attention maps
+    assert len(images) == 2 + 2 + 1 + 4
     for data in images:
         assert base64.b64decode(data).startswith(b"\x89PNG") and len(data) > 1000
     assert "<table>" in page and "mlp_mixer" in page
@@ -34,3 +36,31 @@ def test_report_command(tmp_path):
     assert bad.returncode == 2 and "--axes takes two config keys" in bad.stderr
     empty = cli("report", tmp_path / "nothing")
     assert empty.returncode == 2 and "no result.json" in empty.stderr
+
+
+def test_seed_scatter_keeps_settings_of_one_mixer_apart():
+    def row(sparsity, step):
+        return {"status": "ok", "emergence": {"step": step}, "timing": {"steps": 600},
+                "config": {"task": {"sparsity": sparsity}, "trainer": {"max_steps": 600}}}
+
+    groups = [("transformer · s=2", [row(2, 50), row(2, 80)]), ("transformer · s=3", [row(3, 200), row(3, None)])]
+    assert report.seed_columns(groups) == [("transformer · s=2", [50, 80], []),
+                                           ("transformer · s=3", [200], [600])]
+
+
+def test_metric_against_an_axis_has_one_line_per_mixer_and_censored_medians():
+    def row(mixer, state_size, seed, step):
+        return {"status": "ok", "seed": seed, "emergence": {"step": step}, "plateau": {"end_step": step},
+                "timing": {"steps": 1000},
+                "config": {"seed": seed, "task": {"name": "linear_map", "state_size": state_size},
+                           "mixer": {"name": mixer}, "trainer": {"max_steps": 1000}}}
+
+    records = ([row("transformer", s, i, 10 * s) for s in (4, 8, 16) for i in range(3)]
+               + [row("mamba", s, i, None if s == 16 else 50) for s in (4, 8, 16) for i in range(3)])
+    assert report.numeric_axes(records) == ["task.state_size"]
+    lines = report.axis_lines(records, "task.state_size")
+    assert set(lines) == {"name=transformer", "name=mamba"}
+    assert [p["emergence"]["median"] for p in lines["name=transformer"]] == [40, 80, 160]
+    assert lines["name=mamba"][2]["emergence"]["median"] is None  # censored: drawn at the budget
+    assert lines["name=mamba"][2]["emergence"]["budget"] == 1000
+    assert report.axis_figure(records, "task.state_size")  # a PNG

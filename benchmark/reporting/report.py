@@ -1,7 +1,8 @@
 """`emergence-bench report DIR`: one self-contained HTML file of a finished (or running) sweep.
 
 Sections: the leaderboard; mean train-loss curves per leaderboard row with the plateau shaded and each
-seed's emergence step marked; emergence steps per mixer (never-emerged runs drawn at their budget);
+seed's emergence step marked; the emergence step of each seed per leaderboard row (never-emerged
+seeds drawn at their budget);
 the ranking where the results hold a difficulty ladder (success and plateau vs rung per mixer); a
 heatmap of final eval loss over two sweep axes; attention maps beside the ground truth.
 Every figure is a PNG embedded in the page, so the file can be mailed or archived alone.
@@ -12,6 +13,7 @@ from __future__ import annotations
 import base64
 import html
 import io
+import json
 from pathlib import Path
 
 import matplotlib
@@ -22,7 +24,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 import torch  # noqa: E402
 
-from emergence_bench.config import ConfigError  # noqa: E402
+from emergence_bench.config import ConfigError, scientific  # noqa: E402
 from emergence_bench.reporting import leaderboard, rank  # noqa: E402
 from emergence_bench.results import MAPS_FILE, REPORT_FILE, RESULT_FILE, load_records, write_text  # noqa: E402
 
@@ -84,25 +86,107 @@ def loss_curves(groups: list[tuple[str, list[dict]]]) -> str | None:
     return _png(figure)
 
 
-def emergence_distribution(records: list[dict]) -> str | None:
-    """Emergence steps per mixer: dots for runs that emerged, crosses at the budget for the rest."""
-    measured = [r for r in records if r["status"] in ("ok", "diverged")]
-    if not measured:
+def seed_columns(groups: list[tuple[str, list[dict]]]) -> list[tuple[str, list[int], list[int]]]:
+    """Per leaderboard row with measured seeds: (label, emergence steps of the seeds that emerged,
+    budgets of the seeds that never did)."""
+    columns = []
+    for label, members in groups:
+        measured = [m for m in members if m["status"] in ("ok", "diverged")]
+        emerged = [m["emergence"]["step"] for m in measured if (m.get("emergence") or {}).get("step") is not None]
+        never = [(m.get("timing") or {}).get("steps") or m["config"]["trainer"]["max_steps"]
+                 for m in measured if (m.get("emergence") or {}).get("step") is None]
+        if measured:
+            columns.append((label, emerged, never))
+    return columns
+
+
+def seed_scatter(groups: list[tuple[str, list[dict]]]) -> str | None:
+    """Emergence step per seed, one column per leaderboard row, on a log axis: dots for seeds that
+    emerged, triangles at the budget for seeds that never did. Different seeds, different steps."""
+    columns = seed_columns(groups)
+    if not columns:
         return None
-    mixers = sorted({r["config"]["mixer"]["name"] for r in measured})
-    figure, ax = plt.subplots(figsize=(max(4, 1.6 * len(mixers)), 3.2))
+    figure, ax = plt.subplots(figsize=(max(4.0, 0.9 * len(columns) + 1.5), 3.6))
     rng = np.random.default_rng(0)
-    for i, mixer in enumerate(mixers):
-        runs = [r for r in measured if r["config"]["mixer"]["name"] == mixer]
-        emerged = [r["emergence"]["step"] for r in runs if r["emergence"]["step"] is not None]
-        never = [r["timing"]["steps"] for r in runs if r["emergence"]["step"] is None]
-        ax.scatter(i + rng.uniform(-0.15, 0.15, len(emerged)), emerged, color="C0", s=18,
-                   label="emerged" if i == 0 else None)
-        ax.scatter(i + rng.uniform(-0.15, 0.15, len(never)), never, color="C3", marker="x", s=18,
-                   label="never (at budget)" if i == 0 else None)
-    ax.set_xticks(range(len(mixers)), mixers)
-    ax.set_ylabel("emergence step")
+    for i, (_, emerged, never) in enumerate(columns):
+        ax.scatter(i + rng.uniform(-0.15, 0.15, len(emerged)), [max(1, s) for s in emerged], color="C0", s=20)
+        ax.scatter(i + rng.uniform(-0.15, 0.15, len(never)), never, color="C3", marker="^", s=28)
+    ax.scatter([], [], color="C0", s=20, label="emerged")
+    ax.scatter([], [], color="C3", marker="^", s=28, label="never (drawn at the budget)")
+    ax.set_yscale("log")
+    ax.set_xlim(-0.5, len(columns) - 0.5)
+    ax.set_xticks(range(len(columns)), [label for label, _, _ in columns], rotation=30, ha="right", fontsize=7)
+    ax.set_ylabel("emergence step (log)")
     ax.legend(fontsize=7)
+    figure.tight_layout()
+    return _png(figure)
+
+
+def numeric_axes(records: list[dict]) -> list[str]:
+    """The numeric config keys that vary among ``records`` (seed aside), in config order."""
+    flats = pd.DataFrame([leaderboard.flatten(scientific(r["config"])) for r in records])
+    return [k for k in flats.columns if k != "seed" and pd.api.types.is_numeric_dtype(flats[k])
+            and not pd.api.types.is_bool_dtype(flats[k]) and flats[k].nunique() > 1]
+
+
+def axis_lines(records: list[dict], axis: str) -> dict[str, list[dict]]:
+    """Per line (every other varying key's values, e.g. the mixer or the intervention), per value of
+    ``axis``: the Kaplan–Meier medians of the plateau end and the emergence step, with intervals and
+    the budget (a median not reached is None)."""
+    measured = [r for r in records if r["status"] in ("ok", "diverged")]
+    flats = [leaderboard.flatten(scientific(r["config"])) for r in measured]
+    keys = dict.fromkeys(k for f in flats for k in f)  # every key, in config order
+    others = [k for k in keys if k not in (axis, "seed")
+              and len({json.dumps(f.get(k), default=str) for f in flats}) > 1]
+    cells: dict[tuple, list[dict]] = {}
+    for record, flat in zip(measured, flats):
+        if flat.get(axis) is None:
+            continue
+        line = " ".join(f"{k.split('.')[-1]}={flat.get(k)}" for k in others) or "all runs"
+        cells.setdefault((line, flat[axis]), []).append(record)
+    lines: dict[str, list[dict]] = {}
+    for (line, value), members in sorted(cells.items(), key=lambda item: (item[0][0], item[0][1])):
+        lines.setdefault(line, []).append({"value": value, "seeds": len(members),
+                                           "plateau": leaderboard.km_time(members, "plateau", "end_step"),
+                                           "emergence": leaderboard.km_time(members, "emergence", "step")})
+    return lines
+
+
+def axis_figure(records: list[dict], axis: str) -> str | None:
+    """Median plateau end and median emergence (Kaplan–Meier, with 95% intervals) against ``axis``,
+    one line per setting of the other varying keys; a median not reached is an arrow at the budget.
+    The axes are log-scaled where the values span more than a decade."""
+    lines = axis_lines(records, axis)
+    if not lines or max(len(points) for points in lines.values()) < 2:
+        return None
+    figure, axes = plt.subplots(1, 2, figsize=(10, 3.6))
+    for ax, metric, title in zip(axes, ("plateau", "emergence"), ("median plateau end", "median emergence step")):
+        values = []
+        for i, (line, points) in enumerate(lines.items()):
+            x = np.array([p["value"] for p in points], dtype=float)
+            median = np.array([np.nan if p[metric]["median"] is None else p[metric]["median"] for p in points])
+            low = np.array([np.nan if p[metric]["low"] is None else p[metric]["low"] for p in points])
+            high = np.array([p[metric]["budget"] if p[metric]["high"] is None else p[metric]["high"] for p in points])
+            reached = ~np.isnan(median)
+            ax.errorbar(x[reached], median[reached], yerr=[median[reached] - np.where(np.isnan(low), median, low)[reached],
+                                                           high[reached] - median[reached]],
+                        marker="o", capsize=3, color=f"C{i % 10}", label=line)
+            budgets = np.array([p[metric]["budget"] for p in points], dtype=float)
+            ax.scatter(x[~reached], budgets[~reached], marker="^", s=60, color=f"C{i % 10}")
+            values += list(median[reached]) + list(budgets[~reached])
+        xs = sorted({p["value"] for points in lines.values() for p in points})
+        if min(xs) > 0 and max(xs) / min(xs) > 10:
+            ax.set_xscale("log")
+        if len(xs) <= 12:  # the values the sweep ran, not a continuum between them
+            ax.set_xticks(xs, [f"{x:g}" for x in xs])
+            ax.minorticks_off()
+        if values and min(values) > 0 and max(values) / min(values) > 10:
+            ax.set_yscale("log")
+        ax.set_xlabel(axis)
+        ax.set_ylabel(title)
+        ax.set_title(f"{title} (▲: not reached, at the budget)", fontsize=8)
+    axes[0].legend(fontsize=7)
+    figure.tight_layout()
     return _png(figure)
 
 
@@ -220,10 +304,18 @@ def write(root: str | Path, out: str | Path | None = None, axes: tuple[str, str]
         parts += ["<h2>Loss curves</h2><p>Mean train loss per group (grey: each seed); shaded: the plateau "
                   "up to the median plateau end; dashed: each seed's emergence step; dotted: the threshold.</p>",
                   _img(figure, "loss curves")]
-    figure = emergence_distribution(records)
+    figure = seed_scatter(groups)
     if figure:
-        parts += ["<h2>Emergence steps per mixer</h2>", _img(figure, "emergence steps")]
+        parts += ["<h2>Emergence step per seed</h2><p>One column per leaderboard row, one dot per seed (log axis); "
+                  "a triangle at the budget marks a seed that never emerged. The spread within a column is "
+                  "how much the step depends on the seed alone.</p>", _img(figure, "emergence steps per seed")]
     parts += ranking_section(records)
+    for axis in numeric_axes(records)[:3]:
+        figure = axis_figure(records, axis)
+        if figure:
+            parts += [f"<h2>Plateau and emergence against {html.escape(axis)}</h2><p>Kaplan–Meier medians over "
+                      "the seeds with 95% intervals, one line per setting of the other keys that vary; a triangle "
+                      "at the budget where the median was not reached.</p>", _img(figure, f"metrics vs {axis}")]
     figure, used = heatmap(records, axes)
     if figure:
         parts += [f"<h2>Final eval loss over {html.escape(used[0])} × {html.escape(used[1])}</h2>",
