@@ -71,6 +71,12 @@ def test_ties_within_the_margin_and_a_clear_winner():
     clear = seeds("a", "mqar", 4, [10] * 20) + seeds("b", "mqar", 4, [10, 10] + [None] * 18)
     ranking = rank.build(clear)["ranking"]
     assert list(ranking["rank"]) == [1, 2] and ranking["tied_with"][1] is None
+    # A chain: b is within the margin of a, c of b, but not of a: c starts a rank of its own.
+    chain = (seeds("a", "mqar", 4, [10] * 12) + seeds("b", "mqar", 4, [10] * 9 + [None] * 3)
+             + seeds("c", "mqar", 4, [10] * 6 + [None] * 6))
+    ranking = rank.build(chain)["ranking"]
+    assert list(ranking["mixer"]) == ["a", "b", "c"]
+    assert list(ranking["rank"]) == [1, 1, 3] and list(ranking["tied_with"]) == [None, "a", None]
 
 
 def test_failed_runs_are_left_out_and_a_missing_rung_scores_zero():

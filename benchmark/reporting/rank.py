@@ -14,8 +14,9 @@ Per mixer and family:
   - area: the mean success rate over the ladder's rungs (the area under success vs rung, the rungs
     equally spaced and the area normalised to [0, 1]).
 Overall: the score is the mean area over families; mixers are ranked by it, and a mixer whose score
-is within the 95% margin of the one above it (a z-test on the difference, each cell's variance
-binomial with a Laplace-smoothed rate) shares that one's rank: a tie.
+is within the 95% margin of the best-ranked mixer of the tie group above it (a z-test on the
+difference, each cell's variance binomial with a Laplace-smoothed rate) shares that one's rank: a
+tie. (Against the group's leader, not the neighbour: chained ties could tie a whole ranking.)
 """
 
 from __future__ import annotations
@@ -153,16 +154,19 @@ def overall(scores: pd.DataFrame, cell_rows: pd.DataFrame) -> pd.DataFrame:
                      **{f"area:{f}": areas[f].area if f in areas else None for f in families},
                      **{f"frontier:{f}": areas[f].frontier if f in areas else None for f in families}})
     table = pd.DataFrame(rows).sort_values(["score", "mixer"], ascending=[False, True], ignore_index=True)
-    ranks, tied_with = [], []
+    # A tie is with the leader of the current tie group, not with the mixer just above: chained
+    # pairwise ties would let a whole ranking tie although its first and last differ clearly.
+    ranks, tied_with, leader = [], [], 0
     for i, row in enumerate(table.itertuples()):
-        if i and abs(table.score[i - 1] - row.score) <= Z * math.hypot(table.score_se[i - 1], row.score_se):
-            ranks.append(ranks[-1])
-            tied_with.append(table.mixer[i - 1])
+        if i and table.score[leader] - row.score <= Z * math.hypot(table.score_se[leader], row.score_se):
+            ranks.append(ranks[leader])
+            tied_with.append(table.mixer[leader])
         else:
+            leader = i
             ranks.append(i + 1)
             tied_with.append(None)
     table.insert(0, "rank", ranks)
-    table["tied_with"] = tied_with
+    table["tied_with"] = pd.Series(tied_with, dtype=object)
     return table
 
 
@@ -188,7 +192,7 @@ def to_markdown(ranking: pd.DataFrame, scores: pd.DataFrame, cell_rows: pd.DataF
     families = sorted(ladder)
     lines = ["## Ranking", "",
              "Score: the mean over task families of the area under success vs rung (0 to 1). "
-             "Equal ranks are ties (scores within the 95% margin of the one above).", "",
+             "Equal ranks are ties: scores within the 95% margin of that rank's first mixer.", "",
              "| rank | mixer | parameters | score ± se | " + " | ".join(f"{f} area" for f in families) + " |",
              "|---|---|---|---|" + "---|" * len(families)]
     for row in ranking.to_dict("records"):
