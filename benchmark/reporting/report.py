@@ -122,6 +122,9 @@ def seed_scatter(groups: list[tuple[str, list[dict]]]) -> str | None:
     return _png(figure)
 
 
+MAX_LINES = 10  # lines in one metric-vs-axis figure; more cannot be told apart
+
+
 def numeric_axes(records: list[dict]) -> list[str]:
     """The numeric config keys that vary among ``records`` (seed aside), in config order."""
     flats = pd.DataFrame([leaderboard.flatten(scientific(r["config"])) for r in records])
@@ -133,16 +136,15 @@ def axis_lines(records: list[dict], axis: str) -> dict[str, list[dict]]:
     """Per line (every other varying key's values, e.g. the mixer or the intervention), per value of
     ``axis``: the Kaplan–Meier medians of the plateau end and the emergence step, with intervals and
     the budget (a median not reached is None)."""
-    measured = [r for r in records if r["status"] in ("ok", "diverged")]
-    flats = [leaderboard.flatten(scientific(r["config"])) for r in measured]
+    pairs = [(r, leaderboard.flatten(scientific(r["config"]))) for r in records if r["status"] in ("ok", "diverged")]
+    pairs = [(r, flat) for r, flat in pairs if flat.get(axis) is not None]  # runs of another family lack it
+    flats = [flat for _, flat in pairs]
     keys = dict.fromkeys(k for f in flats for k in f)  # every key, in config order
     others = [k for k in keys if k not in (axis, "seed")
               and len({json.dumps(f.get(k), default=str) for f in flats}) > 1]
     cells: dict[tuple, list[dict]] = {}
-    for record, flat in zip(measured, flats):
-        if flat.get(axis) is None:
-            continue
-        line = " ".join(f"{k.split('.')[-1]}={flat.get(k)}" for k in others) or "all runs"
+    for record, flat in pairs:
+        line = " ".join(f"{k.split('.')[-1]}={flat[k]}" for k in others if flat.get(k) is not None) or "all runs"
         cells.setdefault((line, flat[axis]), []).append(record)
     lines: dict[str, list[dict]] = {}
     for (line, value), members in sorted(cells.items(), key=lambda item: (item[0][0], item[0][1])):
@@ -157,8 +159,8 @@ def axis_figure(records: list[dict], axis: str) -> str | None:
     one line per setting of the other varying keys; a median not reached is an arrow at the budget.
     The axes are log-scaled where the values span more than a decade."""
     lines = axis_lines(records, axis)
-    if not lines or max(len(points) for points in lines.values()) < 2:
-        return None
+    if not lines or max(len(points) for points in lines.values()) < 2 or len(lines) > MAX_LINES:
+        return None  # nothing to draw against, or too many lines to tell apart
     figure, axes = plt.subplots(1, 2, figsize=(10, 3.6))
     for ax, metric, title in zip(axes, ("plateau", "emergence"), ("median plateau end", "median emergence step")):
         values = []
