@@ -223,7 +223,9 @@ def cmd_report(args, extra) -> int:
     if axes is not None and len(axes) != 2:
         raise ValueError(f"--axes takes two config keys, e.g. task.state_size,task.sparsity; got {args.axes!r}")
     over = tuple(k.strip() for k in args.over.split(",") if k.strip())
-    path = report.write(args.dir, args.out, axes=axes, maps=args.maps, over=over, strict=args.strict)
+    figures = tuple(f.strip() for f in args.figures.split(",") if f.strip()) if args.figures else None
+    path = report.write(args.dir, args.out, axes=axes, maps=args.maps, over=over, strict=args.strict,
+                        figures=figures)
     print(f"report: {path}")
     return 0
 
@@ -315,6 +317,8 @@ def parser() -> argparse.ArgumentParser:
     rep.add_argument("--axes", help="two config keys for the heatmap, e.g. task.state_size,task.sparsity")
     rep.add_argument("--maps", type=int, default=4, help="attention-map figures to include (default 4)")
     rep.add_argument("--over", default="seed", help="config keys to aggregate over (default: seed)")
+    rep.add_argument("--figures", help="the figures to draw, comma-separated, of: curves, seeds, ranking, axes, "
+                                       "heatmap, maps (default: every one the results allow)")
     for command in (board, ranking, rep):
         command.add_argument("--strict", action="store_true",
                              help="an unreadable result.json is an error (default: a warning naming it; it is left out)")

@@ -127,16 +127,17 @@ def test_rank_command_prints_the_ranking_and_refuses_a_bad_rung(tmp_path, capsys
 
 
 def test_the_report_gets_a_ranking_section_only_for_a_ladder():
-    from emergence_bench.reporting.report import ranking_section
+    from emergence_bench.reporting.report import Page, ranking_section
 
-    parts = ranking_section(ladder_records())
-    assert parts[0] == "<h2>Ranking</h2>" and any(p.startswith("<img") for p in parts)
-    assert "<td>a</td>" in parts[2] and "<td>2 [&lt;first, 3]</td>" in parts[4]
+    page = Page()
+    assert ranking_section(ladder_records(), page)
+    assert page.sections[0][1] == "Ranking" and page.parts[-1].startswith("<img")
+    assert "<td>a</td>" in page.parts[1] and "<td>2 [&lt;first, 3]</td>" in page.parts[3]
     one_rung = seeds("a", "mqar", 4, [10, None]) + seeds("b", "mqar", 4, [10, 10])
-    assert ranking_section(one_rung) == []  # nothing to draw against
+    assert not ranking_section(one_rung, Page())  # nothing to draw against
     ambiguous = [row("a", "mqar", p, s, 10, axis="pairs", extra_task={"vocab_size": 16 * p}) for p in (4, 8)
                  for s in range(2)]
-    assert ranking_section(ambiguous) == []
+    assert not ranking_section(ambiguous, Page())
 
 
 # Ladder v1, frozen: a change here is a new ladder version (new presets), never an edit, so that

@@ -1,6 +1,8 @@
 import base64
 import re
 
+import pytest
+
 from emergence_bench.reporting import report
 from emergence_bench.run import run
 from conftest import cli, tiny_config
@@ -25,6 +27,17 @@ def test_report_from_a_small_sweep_has_every_figure(tmp_path):
     for data in images:
         assert base64.b64decode(data).startswith(b"\x89PNG") and len(data) > 1000
     assert "<table>" in page and "mlp_mixer" in page
+    # An index links every section; every figure is also a PNG and an SVG file beside the report.
+    anchors = re.findall(r'<h2 id="([^"]+)">', page)
+    assert len(anchors) == 7 and all(f'href="#{a}"' in page for a in anchors)
+    files = sorted(p.name for p in (tmp_path / "report_figures").iterdir())
+    assert len(files) == 2 * len(images) and {"loss-curves.png", "loss-curves.svg", "heatmap.svg"} <= set(files)
+    assert (tmp_path / "report_figures" / "heatmap.svg").read_text().lstrip().startswith("<?xml")
+    # --figures draws only the named ones, and refuses a name it does not know.
+    only = report.write(tmp_path, tmp_path / "only.html", figures=("seeds",)).read_text()
+    assert len(re.findall(r"<img ", only)) == 1 and "Emergence step per seed" in only
+    with pytest.raises(ValueError, match="no figure named curvs"):
+        report.write(tmp_path, figures=("curvs",))
 
 
 def test_report_command(tmp_path):

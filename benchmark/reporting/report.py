@@ -1,11 +1,12 @@
 """`emergence-bench report DIR`: one self-contained HTML file of a finished (or running) sweep.
 
-Sections: the leaderboard; mean train-loss curves per leaderboard row with the plateau shaded and each
-seed's emergence step marked; the emergence step of each seed per leaderboard row (never-emerged
-seeds drawn at their budget);
-the ranking where the results hold a difficulty ladder (success and plateau vs rung per mixer); a
-heatmap of final eval loss over two sweep axes; attention maps beside the ground truth.
-Every figure is a PNG embedded in the page, so the file can be mailed or archived alone.
+Sections, each listed in an index at the top and each figure with a line on how to read it: the
+leaderboard; mean train-loss curves per leaderboard row with the plateau shaded and each seed's
+emergence step marked; the emergence step of each seed per leaderboard row (never-emerged seeds drawn
+at their budget); the ranking where the results hold a difficulty ladder (success and plateau vs rung
+per mixer); plateau and emergence medians against each numeric sweep axis; a heatmap of final eval
+loss over two sweep axes; attention maps beside the ground truth. Every figure is a PNG embedded in
+the page, so the file can be mailed or archived alone, and is also written as PNG and SVG files.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import base64
 import html
 import io
 import json
+import re
 from pathlib import Path
 
 import matplotlib
@@ -26,18 +28,53 @@ import torch  # noqa: E402
 
 from emergence_bench.config import ConfigError, scientific  # noqa: E402
 from emergence_bench.reporting import leaderboard, rank  # noqa: E402
-from emergence_bench.results import MAPS_FILE, REPORT_FILE, RESULT_FILE, load_records, write_text  # noqa: E402
+from emergence_bench.results import MAPS_FILE, REPORT_FILE, RESULT_FILE, load_records, write_atomic, write_text  # noqa: E402
 
 
-def _png(figure) -> str:
-    buffer = io.BytesIO()
-    figure.savefig(buffer, format="png", dpi=90, bbox_inches="tight")
-    plt.close(figure)
-    return base64.b64encode(buffer.getvalue()).decode()
+# What `--figures` may choose, in the page's order.
+FIGURES = ("curves", "seeds", "ranking", "axes", "heatmap", "maps")
 
 
-def _img(png: str, alt: str) -> str:
-    return f'<img alt="{html.escape(alt)}" src="data:image/png;base64,{png}">'
+class Page:
+    """The report being written: its sections, each an <h2> the index at the top links to, and its
+    figures, each embedded in the page as a PNG and, with ``folder``, also written there as
+    ``<name>.png`` and ``<name>.svg`` to go straight into a paper."""
+
+    def __init__(self, folder: Path | None = None):
+        self.folder, self.parts, self.sections = folder, [], []
+
+    def add(self, *parts: str) -> None:
+        self.parts += parts
+
+    def section(self, title: str, caption: str | None = None) -> None:
+        """A section heading, with the one line that says what its figure shows and how to read it."""
+        anchor = f"section-{len(self.sections) + 1}"
+        self.sections.append((anchor, title))
+        self.parts.append(f'<h2 id="{anchor}">{html.escape(title)}</h2>' + (f"<p>{caption}</p>" if caption else ""))
+
+    def figure(self, figure, name: str, alt: str) -> None:
+        buffer = io.BytesIO()
+        figure.savefig(buffer, format="png", dpi=90, bbox_inches="tight")
+        if self.folder is not None:
+            write_atomic(self.folder / f"{name}.png", lambda f: f.write(buffer.getvalue()))
+            write_atomic(self.folder / f"{name}.svg", lambda f: figure.savefig(f, format="svg", bbox_inches="tight"))
+        plt.close(figure)
+        data = base64.b64encode(buffer.getvalue()).decode()
+        self.parts.append(f'<img alt="{html.escape(alt)}" src="data:image/png;base64,{data}">')
+
+    def html(self, title: str) -> str:
+        index = "".join(f'<li><a href="#{anchor}">{html.escape(t)}</a></li>' for anchor, t in self.sections)
+        return ("<!doctype html><html><head><meta charset='utf-8'><title>emergence-bench report</title>"
+                "<style>body{font-family:sans-serif;max-width:1200px;margin:2em auto}"
+                "table{border-collapse:collapse;font-size:12px}td,th{border:1px solid #ccc;padding:3px 6px}"
+                "img{max-width:100%;display:block;margin:1em 0}nav ul{columns:2}</style></head><body>"
+                f"<h1>{html.escape(title)}</h1>"
+                + (f"<nav><b>Contents</b><ul>{index}</ul></nav>" if index else "")
+                + "\n".join(self.parts) + "</body></html>")
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")[:80] or "figure"
 
 
 def _groups(records: list[dict], table: pd.DataFrame, over) -> list[tuple[str, list[dict]]]:
@@ -83,7 +120,7 @@ def loss_curves(groups: list[tuple[str, list[dict]]]) -> str | None:
         ax.legend(fontsize=7)
     for ax in list(axes.flat)[len(drawable):]:
         ax.axis("off")
-    return _png(figure)
+    return figure
 
 
 def seed_columns(groups: list[tuple[str, list[dict]]]) -> list[tuple[str, list[int], list[int]]]:
@@ -118,8 +155,7 @@ def seed_scatter(groups: list[tuple[str, list[dict]]]) -> str | None:
     ax.set_xticks(range(len(columns)), [label for label, _, _ in columns], rotation=30, ha="right", fontsize=7)
     ax.set_ylabel("emergence step (log)")
     ax.legend(fontsize=7)
-    figure.tight_layout()
-    return _png(figure)
+    return figure
 
 
 MAX_LINES = 10  # lines in one metric-vs-axis figure; more cannot be told apart
@@ -189,7 +225,7 @@ def axis_figure(records: list[dict], axis: str) -> str | None:
         ax.set_title(f"{title} (▲: not reached, at the budget)", fontsize=8)
     axes[0].legend(fontsize=7)
     figure.tight_layout()
-    return _png(figure)
+    return figure
 
 
 def heatmap(records: list[dict], axes: tuple[str, str] | None) -> tuple[str | None, tuple[str, str] | None]:
@@ -220,7 +256,7 @@ def heatmap(records: list[dict], axes: tuple[str, str] | None) -> tuple[str | No
         if not np.isnan(value):
             ax.text(j, i, f"{value:.2f}", ha="center", va="center", color="white", fontsize=7)
     figure.colorbar(image, ax=ax, label="final eval loss")
-    return _png(figure), axes
+    return figure, axes
 
 
 def ladder_figure(ranked: dict) -> str | None:
@@ -257,7 +293,7 @@ def ladder_figure(ranked: dict) -> str | None:
         bottom.set_ylabel("median plateau end (▲: not reached, at budget)")
     axes[0, 0].legend(fontsize=7)
     figure.tight_layout()
-    return _png(figure)
+    return figure
 
 
 def attention_maps(run_dir: Path, label: str) -> str | None:
@@ -284,13 +320,20 @@ def attention_maps(run_dir: Path, label: str) -> str | None:
             else:
                 ax.axis("off")
     figure.suptitle(f"{label} (step {saved['step']})", fontsize=8)
-    return _png(figure)
+    return figure
 
 
 def write(root: str | Path, out: str | Path | None = None, axes: tuple[str, str] | None = None,
-          maps: int = 4, over: tuple[str, ...] = ("seed",), strict: bool = False) -> Path:
-    """Write the report for every result under ``root``; returns the HTML file's path. ``strict``: an
-    unreadable result file is an error, not a warning (see results.load_records)."""
+          maps: int = 4, over: tuple[str, ...] = ("seed",), strict: bool = False,
+          figures: tuple[str, ...] | None = None) -> Path:
+    """Write the report for every result under ``root``; returns the HTML file's path. Its figures
+    also go to ``<report stem>_figures/`` beside it as PNG and SVG. ``figures``: those of FIGURES
+    to draw (default: every one the results allow). ``strict``: an unreadable result file is an
+    error, not a warning (see results.load_records)."""
+    chosen = FIGURES if figures is None else tuple(figures)
+    unknown = [f for f in chosen if f not in FIGURES]
+    if unknown:
+        raise ValueError(f"--figures: no figure named {', '.join(unknown)}; figures: {', '.join(FIGURES)}")
     root = Path(root)
     out = Path(out) if out else root / REPORT_FILE
     records = load_records(root, strict=strict)
@@ -298,66 +341,71 @@ def write(root: str | Path, out: str | Path | None = None, axes: tuple[str, str]
         raise ValueError(f"no {RESULT_FILE} under {root}")
     table = leaderboard.build(records, over, keep_keys=True)
     groups = _groups(records, table, over)
-    parts = [f"<h1>emergence-bench report: {html.escape(str(root))}</h1>",
-             f"<p>{len(records)} runs in {len(table)} groups.</p>",
-             "<h2>Leaderboard</h2>", _markdown_table_html(leaderboard.to_markdown(table.drop(columns="_key")))]
-    figure = loss_curves(groups)
+    page = Page(out.with_name(f"{out.stem}_figures"))
+    page.add(f"<p>{len(records)} runs in {len(table)} groups.</p>")
+    page.section("Leaderboard")
+    page.add(_markdown_table_html(leaderboard.to_markdown(table.drop(columns="_key"))))
+    figure = loss_curves(groups) if "curves" in chosen else None
     if figure:
-        parts += ["<h2>Loss curves</h2><p>Mean train loss per group (grey: each seed); shaded: the plateau "
-                  "up to the median plateau end; dashed: each seed's emergence step; dotted: the threshold.</p>",
-                  _img(figure, "loss curves")]
-    figure = seed_scatter(groups)
+        page.section("Loss curves", "Mean train loss per group (grey: each seed); shaded: the plateau up to the "
+                     "median plateau end; dashed: each seed's emergence step; dotted: the threshold.")
+        page.figure(figure, "loss-curves", "loss curves")
+    figure = seed_scatter(groups) if "seeds" in chosen else None
     if figure:
-        parts += ["<h2>Emergence step per seed</h2><p>One column per leaderboard row, one dot per seed (log axis); "
-                  "a triangle at the budget marks a seed that never emerged. The spread within a column is "
-                  "how much the step depends on the seed alone.</p>", _img(figure, "emergence steps per seed")]
-    parts += ranking_section(records)
-    for axis in numeric_axes(records)[:3]:
+        page.section("Emergence step per seed", "One column per leaderboard row, one dot per seed (log axis); a "
+                     "triangle at the budget marks a seed that never emerged. The spread within a column is how "
+                     "much the step depends on the seed alone.")
+        page.figure(figure, "emergence-per-seed", "emergence steps per seed")
+    if "ranking" in chosen:
+        ranking_section(records, page)
+    for axis in numeric_axes(records)[:3] if "axes" in chosen else []:
         figure = axis_figure(records, axis)
         if figure:
-            parts += [f"<h2>Plateau and emergence against {html.escape(axis)}</h2><p>Kaplan–Meier medians over "
-                      "the seeds with 95% intervals, one line per setting of the other keys that vary; a triangle "
-                      "at the budget where the median was not reached.</p>", _img(figure, f"metrics vs {axis}")]
-    figure, used = heatmap(records, axes)
+            page.section(f"Plateau and emergence against {axis}", "Kaplan–Meier medians over the seeds with 95% "
+                         "intervals, one line per setting of the other keys that vary; a triangle at the budget "
+                         "where the median was not reached.")
+            page.figure(figure, f"against-{_slug(axis)}", f"metrics vs {axis}")
+    figure, used = heatmap(records, axes) if "heatmap" in chosen else (None, None)
     if figure:
-        parts += [f"<h2>Final eval loss over {html.escape(used[0])} × {html.escape(used[1])}</h2>",
-                  _img(figure, "heatmap")]
+        page.section(f"Final eval loss over {used[0]} × {used[1]}", "The mean over seeds of each cell's final "
+                     "eval loss: darker is lower.")
+        page.figure(figure, "heatmap", "heatmap")
     shown = 0
-    for label, members in groups:
+    for label, members in groups if "maps" in chosen else []:
         if shown >= maps:
             break
         run_dir = _run_dir(root, members[0])
         figure = attention_maps(run_dir, f"{label}, seed {members[0]['seed']}") if run_dir else None
         if figure:
             if shown == 0:
-                parts.append("<h2>Attention maps beside the ground truth</h2>")
-            parts.append(_img(figure, f"attention {label}"))
+                page.section("Attention maps beside the ground truth", "Each group's last attention maps (one "
+                             "panel a head) next to the task's true sources.")
+            page.figure(figure, f"attention-{_slug(label)}", f"attention {label}")
             shown += 1
-    page = ("<!doctype html><html><head><meta charset='utf-8'><title>emergence-bench report</title>"
-            "<style>body{font-family:sans-serif;max-width:1200px;margin:2em auto}"
-            "table{border-collapse:collapse;font-size:12px}td,th{border:1px solid #ccc;padding:3px 6px}"
-            "img{max-width:100%;display:block;margin:1em 0}</style></head><body>"
-            + "\n".join(parts) + "</body></html>")
-    write_text(out, page)
+    write_text(out, page.html(f"emergence-bench report: {root}"))
     return out
 
 
-def ranking_section(records: list[dict]) -> list[str]:
-    """The ranking's tables and ladder figure, where the results hold a ladder (``rank``); else nothing."""
+def ranking_section(records: list[dict], page: Page) -> bool:
+    """The ranking's tables and ladder figure, where the results hold a ladder (``rank``); whether
+    there was one."""
     try:
         ranked = rank.build(records)
     except ConfigError:  # no single ladder per family: the sweep is not a ranking
-        return []
+        return False
     figure = ladder_figure(ranked)
     if figure is None or ranked["ranking"]["mixer"].nunique() < 2:
-        return []
+        if figure is not None:
+            plt.close(figure)
+        return False
     markdown = rank.to_markdown(ranked["ranking"], ranked["families"], ranked["cells"], ranked["ladders"])
     ranking, frontier = markdown.split("## ")[1:3]
-    return ["<h2>Ranking</h2>", f"<p>{html.escape(ranking.splitlines()[2])}</p>", _markdown_table_html(ranking),
-            "<h3>Frontier per task family</h3>", _markdown_table_html(frontier),
-            "<p>Top: success rate per rung with 95% Wilson intervals, one line per mixer. Bottom: the median "
-            "plateau end per rung on a log axis; a triangle at the budget where the median was not reached.</p>",
-            _img(figure, "success and plateau vs rung")]
+    page.section("Ranking", html.escape(ranking.splitlines()[2]))
+    page.add(_markdown_table_html(ranking), "<h3>Frontier per task family</h3>", _markdown_table_html(frontier),
+             "<p>Top: success rate per rung with 95% Wilson intervals, one line per mixer. Bottom: the median "
+             "plateau end per rung on a log axis; a triangle at the budget where the median was not reached.</p>")
+    page.figure(figure, "ranking", "success and plateau vs rung")
+    return True
 
 
 def _run_dir(root: Path, record: dict) -> Path | None:
