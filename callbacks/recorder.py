@@ -13,7 +13,8 @@ class Recorder(L.Callback):
     under its registered name (so a plugin callback adds columns without touching the core).
 
     Also keeps the curves a report draws: the train loss averaged over every ``curve_every`` steps,
-    and eval loss and accuracy at every eval.
+    eval loss and accuracy at every eval, and each output cell's eval loss at every eval (the
+    staircase: capabilities arriving one cell at a time).
     """
 
     def __init__(self, curve_every: int = 10):
@@ -23,6 +24,7 @@ class Recorder(L.Callback):
         self.eval_seconds = 0.0
         self.train_curve: list[list[float]] = []  # [step, mean train loss over the last curve_every]
         self.eval_curve: list[list[float]] = []  # [step, eval loss, eval accuracy]
+        self.cell_curve: list[list] = []  # [step, [eval loss per output cell]]
         self._window: list[float] = []
         self._mark = None
 
@@ -48,6 +50,7 @@ class Recorder(L.Callback):
         if not trainer.sanity_checking:
             e = pl_module.last_eval
             self.eval_curve.append([e.step, e.loss, e.accuracy])
+            self.cell_curve.append([e.step, [round(float(x), 4) for x in e.cell_loss]])
 
     def columns(self, trainer, module) -> dict:
         last_eval = getattr(module, "last_eval", None) if module is not None else None
@@ -68,7 +71,7 @@ class Recorder(L.Callback):
                 "final_train_full_sequence_loss": sum(recent_full) / len(recent_full) if recent_full else None,
                 "final_eval_full_sequence_loss": last_eval.full_sequence_loss if last_eval else None,
             },
-            "curves": {"train_loss": self.train_curve, "eval": self.eval_curve},
+            "curves": {"train_loss": self.train_curve, "eval": self.eval_curve, "eval_cells": self.cell_curve},
         }
         if module is not None and getattr(module, "task", None) is not None:
             columns["task_facts"] = task_facts(module.task)

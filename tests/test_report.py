@@ -16,20 +16,20 @@ def test_report_from_a_small_sweep_has_every_figure(tmp_path):
     run(tiny_config(mixer={"name": "mlp_mixer"}), tmp_path)
     path = report.write(tmp_path)
     page = path.read_text()
-    for heading in ("Leaderboard", "Loss curves", "Emergence step per seed",
+    for heading in ("Leaderboard", "Loss curves", "Per-cell eval loss (the staircase)", "Emergence step per seed",
                     "Plateau and emergence against task.state_size", "Plateau and emergence against task.sparsity",
                     "Final eval loss over task.state_size × task.sparsity",
                     "Attention maps beside the ground truth"):
         assert heading in page, heading
     images = re.findall(r'src="data:image/png;base64,([^"]+)"', page)
-    # curves, seeds' emergence, one per numeric axis, the heatmap, then the first 4 groups' attention maps
-    assert len(images) == 2 + 2 + 1 + 4
+    # curves, the staircase, seeds' emergence, one per numeric axis, the heatmap, the first 4 groups' maps
+    assert len(images) == 3 + 2 + 1 + 4
     for data in images:
         assert base64.b64decode(data).startswith(b"\x89PNG") and len(data) > 1000
     assert "<table>" in page and "mlp_mixer" in page
     # An index links every section; every figure is also a PNG and an SVG file beside the report.
     anchors = re.findall(r'<h2 id="([^"]+)">', page)
-    assert len(anchors) == 7 and all(f'href="#{a}"' in page for a in anchors)
+    assert len(anchors) == 8 and all(f'href="#{a}"' in page for a in anchors)
     files = sorted(p.name for p in (tmp_path / "report_figures").iterdir())
     assert len(files) == 2 * len(images) and {"loss-curves.png", "loss-curves.svg", "heatmap.svg"} <= set(files)
     assert (tmp_path / "report_figures" / "heatmap.svg").read_text().lstrip().startswith("<?xml")
@@ -77,3 +77,15 @@ def test_metric_against_an_axis_has_one_line_per_mixer_and_censored_medians():
     assert lines["name=mamba"][2]["emergence"]["median"] is None  # censored: drawn at the budget
     assert lines["name=mamba"][2]["emergence"]["budget"] == 1000
     assert report.axis_figure(records, "task.state_size")  # a PNG
+
+
+def test_the_staircase_shows_the_median_emergence_seed_and_needs_per_cell_curves():
+    def seed(i, step, cells=True):
+        return {"seed": i, "emergence": {"step": step, "per_position": [step, None]},
+                "curves": {"eval_cells": [[0, [0.7, 0.7]], [step or 10, [0.1, 0.6]]] if cells else []}}
+
+    members = [seed(0, 300), seed(1, 100), seed(2, None), seed(3, 200)]
+    assert report.staircase_seed(members)["seed"] == 3  # 100, 200, 300: the median is 200
+    assert report.staircase_seed([seed(0, None), seed(1, None)])["seed"] == 0
+    assert report.staircase_seed([seed(0, 50, cells=False)]) is None  # an older result: nothing to draw
+    assert report.staircase([("g", members)], limit=4) is not None

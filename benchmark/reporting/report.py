@@ -32,7 +32,7 @@ from emergence_bench.results import MAPS_FILE, REPORT_FILE, RESULT_FILE, load_re
 
 
 # What `--figures` may choose, in the page's order.
-FIGURES = ("curves", "seeds", "ranking", "axes", "heatmap", "maps")
+FIGURES = ("curves", "staircase", "seeds", "ranking", "axes", "heatmap", "maps")
 
 
 class Page:
@@ -155,6 +155,45 @@ def seed_scatter(groups: list[tuple[str, list[dict]]]) -> str | None:
     ax.set_xticks(range(len(columns)), [label for label, _, _ in columns], rotation=30, ha="right", fontsize=7)
     ax.set_ylabel("emergence step (log)")
     ax.legend(fontsize=7)
+    return figure
+
+
+def staircase_seed(members: list[dict]) -> dict | None:
+    """The seed a group's staircase shows: the one with the median emergence step among those that
+    emerged (the earlier of two middle ones), else the first; None when no seed kept per-cell curves."""
+    kept = [m for m in members if (m.get("curves") or {}).get("eval_cells")]
+    emerged = sorted((m for m in kept if (m.get("emergence") or {}).get("step") is not None),
+                     key=lambda m: m["emergence"]["step"])
+    return emerged[(len(emerged) - 1) // 2] if emerged else (kept[0] if kept else None)
+
+
+def staircase(groups: list[tuple[str, list[dict]]], limit: int) -> object | None:
+    """Per group (up to ``limit``): each output cell's eval loss over training for the group's
+    median-emergence seed, one line per cell, a dot where that cell emerged. Capabilities arriving
+    one cell at a time show as a staircase."""
+    shown = [(label, seed) for label, members in groups if (seed := staircase_seed(members)) is not None][:limit]
+    if not shown:
+        return None
+    columns = min(3, len(shown))
+    rows = (len(shown) + columns - 1) // columns
+    figure, axes = plt.subplots(rows, columns, figsize=(5 * columns, 3.2 * rows), squeeze=False)
+    for ax, (label, seed) in zip(axes.flat, shown):
+        steps = np.array([step for step, _ in seed["curves"]["eval_cells"]])
+        losses = np.array([cells for _, cells in seed["curves"]["eval_cells"]])  # [evals, cells]
+        cells = losses.shape[1]
+        emerged_at = (seed.get("emergence") or {}).get("per_position") or [None] * cells
+        colours = plt.cm.viridis(np.linspace(0, 0.9, cells))
+        for c in range(cells):
+            ax.plot(steps, losses[:, c], color=colours[c], linewidth=1)
+            at = emerged_at[c] if c < len(emerged_at) else None
+            if at is not None and at in steps:
+                ax.scatter([at], [losses[list(steps).index(at), c]], color=colours[c], s=16, zorder=3)
+        ax.set_title(f"{label}, seed {seed['seed']}", fontsize=8)
+        ax.set_xlabel("step")
+        ax.set_ylabel("eval loss per cell")
+    for ax in list(axes.flat)[len(shown):]:
+        ax.axis("off")
+    figure.tight_layout()
     return figure
 
 
@@ -350,6 +389,12 @@ def write(root: str | Path, out: str | Path | None = None, axes: tuple[str, str]
         page.section("Loss curves", "Mean train loss per group (grey: each seed); shaded: the plateau up to the "
                      "median plateau end; dashed: each seed's emergence step; dotted: the threshold.")
         page.figure(figure, "loss-curves", "loss curves")
+    figure = staircase(groups, limit=max(1, maps)) if "staircase" in chosen else None
+    if figure:
+        page.section("Per-cell eval loss (the staircase)", "Each output cell's eval loss over training, one "
+                     "line per cell, for each group's median-emergence seed; a dot where that cell emerged. Cells "
+                     "that drop one after another are capabilities arriving one at a time.")
+        page.figure(figure, "staircase", "per-cell eval loss")
     figure = seed_scatter(groups) if "seeds" in chosen else None
     if figure:
         page.section("Emergence step per seed", "One column per leaderboard row, one dot per seed (log axis); a "
