@@ -89,3 +89,18 @@ def test_the_staircase_shows_the_median_emergence_seed_and_needs_per_cell_curves
     assert report.staircase_seed([seed(0, None), seed(1, None)])["seed"] == 0
     assert report.staircase_seed([seed(0, 50, cells=False)]) is None  # an older result: nothing to draw
     assert report.staircase([("g", members)], limit=4) is not None
+
+
+def test_heads_and_ground_truth_share_one_colour_scale(tmp_path):
+    import torch
+
+    from emergence_bench.results import MAPS_FILE
+
+    truth = torch.tensor([[1, 0, 0], [1, 0, 0], [0, 1, 1]])
+    maps = [torch.tensor([[[0.9, 0.1, 0.0], [0.2, 0.3, 0.5], [0.1, 0.45, 0.45]]])]
+    torch.save({"layers": [0], "maps": maps, "ground_truth": truth, "step": 10}, tmp_path / MAPS_FILE)
+    figure = report.attention_maps(tmp_path, "g")
+    head, ground = (ax.images[0] for ax in figure.axes[:2])
+    assert head.get_cmap().name == ground.get_cmap().name and head.get_clim() == ground.get_clim() == (0.0, 1.0)
+    # The truth is drawn as the attention that follows it: row 2 spreads evenly over its two sources.
+    assert ground.get_array()[2].tolist() == [0.0, 0.5, 0.5]

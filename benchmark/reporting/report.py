@@ -335,14 +335,19 @@ def ladder_figure(ranked: dict) -> str | None:
     return figure
 
 
-def attention_maps(run_dir: Path, label: str) -> str | None:
-    """Each head's mean attention map (last eval) beside the ground truth, per probed layer."""
+def attention_maps(run_dir: Path, label: str):
+    """Each head's mean attention map (last eval) beside the ground truth, per probed layer, all on
+    one colour scale."""
     path = run_dir / MAPS_FILE
     if not path.is_file():
         return None
     saved = torch.load(path)
     layers, maps, truth = saved["layers"], saved["maps"], saved["ground_truth"]
     heads = max(m.shape[0] for m in maps)
+    # The ground truth drawn as the attention that would follow it exactly (each row spread evenly over
+    # its sources), on the heads' own colour scale: a head that found the pattern looks like it.
+    ideal = truth.float() / truth.float().sum(-1, keepdim=True).clamp_min(1)
+    scale = {"cmap": "magma", "vmin": 0.0, "vmax": max([float(ideal.max())] + [float(m.max()) for m in maps])}
     figure, axes = plt.subplots(len(layers), heads + 1, figsize=(1.6 * (heads + 1), 1.7 * len(layers)),
                                 squeeze=False)
     for row, (layer, probs) in enumerate(zip(layers, maps)):
@@ -351,10 +356,10 @@ def attention_maps(run_dir: Path, label: str) -> str | None:
             ax.set_xticks([])
             ax.set_yticks([])
             if head < probs.shape[0]:
-                ax.imshow(probs[head].numpy(), cmap="magma")
+                ax.imshow(probs[head].numpy(), **scale)
                 ax.set_title(f"L{layer} H{head}", fontsize=7)
             elif head == heads:
-                ax.imshow(truth.numpy(), cmap="Greys")
+                ax.imshow(ideal.numpy(), **scale)
                 ax.set_title("ground truth", fontsize=7)
             else:
                 ax.axis("off")
