@@ -318,7 +318,7 @@ def parser() -> argparse.ArgumentParser:
     rep.add_argument("--maps", type=int, default=4, help="attention-map figures to include (default 4)")
     rep.add_argument("--over", default="seed", help="config keys to aggregate over (default: seed)")
     rep.add_argument("--figures", help="the figures to draw, comma-separated, of: curves, staircase, seeds, ranking, axes, "
-                                       "heatmap, maps (default: every one the results allow)")
+                                       "heatmap, filmstrip, maps (default: every one the results allow)")
     for command in (board, ranking, rep):
         command.add_argument("--strict", action="store_true",
                              help="an unreadable result.json is an error (default: a warning naming it; it is left out)")

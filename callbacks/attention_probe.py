@@ -7,6 +7,7 @@ from pathlib import Path
 import lightning as L
 import torch
 
+from emergence_bench.callbacks.emergence import Emergence
 from emergence_bench.registry import register_callback
 from emergence_bench.results import MAPS_FILE, write_atomic
 from emergence_bench.mixers.base import MixerContext
@@ -27,6 +28,18 @@ def attention_stats(probs: torch.Tensor, pattern: torch.Tensor, keys: torch.Tens
     return entropy.float(), mass.float()
 
 
+MOMENTS = ("start", "pattern found", "emergence", "end")  # the filmstrip's frames, in order
+
+
+def _emerged(trainer, pl_module) -> bool:
+    """Whether this eval's accuracy reached τ of the run's emergence callback (False without one)."""
+    last = getattr(pl_module, "last_eval", None)
+    for callback in trainer.callbacks:
+        if isinstance(callback, Emergence) and last is not None:
+            return last.accuracy >= callback.threshold
+    return False
+
+
 @register_callback("attention_probe")
 class AttentionProbe(L.Callback):
     """At each eval, runs the model on ``probe_size`` eval sequences with attention captured and
@@ -35,7 +48,9 @@ class AttentionProbe(L.Callback):
     ``found_mass`` on the true sources. Logs TensorBoard scalars, and every ``image_every`` evals an
     image per layer: each head's mean attention map beside the ground truth. At the end of training
     it saves the last maps to ``<run dir>/attention_maps.pt`` ({"layers", "maps" [layer][H, L, L],
-    "ground_truth" [L, L], "step"}) for reports.
+    "ground_truth" [L, L], "step"}) for reports, and under "moments" the maps at four moments: the
+    start (before the first step), pattern found, emergence (the first eval whose accuracy reached the
+    emergence callback's τ, when one is configured) and the end ([{"moment", "step", "maps"}]).
     Mixers without attention scores are reported as not applicable.
     """
 
@@ -47,6 +62,7 @@ class AttentionProbe(L.Callback):
         self.history: list[dict] = []  # {step, entropy: [[per head] per layer], mass: [...]}
         self.not_applicable: str | None = None
         self._evals = 0
+        self._moments: dict[str, tuple[int, list]] = {}  # moment -> (step, maps [layer][H, L, L])
 
     def setup(self, trainer, pl_module, stage: str) -> None:
         mixers = pl_module.model.mixers
@@ -76,13 +92,24 @@ class AttentionProbe(L.Callback):
             mass.append(m.tolist())
         return entropy, mass, ctx.attention
 
+    def on_train_start(self, trainer, pl_module) -> None:
+        if not self.not_applicable:
+            self._moments.setdefault("start", (trainer.global_step, self._maps(self.measure(pl_module)[2])))
+
+    def _maps(self, attention: dict) -> list[torch.Tensor]:
+        return [attention[layer].mean(0).float().cpu() for layer in self.layers]
+
     def on_validation_end(self, trainer, pl_module) -> None:
         if trainer.sanity_checking or self.not_applicable:
             return
         entropy, mass, attention = self.measure(pl_module)
-        self._last_maps = [attention[layer].mean(0).float().cpu() for layer in self.layers]
+        self._last_maps = self._maps(attention)
         step = trainer.global_step
         self.history.append({"step": step, "entropy": entropy, "mass": mass})
+        if max(max(m) for m in mass) >= self.found_mass:
+            self._moments.setdefault("pattern found", (step, self._last_maps))
+        if _emerged(trainer, pl_module):
+            self._moments.setdefault("emergence", (step, self._last_maps))
         experiment = getattr(trainer.logger, "experiment", None)
         if experiment is not None and hasattr(experiment, "add_scalar"):
             for layer, e_heads, m_heads in zip(self.layers, entropy, mass):
@@ -98,8 +125,11 @@ class AttentionProbe(L.Callback):
         maps = getattr(self, "_last_maps", None)
         if maps is None or not trainer.default_root_dir:
             return
+        moments = {**self._moments, "end": (self.history[-1]["step"], maps)}
         saved = {"layers": self.layers, "maps": maps, "ground_truth": self.pattern.cpu(),
-                 "step": self.history[-1]["step"]}
+                 "step": self.history[-1]["step"],
+                 "moments": [{"moment": name, "step": moments[name][0], "maps": moments[name][1]}
+                             for name in MOMENTS if name in moments]}
         # atomic: a report never reads half a file
         write_atomic(Path(trainer.default_root_dir) / MAPS_FILE, lambda f: torch.save(saved, f))
 
@@ -131,7 +161,7 @@ class AttentionProbe(L.Callback):
                          min(min(e) for e in h["entropy"])] for h in self.history],
         }
 
-    def state_dict(self) -> dict:
+    def state_dict(self) -> dict:  # the saved maps are for the report only: a resumed run keeps its history
         return {"history": self.history, "evals": self._evals}
 
     def load_state_dict(self, state: dict) -> None:

@@ -51,3 +51,17 @@ def test_probe_in_a_run_reports_every_head_and_the_pattern_found_step(tmp_path):
     assert masses[[h[0] for h in probe["history"]].index(found)] >= 0.5
     assert all(m < 0.5 for step, m, _ in probe["history"] if step < found)
     assert any((tmp_path / record["run_id"] / "tensorboard").glob("events.out.tfevents.*"))
+
+
+def test_probe_saves_the_filmstrips_moments_in_order(tmp_path):
+    config = tiny_config(task={"name": "linear_map", "state_size": 4, "sparsity": 1, "batch_size": 64},
+                         trainer={"max_steps": 200, "eval_every": 20}, optim={"lr": 3e-3})
+    record = run(config, tmp_path)
+    saved = torch.load(tmp_path / record["run_id"] / "attention_maps.pt")
+    moments = {m["moment"]: m["step"] for m in saved["moments"]}
+    assert list(moments) == ["start", "pattern found", "emergence", "end"]  # learned well within 200 steps
+    assert moments["start"] == 0 and moments["end"] == 200
+    assert moments["pattern found"] == record["attention_probe"]["pattern_found_step"]
+    assert moments["emergence"] == record["emergence"]["step"]
+    first = saved["moments"][0]["maps"][0]
+    assert first.shape == saved["maps"][0].shape and not torch.equal(first, saved["maps"][0])  # it changed

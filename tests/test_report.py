@@ -19,17 +19,18 @@ def test_report_from_a_small_sweep_has_every_figure(tmp_path):
     for heading in ("Leaderboard", "Loss curves", "Per-cell eval loss (the staircase)", "Emergence step per seed",
                     "Plateau and emergence against task.state_size", "Plateau and emergence against task.sparsity",
                     "Final eval loss over task.state_size × task.sparsity",
-                    "Attention maps beside the ground truth"):
+                    "Attention over time", "Attention maps beside the ground truth"):
         assert heading in page, heading
     images = re.findall(r'src="data:image/png;base64,([^"]+)"', page)
-    # curves, the staircase, seeds' emergence, one per numeric axis, the heatmap, the first 4 groups' maps
-    assert len(images) == 3 + 2 + 1 + 4
+    # curves, the staircase, seeds' emergence, one per numeric axis, the heatmap, then the first 4 groups'
+    # filmstrips and their last maps
+    assert len(images) == 3 + 2 + 1 + 4 + 4
     for data in images:
         assert base64.b64decode(data).startswith(b"\x89PNG") and len(data) > 1000
     assert "<table>" in page and "mlp_mixer" in page
     # An index links every section; every figure is also a PNG and an SVG file beside the report.
     anchors = re.findall(r'<h2 id="([^"]+)">', page)
-    assert len(anchors) == 8 and all(f'href="#{a}"' in page for a in anchors)
+    assert len(anchors) == 9 and all(f'href="#{a}"' in page for a in anchors)
     files = sorted(p.name for p in (tmp_path / "report_figures").iterdir())
     assert len(files) == 2 * len(images) and {"loss-curves.png", "loss-curves.svg", "heatmap.svg"} <= set(files)
     assert (tmp_path / "report_figures" / "heatmap.svg").read_text().lstrip().startswith("<?xml")

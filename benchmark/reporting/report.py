@@ -32,7 +32,7 @@ from emergence_bench.results import MAPS_FILE, REPORT_FILE, RESULT_FILE, load_re
 
 
 # What `--figures` may choose, in the page's order.
-FIGURES = ("curves", "staircase", "seeds", "ranking", "axes", "heatmap", "maps")
+FIGURES = ("curves", "staircase", "seeds", "ranking", "axes", "heatmap", "filmstrip", "maps")
 
 
 class Page:
@@ -346,7 +346,7 @@ def attention_maps(run_dir: Path, label: str):
     heads = max(m.shape[0] for m in maps)
     # The ground truth drawn as the attention that would follow it exactly (each row spread evenly over
     # its sources), on the heads' own colour scale: a head that found the pattern looks like it.
-    ideal = truth.float() / truth.float().sum(-1, keepdim=True).clamp_min(1)
+    ideal = _ideal(truth)
     scale = {"cmap": "magma", "vmin": 0.0, "vmax": max([float(ideal.max())] + [float(m.max()) for m in maps])}
     figure, axes = plt.subplots(len(layers), heads + 1, figsize=(1.6 * (heads + 1), 1.7 * len(layers)),
                                 squeeze=False)
@@ -364,6 +364,37 @@ def attention_maps(run_dir: Path, label: str):
             else:
                 ax.axis("off")
     figure.suptitle(f"{label} (step {saved['step']})", fontsize=8)
+    return figure
+
+
+def _ideal(truth: torch.Tensor) -> torch.Tensor:
+    """The ground truth [L, L] drawn as the attention that would follow it exactly: each row spread
+    evenly over its sources."""
+    return truth.float() / truth.float().sum(-1, keepdim=True).clamp_min(1)
+
+
+def filmstrip(run_dir: Path, record: dict, label: str):
+    """The best head's map at the start, when the pattern was found, at emergence and at the end,
+    beside the ground truth, all on one colour scale; None without saved moments (an older run) or
+    without a best head (a mixer without attention scores)."""
+    path, best = run_dir / MAPS_FILE, (record.get("attention_probe") or {}).get("best_head")
+    if not path.is_file() or not best:
+        return None
+    saved = torch.load(path)
+    moments = saved.get("moments")
+    if not moments:
+        return None
+    index = saved["layers"].index(best["layer"])
+    frames = [(f"{m['moment']} (step {m['step']})", m["maps"][index][best["head"]]) for m in moments]
+    frames.append(("ground truth", _ideal(saved["ground_truth"])))
+    scale = {"cmap": "magma", "vmin": 0.0, "vmax": max(float(frame.max()) for _, frame in frames)}
+    figure, axes = plt.subplots(1, len(frames), figsize=(1.9 * len(frames), 2.2), squeeze=False)
+    for ax, (title, frame) in zip(axes[0], frames):
+        ax.imshow(frame.numpy(), **scale)
+        ax.set_title(title, fontsize=7)
+        ax.set_xticks([])
+        ax.set_yticks([])
+    figure.suptitle(f"{label}, seed {record['seed']}: layer {best['layer']} head {best['head']}", fontsize=8)
     return figure
 
 
@@ -420,6 +451,20 @@ def write(root: str | Path, out: str | Path | None = None, axes: tuple[str, str]
         page.section(f"Final eval loss over {used[0]} × {used[1]}", "The mean over seeds of each cell's final "
                      "eval loss: darker is lower.")
         page.figure(figure, "heatmap", "heatmap")
+    shown = 0
+    for label, members in groups if "filmstrip" in chosen else []:
+        if shown >= maps:
+            break
+        record = staircase_seed(members) or members[0]  # the median-emergence seed, as the staircase shows
+        run_dir = _run_dir(root, record)
+        figure = filmstrip(run_dir, record, label) if run_dir else None
+        if figure:
+            if shown == 0:
+                page.section("Attention over time", "The best head's map at the start, when the pattern was "
+                             "found, at emergence and at the end, beside the ground truth, all on one colour scale "
+                             "(the truth drawn as the attention that follows it exactly).")
+            page.figure(figure, f"filmstrip-{_slug(label)}", f"attention over time {label}")
+            shown += 1
     shown = 0
     for label, members in groups if "maps" in chosen else []:
         if shown >= maps:
