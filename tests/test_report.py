@@ -37,6 +37,8 @@ def test_report_from_a_small_sweep_has_every_figure(tmp_path):
     # --figures draws only the named ones, and refuses a name it does not know.
     only = report.write(tmp_path, tmp_path / "only.html", figures=("seeds",)).read_text()
     assert len(re.findall(r"<img ", only)) == 1 and "Emergence step per seed" in only
+    # What the results do not allow is named with its reason, not silently left out.
+    assert "<li>ranking: no task family varies one numeric task key" in page
     with pytest.raises(ValueError, match="no figure named curvs"):
         report.write(tmp_path, figures=("curvs",))
 

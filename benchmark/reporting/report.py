@@ -41,7 +41,11 @@ class Page:
     ``<name>.png`` and ``<name>.svg`` to go straight into a paper."""
 
     def __init__(self, folder: Path | None = None):
-        self.folder, self.parts, self.sections = folder, [], []
+        self.folder, self.parts, self.sections, self.missing = folder, [], [], []
+
+    def absent(self, name: str, reason: str) -> None:
+        """A figure the results do not allow: listed under the index with the reason."""
+        self.missing.append((name, reason))
 
     def add(self, *parts: str) -> None:
         self.parts += parts
@@ -70,6 +74,9 @@ class Page:
                 "img{max-width:100%;display:block;margin:1em 0}nav ul{columns:2}</style></head><body>"
                 f"<h1>{html.escape(title)}</h1>"
                 + (f"<nav><b>Contents</b><ul>{index}</ul></nav>" if index else "")
+                + ("<p><b>Not drawn</b> (the data these results hold does not allow it):</p><ul>"
+                   + "".join(f"<li>{html.escape(name)}: {html.escape(why)}</li>" for name, why in self.missing)
+                   + "</ul>" if self.missing else "")
                 + "\n".join(self.parts) + "</body></html>")
 
 
@@ -425,32 +432,45 @@ def write(root: str | Path, out: str | Path | None = None, axes: tuple[str, str]
         page.section("Loss curves", "Mean train loss per group (grey: each seed); shaded: the plateau up to the "
                      "median plateau end; dashed: each seed's emergence step; dotted: the threshold.")
         page.figure(figure, "loss-curves", "loss curves")
+    elif "curves" in chosen:
+        page.absent("curves", "no run recorded a train-loss curve")
     figure = staircase(groups, limit=max(1, maps)) if "staircase" in chosen else None
     if figure:
         page.section("Per-cell eval loss (the staircase)", "Each output cell's eval loss over training, one "
                      "line per cell, for each group's median-emergence seed; a dot where that cell emerged. Cells "
                      "that drop one after another are capabilities arriving one at a time.")
         page.figure(figure, "staircase", "per-cell eval loss")
+    elif "staircase" in chosen:
+        page.absent("staircase", "no run kept its per-cell eval losses (curves.eval_cells: results from an older version)")
     figure = seed_scatter(groups) if "seeds" in chosen else None
     if figure:
         page.section("Emergence step per seed", "One column per leaderboard row, one dot per seed (log axis); a "
                      "triangle at the budget marks a seed that never emerged. The spread within a column is how "
                      "much the step depends on the seed alone.")
         page.figure(figure, "emergence-per-seed", "emergence steps per seed")
-    if "ranking" in chosen:
-        ranking_section(records, page)
+    elif "seeds" in chosen:
+        page.absent("seeds", "no run finished (ok or diverged)")
+    if "ranking" in chosen and not ranking_section(records, page):
+        page.absent("ranking", "no task family varies one numeric task key over two or more mixers (see `rank`)")
+    drawn = 0
     for axis in numeric_axes(records)[:3] if "axes" in chosen else []:
         figure = axis_figure(records, axis)
+        drawn += bool(figure)
         if figure:
             page.section(f"Plateau and emergence against {axis}", "Kaplan–Meier medians over the seeds with 95% "
                          "intervals, one line per setting of the other keys that vary; a triangle at the budget "
                          "where the median was not reached.")
             page.figure(figure, f"against-{_slug(axis)}", f"metrics vs {axis}")
+    if "axes" in chosen and not drawn:
+        page.absent("axes", "no numeric config key varies with two or more values per line (at most "
+                    f"{MAX_LINES} lines)")
     figure, used = heatmap(records, axes) if "heatmap" in chosen else (None, None)
     if figure:
         page.section(f"Final eval loss over {used[0]} × {used[1]}", "The mean over seeds of each cell's final "
                      "eval loss: darker is lower.")
         page.figure(figure, "heatmap", "heatmap")
+    elif "heatmap" in chosen:
+        page.absent("heatmap", "fewer than two numeric config keys vary (or --axes names them)")
     shown = 0
     for label, members in groups if "filmstrip" in chosen else []:
         if shown >= maps:
@@ -465,6 +485,9 @@ def write(root: str | Path, out: str | Path | None = None, axes: tuple[str, str]
                              "(the truth drawn as the attention that follows it exactly).")
             page.figure(figure, f"filmstrip-{_slug(label)}", f"attention over time {label}")
             shown += 1
+    if "filmstrip" in chosen and not shown:
+        page.absent("filmstrip", "no run saved its attention maps at the four moments (a mixer without "
+                    "attention scores, or results from an older version)")
     shown = 0
     for label, members in groups if "maps" in chosen else []:
         if shown >= maps:
@@ -477,6 +500,8 @@ def write(root: str | Path, out: str | Path | None = None, axes: tuple[str, str]
                              "panel a head) next to the task's true sources.")
             page.figure(figure, f"attention-{_slug(label)}", f"attention {label}")
             shown += 1
+    if "maps" in chosen and not shown:
+        page.absent("maps", "no run saved attention maps (mixers without attention scores, or no attention probe)")
     write_text(out, page.html(f"emergence-bench report: {root}"))
     return out
 
