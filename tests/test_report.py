@@ -107,3 +107,17 @@ def test_heads_and_ground_truth_share_one_colour_scale(tmp_path):
     assert head.get_cmap().name == ground.get_cmap().name and head.get_clim() == ground.get_clim() == (0.0, 1.0)
     # The truth is drawn as the attention that follows it: row 2 spreads evenly over its two sources.
     assert ground.get_array()[2].tolist() == [0.0, 0.5, 0.5]
+
+
+def test_loss_curves_stay_small_for_a_large_sweep():
+    def member(n):
+        return {"seed": 0, "status": "ok", "emergence": {"step": None}, "timing": {"steps": n},
+                "plateau": {"end_step": None, "threshold": 0.5}, "config": {"trainer": {"max_steps": n}},
+                "curves": {"train_loss": [[i, 1.0] for i in range(n)]}}
+
+    groups = [(f"g{i}", [member(5000), member(3000)]) for i in range(30)]
+    figure = report.loss_curves(groups)
+    drawn = [ax for ax in figure.axes if ax.lines]
+    assert len(drawn) == report.MAX_CURVE_PANELS  # the first 24 of 30 groups
+    longest = max(len(line.get_xdata()) for ax in drawn for line in ax.lines)
+    assert longest <= report.CURVE_POINTS + 1

@@ -96,17 +96,29 @@ def _groups(records: list[dict], table: pd.DataFrame, over) -> list[tuple[str, l
     return rows
 
 
-def loss_curves(groups: list[tuple[str, list[dict]]]) -> str | None:
-    """Mean train loss per group; plateau (0 → median plateau end) shaded; emergence steps marked."""
+MAX_CURVE_PANELS = 24  # loss-curve panels on one page: a 200-run sweep's page stays a few MB
+CURVE_POINTS = 400  # points per drawn curve at most (every k-th kept)
+
+
+def _thin(curves: list[np.ndarray]) -> list[np.ndarray]:
+    """Each curve [N, 2] with every k-th row, one k for all so their rows stay aligned: the longest
+    keeps at most CURVE_POINTS rows."""
+    step = max(1, -(-max(len(c) for c in curves) // CURVE_POINTS))
+    return [c[::step] for c in curves]
+
+
+def loss_curves(groups: list[tuple[str, list[dict]]]):
+    """Mean train loss per group (the first MAX_CURVE_PANELS); plateau (0 → median plateau end)
+    shaded; emergence steps marked."""
     drawable = [(label, members) for label, members in groups
-                if any((m.get("curves") or {}).get("train_loss") for m in members)]
+                if any((m.get("curves") or {}).get("train_loss") for m in members)][:MAX_CURVE_PANELS]
     if not drawable:
         return None
     columns = min(3, len(drawable))
     rows = (len(drawable) + columns - 1) // columns
     figure, axes = plt.subplots(rows, columns, figsize=(5 * columns, 3.2 * rows), squeeze=False)
     for ax, (label, members) in zip(axes.flat, drawable):
-        curves = [np.array(m["curves"]["train_loss"]) for m in members if m.get("curves", {}).get("train_loss")]
+        curves = _thin([np.array(m["curves"]["train_loss"]) for m in members if m.get("curves", {}).get("train_loss")])
         length = min(len(c) for c in curves)
         steps = curves[0][:length, 0]
         mean = np.mean([c[:length, 1] for c in curves], axis=0)
@@ -429,8 +441,11 @@ def write(root: str | Path, out: str | Path | None = None, axes: tuple[str, str]
     page.add(_markdown_table_html(leaderboard.to_markdown(table.drop(columns="_key"))))
     figure = loss_curves(groups) if "curves" in chosen else None
     if figure:
+        shown = min(len(groups), MAX_CURVE_PANELS)
         page.section("Loss curves", "Mean train loss per group (grey: each seed); shaded: the plateau up to the "
-                     "median plateau end; dashed: each seed's emergence step; dotted: the threshold.")
+                     "median plateau end; dashed: each seed's emergence step; dotted: the threshold."
+                     + (f" The first {shown} of {len(groups)} groups (the leaderboard's order); "
+                        "`report DIR/<group>` shows the others." if len(groups) > shown else ""))
         page.figure(figure, "loss-curves", "loss curves")
     elif "curves" in chosen:
         page.absent("curves", "no run recorded a train-loss curve")
