@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 TORCH  := torch==2.13.0
 OUT    ?= runs/quick
 
-.PHONY: bench test install clean gpu-check
+.PHONY: bench report-screenshot test install clean gpu-check
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -22,6 +22,10 @@ install: $(VENV)/.installed
 bench: install
 	$(BIN)/emergence-bench sweep quick --out $(OUT) --workers 2; status=$$?; \
 	$(BIN)/emergence-bench leaderboard $(OUT) && $(BIN)/emergence-bench report $(OUT) && exit $$status
+
+# The `make bench` report as a reader sees it, in headless Chromium: DIR/report.png (needs chromium).
+report-screenshot: install
+	$(BIN)/emergence-bench report $(OUT) --screenshot
 
 test: install
 	$(BIN)/python -m pytest -q

@@ -227,7 +227,19 @@ def cmd_report(args, extra) -> int:
     path = report.write(args.dir, args.out, axes=axes, maps=args.maps, over=over, strict=args.strict,
                         figures=figures)
     print(f"report: {path}")
-    return 0
+    if not args.screenshot:
+        return 0
+    from emergence_bench.reporting.browser import check_page, find_browser
+
+    if find_browser() is None:
+        raise ValueError("--screenshot needs a headless browser: none of chromium, google-chrome on PATH "
+                         "(on Debian: apt-get install chromium)")
+    shot = path.with_suffix(".png")
+    check = check_page(path, shot)
+    print(f"screenshot: {shot} ({len(check.images)} figures, all loaded)" if check.ok else
+          f"screenshot: {shot}; in the browser: figures that did not load: {', '.join(check.broken) or 'none'}; "
+          f"errors logged: {'; '.join(check.errors) or 'none'}")
+    return 0 if check.ok else 1
 
 
 def cmd_speed(args, extra) -> int:
@@ -317,6 +329,9 @@ def parser() -> argparse.ArgumentParser:
     rep.add_argument("--axes", help="two config keys for the heatmap, e.g. task.state_size,task.sparsity")
     rep.add_argument("--maps", type=int, default=4, help="attention-map figures to include (default 4)")
     rep.add_argument("--over", default="seed", help="config keys to aggregate over (default: seed)")
+    rep.add_argument("--screenshot", action="store_true",
+                     help="open the page in headless Chromium: check every figure loaded and nothing logged an error, "
+                          "and save a full-page screenshot beside it (report.png)")
     rep.add_argument("--figures", help="the figures to draw, comma-separated, of: curves, staircase, seeds, ranking, axes, "
                                        "heatmap, filmstrip, maps (default: every one the results allow)")
     for command in (board, ranking, rep):
