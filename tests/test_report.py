@@ -91,7 +91,8 @@ def test_the_staircase_shows_the_median_emergence_seed_and_needs_per_cell_curves
     assert report.staircase_seed(members)["seed"] == 3  # 100, 200, 300: the median is 200
     assert report.staircase_seed([seed(0, None), seed(1, None)])["seed"] == 0
     assert report.staircase_seed([seed(0, 50, cells=False)]) is None  # an older result: nothing to draw
-    assert report.staircase([("g", members)], limit=4) is not None
+    figure = report.staircase([("g", members)], limit=4)
+    assert len(figure.axes[0].lines) == 2  # one line per output cell
 
 
 def test_heads_and_ground_truth_share_one_colour_scale(tmp_path):
