@@ -404,6 +404,7 @@ def filmstrip(run_dir: Path, record: dict, label: str):
     if not moments:
         return None
     index = saved["layers"].index(best["layer"])
+    moments = sorted(moments, key=lambda m: m["step"])  # emergence may come before "pattern found"
     frames = [(f"{m['moment']} (step {m['step']})", m["maps"][index][best["head"]]) for m in moments]
     frames.append(("ground truth", _ideal(saved["ground_truth"])))
     scale = {"cmap": "magma", "vmin": 0.0, "vmax": max(float(frame.max()) for _, frame in frames)}
