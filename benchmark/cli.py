@@ -225,7 +225,7 @@ def cmd_report(args, extra) -> int:
     over = tuple(k.strip() for k in args.over.split(",") if k.strip())
     figures = tuple(f.strip() for f in args.figures.split(",") if f.strip()) if args.figures else None
     path = report.write(args.dir, args.out, axes=axes, maps=args.maps, over=over, strict=args.strict,
-                        figures=figures)
+                        figures=figures, seed=args.seed)
     print(f"report: {path}")
     if not args.screenshot:
         return 0
@@ -329,6 +329,8 @@ def parser() -> argparse.ArgumentParser:
     rep.add_argument("--axes", help="two config keys for the heatmap, e.g. task.state_size,task.sparsity")
     rep.add_argument("--maps", type=int, default=4, help="attention-map figures to include (default 4)")
     rep.add_argument("--over", default="seed", help="config keys to aggregate over (default: seed)")
+    rep.add_argument("--seed", type=int, help="the seed the staircase and the filmstrip show "
+                                               "(default: each group's median-emergence seed)")
     rep.add_argument("--screenshot", action="store_true",
                      help="open the page in headless Chromium: check every figure loaded and nothing logged an error, "
                           "and save a full-page screenshot beside it (report.png)")

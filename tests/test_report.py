@@ -91,6 +91,7 @@ def test_the_staircase_shows_the_median_emergence_seed_and_needs_per_cell_curves
     assert report.staircase_seed(members)["seed"] == 3  # 100, 200, 300: the median is 200
     assert report.staircase_seed([seed(0, None), seed(1, None)])["seed"] == 0
     assert report.staircase_seed([seed(0, 50, cells=False)]) is None  # an older result: nothing to draw
+    assert report.staircase_seed(members, seed=2)["seed"] == 2  # --seed chooses
     figure = report.staircase([("g", members)], limit=4)
     assert len(figure.axes[0].lines) == 2  # one line per output cell
 

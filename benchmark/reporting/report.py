@@ -177,37 +177,41 @@ def seed_scatter(groups: list[tuple[str, list[dict]]]) -> str | None:
     return figure
 
 
-def staircase_seed(members: list[dict]) -> dict | None:
-    """The seed a group's staircase shows: the one with the median emergence step among those that
-    emerged (the earlier of two middle ones), else the first; None when no seed kept per-cell curves."""
+def staircase_seed(members: list[dict], seed: int | None = None) -> dict | None:
+    """The seed a group's staircase and filmstrip show: ``seed`` when given, else the one with the
+    median emergence step among those that emerged (the earlier of two middle ones), else the
+    first; None when no such seed kept per-cell curves."""
     kept = [m for m in members if (m.get("curves") or {}).get("eval_cells")]
+    if seed is not None:
+        return next((m for m in kept if m["seed"] == seed), None)
     emerged = sorted((m for m in kept if (m.get("emergence") or {}).get("step") is not None),
                      key=lambda m: m["emergence"]["step"])
     return emerged[(len(emerged) - 1) // 2] if emerged else (kept[0] if kept else None)
 
 
-def staircase(groups: list[tuple[str, list[dict]]], limit: int) -> object | None:
+def staircase(groups: list[tuple[str, list[dict]]], limit: int, seed: int | None = None):
     """Per group (up to ``limit``): each output cell's eval loss over training for the group's
     median-emergence seed, one line per cell, a dot where that cell emerged. Capabilities arriving
     one cell at a time show as a staircase."""
-    shown = [(label, seed) for label, members in groups if (seed := staircase_seed(members)) is not None][:limit]
+    shown = [(label, chosen) for label, members in groups
+             if (chosen := staircase_seed(members, seed)) is not None][:limit]
     if not shown:
         return None
     columns = min(3, len(shown))
     rows = (len(shown) + columns - 1) // columns
     figure, axes = plt.subplots(rows, columns, figsize=(5 * columns, 3.2 * rows), squeeze=False)
-    for ax, (label, seed) in zip(axes.flat, shown):
-        steps = np.array([step for step, _ in seed["curves"]["eval_cells"]])
-        losses = np.array([cells for _, cells in seed["curves"]["eval_cells"]])  # [evals, cells]
+    for ax, (label, record) in zip(axes.flat, shown):
+        steps = np.array([step for step, _ in record["curves"]["eval_cells"]])
+        losses = np.array([cells for _, cells in record["curves"]["eval_cells"]])  # [evals, cells]
         cells = losses.shape[1]
-        emerged_at = (seed.get("emergence") or {}).get("per_position") or [None] * cells
+        emerged_at = (record.get("emergence") or {}).get("per_position") or [None] * cells
         colours = plt.cm.viridis(np.linspace(0, 0.9, cells))
         for c in range(cells):
             ax.plot(steps, losses[:, c], color=colours[c], linewidth=1)
             at = emerged_at[c] if c < len(emerged_at) else None
             if at is not None and at in steps:
                 ax.scatter([at], [losses[list(steps).index(at), c]], color=colours[c], s=16, zorder=3)
-        ax.set_title(f"{label}, seed {seed['seed']}", fontsize=8)
+        ax.set_title(f"{label}, seed {record['seed']}", fontsize=8)
         ax.set_xlabel("step")
         ax.set_ylabel("eval loss per cell")
     for ax in list(axes.flat)[len(shown):]:
@@ -420,10 +424,11 @@ def filmstrip(run_dir: Path, record: dict, label: str):
 
 def write(root: str | Path, out: str | Path | None = None, axes: tuple[str, str] | None = None,
           maps: int = 4, over: tuple[str, ...] = ("seed",), strict: bool = False,
-          figures: tuple[str, ...] | None = None) -> Path:
+          figures: tuple[str, ...] | None = None, seed: int | None = None) -> Path:
     """Write the report for every result under ``root``; returns the HTML file's path. Its figures
     also go to ``<report stem>_figures/`` beside it as PNG and SVG. ``figures``: those of FIGURES
-    to draw (default: every one the results allow). ``strict``: an unreadable result file is an
+    to draw (default: every one the results allow). ``seed``: the seed the staircase and filmstrip
+    show (default: each group's median-emergence seed). ``strict``: an unreadable result file is an
     error, not a warning (see results.load_records)."""
     chosen = FIGURES if figures is None else tuple(figures)
     unknown = [f for f in chosen if f not in FIGURES]
@@ -450,7 +455,7 @@ def write(root: str | Path, out: str | Path | None = None, axes: tuple[str, str]
         page.figure(figure, "loss-curves", "loss curves")
     elif "curves" in chosen:
         page.absent("curves", "no run recorded a train-loss curve")
-    figure = staircase(groups, limit=max(1, maps)) if "staircase" in chosen else None
+    figure = staircase(groups, limit=max(1, maps), seed=seed) if "staircase" in chosen else None
     if figure:
         page.section("Per-cell eval loss (the staircase)", "Each output cell's eval loss over training, one "
                      "line per cell, for each group's median-emergence seed; a dot where that cell emerged. Cells "
@@ -491,7 +496,9 @@ def write(root: str | Path, out: str | Path | None = None, axes: tuple[str, str]
     for label, members in groups if "filmstrip" in chosen else []:
         if shown >= maps:
             break
-        record = staircase_seed(members) or members[0]  # the median-emergence seed, as the staircase shows
+        record = staircase_seed(members, seed) or (None if seed is not None else members[0])  # as the staircase
+        if record is None:
+            continue
         run_dir = _run_dir(root, record)
         figure = filmstrip(run_dir, record, label) if run_dir else None
         if figure:
