@@ -105,3 +105,32 @@ def assert_outputs_and_grads_close(ours, theirs, names, atol, rtol):
     torch.testing.assert_close(out1, out2, atol=atol, rtol=rtol)
     for name, a, b in zip(names, grads1, grads2):
         torch.testing.assert_close(a, b, atol=atol, rtol=rtol, msg=lambda m, n=name: f"grad {n}: {m}")
+
+
+def relative_error(a: torch.Tensor, b: torch.Tensor) -> float:
+    return ((a - b).norm() / b.norm().clamp_min(1e-12)).item()
+
+
+def assert_kernel_matches_reference(mixer, x: torch.Tensor, upstream: torch.Tensor, monkeypatch,
+                                    tolerance: float) -> None:
+    """``mixer``'s two backends (chosen with EMERGENCE_BENCH_BACKEND) agree within ``tolerance``
+    (relative) on the output for x [B, L, D], its input gradient and every parameter's gradient of
+    <output, upstream>."""
+    from emergence_bench.mixers.backend import ENV
+    from emergence_bench.mixers.base import MixerContext
+
+    def forward_and_grads(backend):
+        monkeypatch.setenv(ENV, backend)
+        mixer.zero_grad()
+        x_leaf = x.clone().requires_grad_()
+        out = mixer(x_leaf, MixerContext())
+        assert mixer.backend == backend
+        (out * upstream).sum().backward()
+        return out.detach(), x_leaf.grad, {name: p.grad.clone() for name, p in mixer.named_parameters()}
+
+    out_k, dx_k, grads_k = forward_and_grads("kernel")
+    out_r, dx_r, grads_r = forward_and_grads("reference")
+    assert relative_error(out_k, out_r) < tolerance
+    assert relative_error(dx_k, dx_r) < tolerance
+    for name in grads_r:
+        assert relative_error(grads_k[name], grads_r[name]) < tolerance, name

@@ -9,7 +9,8 @@ import torch
 
 import emergence_bench.mixers.gated_deltanet  # noqa: F401  (registers "gated_deltanet" before the lead imports it)
 from emergence_bench.run import run
-from conftest import assert_causal, assert_outputs_and_grads_close, output_and_grads, tiny_config
+from conftest import (assert_causal, assert_kernel_matches_reference, assert_outputs_and_grads_close,
+                      output_and_grads, relative_error, tiny_config)
 from emergence_bench.mixers.backend import ENV, importable
 from emergence_bench.mixers.base import MixerContext
 from emergence_bench.mixers.gated_deltanet import (
@@ -205,10 +206,6 @@ def test_trains_end_to_end(tmp_path, monkeypatch):
 GPU_REL_TOL = 5e-3
 
 
-def relative_error(a: torch.Tensor, b: torch.Tensor) -> float:
-    return ((a - b).norm() / b.norm().clamp_min(1e-12)).item()
-
-
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available() or not importable(KERNEL_MODULE),
                     reason="needs CUDA and flash-linear-attention's Triton kernels")
@@ -220,22 +217,7 @@ def test_kernel_matches_reference_forward_and_gradients(monkeypatch, head_dim, e
     x = torch.randn(3, L, 64, device="cuda")
     upstream = torch.randn(3, L, 64, device="cuda")
 
-    def forward_and_grads(backend):
-        monkeypatch.setenv(ENV, backend)
-        mixer.zero_grad()
-        x_leaf = x.clone().requires_grad_()
-        out = mixer(x_leaf, MixerContext())
-        assert mixer.backend == backend
-        (out * upstream).sum().backward()
-        grads = {name: p.grad.clone() for name, p in mixer.named_parameters()}
-        return out.detach(), x_leaf.grad, grads
-
-    out_k, dx_k, grads_k = forward_and_grads("kernel")
-    out_r, dx_r, grads_r = forward_and_grads("reference")
-    assert relative_error(out_k, out_r) < GPU_REL_TOL
-    assert relative_error(dx_k, dx_r) < GPU_REL_TOL
-    for name in grads_r:
-        assert relative_error(grads_k[name], grads_r[name]) < GPU_REL_TOL, name
+    assert_kernel_matches_reference(mixer, x, upstream, monkeypatch, GPU_REL_TOL)
 
 
 @pytest.mark.gpu

@@ -9,7 +9,8 @@ import torch
 import torch.nn.functional as F
 
 import emergence_bench.mixers.mlstm  # noqa: F401  (registers "mlstm")
-from conftest import assert_causal, assert_outputs_and_grads_close, output_and_grads, tiny_config
+from conftest import (assert_causal, assert_kernel_matches_reference, assert_outputs_and_grads_close,
+                      output_and_grads, relative_error, tiny_config)
 from emergence_bench.execution.seed_parallel import seed_parallel_supported
 from emergence_bench.mixers.backend import ENV, importable
 from emergence_bench.mixers.base import MixerContext
@@ -287,10 +288,6 @@ needs_kernel = pytest.mark.skipif(not torch.cuda.is_available() or not importabl
                                   reason="needs CUDA and mlstm-kernels' Triton kernels")
 
 
-def relative_error(a: torch.Tensor, b: torch.Tensor) -> float:
-    return ((a - b).norm() / b.norm().clamp_min(1e-12)).item()
-
-
 @pytest.mark.gpu
 @needs_kernel
 @pytest.mark.parametrize("T, K, V", [(64, 16, 16), (37, 8, 6), (300, 32, 64)])
@@ -321,21 +318,7 @@ def test_kernel_matches_reference_forward_and_gradients(monkeypatch, d_model, n_
     x = torch.randn(3, L, d_model, device="cuda")
     upstream = torch.randn(3, L, d_model, device="cuda")
 
-    def forward_and_grads(backend):
-        monkeypatch.setenv(ENV, backend)
-        mixer.zero_grad()
-        x_leaf = x.clone().requires_grad_()
-        out = mixer(x_leaf, MixerContext())
-        assert mixer.backend == backend
-        (out * upstream).sum().backward()
-        return out.detach(), x_leaf.grad, {name: p.grad.clone() for name, p in mixer.named_parameters()}
-
-    out_k, dx_k, grads_k = forward_and_grads("kernel")
-    out_r, dx_r, grads_r = forward_and_grads("reference")
-    assert relative_error(out_k, out_r) < GPU_REL_TOL
-    assert relative_error(dx_k, dx_r) < GPU_REL_TOL
-    for name in grads_r:
-        assert relative_error(grads_k[name], grads_r[name]) < GPU_REL_TOL, name
+    assert_kernel_matches_reference(mixer, x, upstream, monkeypatch, GPU_REL_TOL)
 
 
 @pytest.mark.gpu

@@ -43,6 +43,15 @@ class Page:
     def __init__(self, folder: Path | None = None):
         self.folder, self.parts, self.sections, self.missing = folder, [], [], []
 
+    def place(self, figure, file: str, title: str | None, caption: str, reason: str, name: str | None = None) -> None:
+        """A section holding one figure (saved as ``file``), or, where ``figure`` is None, the
+        figure ``name`` (default: ``file``) listed as not drawn, with ``reason``."""
+        if figure is None:
+            self.absent(name or file, reason)
+            return
+        self.section(title, caption)
+        self.figure(figure, file, title.lower())
+
     def absent(self, name: str, reason: str) -> None:
         """A figure the results do not allow: listed under the index with the reason."""
         self.missing.append((name, reason))
@@ -96,6 +105,16 @@ def _groups(records: list[dict], table: pd.DataFrame, over) -> list[tuple[str, l
     return rows
 
 
+def _panels(n: int):
+    """A grid of ``n`` panels, three a row: (figure, the n axes in order); the grid's spare cells hidden."""
+    columns = min(3, n)
+    rows = (n + columns - 1) // columns
+    figure, axes = plt.subplots(rows, columns, figsize=(5 * columns, 3.2 * rows), squeeze=False)
+    for ax in list(axes.flat)[n:]:
+        ax.axis("off")
+    return figure, list(axes.flat)[:n]
+
+
 MAX_CURVE_PANELS = 24  # loss-curve panels on one page: a 200-run sweep's page stays a few MB
 CURVE_POINTS = 400  # points per drawn curve at most (every k-th kept)
 
@@ -114,10 +133,8 @@ def loss_curves(groups: list[tuple[str, list[dict]]]):
                 if any((m.get("curves") or {}).get("train_loss") for m in members)][:MAX_CURVE_PANELS]
     if not drawable:
         return None
-    columns = min(3, len(drawable))
-    rows = (len(drawable) + columns - 1) // columns
-    figure, axes = plt.subplots(rows, columns, figsize=(5 * columns, 3.2 * rows), squeeze=False)
-    for ax, (label, members) in zip(axes.flat, drawable):
+    figure, axes = _panels(len(drawable))
+    for ax, (label, members) in zip(axes, drawable):
         curves = _thin([np.array(m["curves"]["train_loss"]) for m in members if m.get("curves", {}).get("train_loss")])
         length = min(len(c) for c in curves)
         steps = curves[0][:length, 0]
@@ -137,8 +154,6 @@ def loss_curves(groups: list[tuple[str, list[dict]]]):
         ax.set_xlabel("step")
         ax.set_ylabel("train loss")
         ax.legend(fontsize=7)
-    for ax in list(axes.flat)[len(drawable):]:
-        ax.axis("off")
     return figure
 
 
@@ -197,10 +212,8 @@ def staircase(groups: list[tuple[str, list[dict]]], limit: int, seed: int | None
              if (chosen := staircase_seed(members, seed)) is not None][:limit]
     if not shown:
         return None
-    columns = min(3, len(shown))
-    rows = (len(shown) + columns - 1) // columns
-    figure, axes = plt.subplots(rows, columns, figsize=(5 * columns, 3.2 * rows), squeeze=False)
-    for ax, (label, record) in zip(axes.flat, shown):
+    figure, axes = _panels(len(shown))
+    for ax, (label, record) in zip(axes, shown):
         steps = np.array([step for step, _ in record["curves"]["eval_cells"]])
         losses = np.array([cells for _, cells in record["curves"]["eval_cells"]])  # [evals, cells]
         cells = losses.shape[1]
@@ -214,8 +227,6 @@ def staircase(groups: list[tuple[str, list[dict]]], limit: int, seed: int | None
         ax.set_title(f"{label}, seed {record['seed']}", fontsize=8)
         ax.set_xlabel("step")
         ax.set_ylabel("eval loss per cell")
-    for ax in list(axes.flat)[len(shown):]:
-        ax.axis("off")
     figure.tight_layout()
     return figure
 
@@ -445,32 +456,25 @@ def write(root: str | Path, out: str | Path | None = None, axes: tuple[str, str]
     page.add(f"<p>{len(records)} runs in {len(table)} groups.</p>")
     page.section("Leaderboard")
     page.add(_markdown_table_html(leaderboard.to_markdown(table.drop(columns="_key"))))
-    figure = loss_curves(groups) if "curves" in chosen else None
-    if figure:
+    if "curves" in chosen:
         shown = min(len(groups), MAX_CURVE_PANELS)
-        page.section("Loss curves", "Mean train loss per group (grey: each seed); shaded: the plateau up to the "
-                     "median plateau end; dashed: each seed's emergence step; dotted: the threshold."
-                     + (f" The first {shown} of {len(groups)} groups (the leaderboard's order); "
-                        "`report DIR/<group>` shows the others." if len(groups) > shown else ""))
-        page.figure(figure, "loss-curves", "loss curves")
-    elif "curves" in chosen:
-        page.absent("curves", "no run recorded a train-loss curve")
-    figure = staircase(groups, limit=max(1, maps), seed=seed) if "staircase" in chosen else None
-    if figure:
-        page.section("Per-cell eval loss (the staircase)", "Each output cell's eval loss over training, one "
-                     "line per cell, for each group's median-emergence seed; a dot where that cell emerged. Cells "
-                     "that drop one after another are capabilities arriving one at a time.")
-        page.figure(figure, "staircase", "per-cell eval loss")
-    elif "staircase" in chosen:
-        page.absent("staircase", "no run kept its per-cell eval losses (curves.eval_cells: results from an older version)")
-    figure = seed_scatter(groups) if "seeds" in chosen else None
-    if figure:
-        page.section("Emergence step per seed", "One column per leaderboard row, one dot per seed (log axis); a "
-                     "triangle at the budget marks a seed that never emerged. The spread within a column is how "
-                     "much the step depends on the seed alone.")
-        page.figure(figure, "emergence-per-seed", "emergence steps per seed")
-    elif "seeds" in chosen:
-        page.absent("seeds", "no run finished (ok or diverged)")
+        page.place(loss_curves(groups), "loss-curves", "Loss curves",
+                   "Mean train loss per group (grey: each seed); shaded: the plateau up to the median plateau end; "
+                   "dashed: each seed's emergence step; dotted: the threshold."
+                   + (f" The first {shown} of {len(groups)} groups (the leaderboard's order); `report DIR/<group>` "
+                      "shows the others." if len(groups) > shown else ""),
+                   "no run recorded a train-loss curve", name="curves")
+    if "staircase" in chosen:
+        page.place(staircase(groups, limit=max(1, maps), seed=seed), "staircase", "Per-cell eval loss (the staircase)",
+                   "Each output cell's eval loss over training, one line per cell, for each group's median-emergence "
+                   "seed; a dot where that cell emerged. Cells that drop one after another are capabilities arriving "
+                   "one at a time.", "no run kept its per-cell eval losses (curves.eval_cells: results from an older "
+                   "version)")
+    if "seeds" in chosen:
+        page.place(seed_scatter(groups), "emergence-per-seed", "Emergence step per seed",
+                   "One column per leaderboard row, one dot per seed (log axis); a triangle at the budget marks a seed "
+                   "that never emerged. The spread within a column is how much the step depends on the seed alone.",
+                   "no run finished (ok or diverged)", name="seeds")
     if "ranking" in chosen and not ranking_section(records, page):
         page.absent("ranking", "no task family varies one numeric task key over two or more mixers (see `rank`)")
     drawn = 0
@@ -485,13 +489,11 @@ def write(root: str | Path, out: str | Path | None = None, axes: tuple[str, str]
     if "axes" in chosen and not drawn:
         page.absent("axes", "no numeric config key varies with two or more values per line (at most "
                     f"{MAX_LINES} lines)")
-    figure, used = heatmap(records, axes) if "heatmap" in chosen else (None, None)
-    if figure:
-        page.section(f"Final eval loss over {used[0]} × {used[1]}", "The mean over seeds of each cell's final "
-                     "eval loss: darker is lower.")
-        page.figure(figure, "heatmap", "heatmap")
-    elif "heatmap" in chosen:
-        page.absent("heatmap", "fewer than two numeric config keys vary (or --axes names them)")
+    if "heatmap" in chosen:
+        figure, used = heatmap(records, axes)
+        page.place(figure, "heatmap", used and f"Final eval loss over {used[0]} × {used[1]}",
+                   "The mean over seeds of each cell's final eval loss: darker is lower.",
+                   "fewer than two numeric config keys vary (or --axes names them)")
     shown = 0
     for label, members in groups if "filmstrip" in chosen else []:
         if shown >= maps:
