@@ -79,7 +79,12 @@ def test_metric_against_an_axis_has_one_line_per_mixer_and_censored_medians():
     assert [p["emergence"]["median"] for p in lines["name=transformer"]] == [40, 80, 160]
     assert lines["name=mamba"][2]["emergence"]["median"] is None  # censored: drawn at the budget
     assert lines["name=mamba"][2]["emergence"]["budget"] == 1000
-    assert report.axis_figure(records, "task.state_size")  # a PNG
+    assert report.axis_figure(records, "task.state_size")
+    # A key that changes with the axis (head_dim as heads rise at a fixed width) makes no line of its own.
+    heads = [{**row("transformer", 8, i, 10 * h), "config": {**row("transformer", 8, i, 0)["config"],
+                                                            "mixer": {"name": "transformer", "n_heads": h, "head_dim": 64 // h}}}
+             for h in (1, 4, 16) for i in range(2)]
+    assert list(report.axis_lines(heads, "mixer.n_heads")) == ["all runs"]
 
 
 def test_the_staircase_shows_the_median_emergence_seed_and_needs_per_cell_curves():

@@ -249,8 +249,15 @@ def axis_lines(records: list[dict], axis: str) -> dict[str, list[dict]]:
     pairs = [(r, flat) for r, flat in pairs if flat.get(axis) is not None]  # runs of another family lack it
     flats = [flat for _, flat in pairs]
     keys = dict.fromkeys(k for f in flats for k in f)  # every key, in config order
+
+    def follows_axis(key: str) -> bool:  # one value per axis value (head_dim as heads rise): no line of its own
+        seen: dict[str, set] = {}
+        for f in flats:
+            seen.setdefault(json.dumps(f.get(axis), default=str), set()).add(json.dumps(f.get(key), default=str))
+        return all(len(values) == 1 for values in seen.values())
+
     others = [k for k in keys if k not in (axis, "seed")
-              and len({json.dumps(f.get(k), default=str) for f in flats}) > 1]
+              and len({json.dumps(f.get(k), default=str) for f in flats}) > 1 and not follows_axis(k)]
     cells: dict[tuple, list[dict]] = {}
     for record, flat in pairs:
         line = " ".join(f"{k.split('.')[-1]}={flat[k]}" for k in others if flat.get(k) is not None) or "all runs"
