@@ -85,6 +85,10 @@ def test_metric_against_an_axis_has_one_line_per_mixer_and_censored_medians():
                                                             "mixer": {"name": "transformer", "n_heads": h, "head_dim": 64 // h}}}
              for h in (1, 4, 16) for i in range(2)]
     assert list(report.axis_lines(heads, "mixer.n_heads")) == ["all runs"]
+    # An axis whose every value is another mixer compares the mixers, not the axis: no figure.
+    two = [row("transformer", 8, 0, 10), row("mamba", 8, 0, 20)]
+    two[0]["config"]["mixer"]["n_heads"], two[1]["config"]["mixer"]["n_heads"] = 2, 8
+    assert report.axis_lines(two, "mixer.n_heads") == {}
 
 
 def test_the_staircase_shows_the_median_emergence_seed_and_needs_per_cell_curves():

@@ -256,8 +256,10 @@ def axis_lines(records: list[dict], axis: str) -> dict[str, list[dict]]:
             seen.setdefault(json.dumps(f.get(axis), default=str), set()).add(json.dumps(f.get(key), default=str))
         return all(len(values) == 1 for values in seen.values())
 
-    others = [k for k in keys if k not in (axis, "seed")
-              and len({json.dumps(f.get(k), default=str) for f in flats}) > 1 and not follows_axis(k)]
+    varying = [k for k in keys if k not in (axis, "seed") and len({json.dumps(f.get(k), default=str) for f in flats}) > 1]
+    if any(k in ("task.name", "mixer.name") and follows_axis(k) for k in varying):
+        return {}  # each value of the axis is another task or mixer: a comparison of those, not of the axis
+    others = [k for k in varying if not follows_axis(k)]
     cells: dict[tuple, list[dict]] = {}
     for record, flat in pairs:
         line = " ".join(f"{k.split('.')[-1]}={flat[k]}" for k in others if flat.get(k) is not None) or "all runs"
