@@ -50,7 +50,7 @@ class Recorder(L.Callback):
         if not trainer.sanity_checking:
             e = pl_module.last_eval
             self.eval_curve.append([e.step, e.loss, e.accuracy])
-            self.cell_curve.append([e.step, [round(float(x), 4) for x in e.cell_loss]])
+            self.cell_curve.append([e.step, [round(x, 4) for x in e.cell_loss.tolist()]])
 
     def columns(self, trainer, module) -> dict:
         last_eval = getattr(module, "last_eval", None) if module is not None else None
