@@ -209,7 +209,7 @@ def cmd_rank(args, extra) -> int:
         if not family or not key:
             raise ValueError(f"--rung takes FAMILY=KEY, e.g. linear_map=task.sparsity; got {spec!r}")
         axes[family] = key if "." in key else f"task.{key}"
-    ranked, markdown = rank.write(args.dir, axes, strict=args.strict)
+    ranked, markdown = rank.write(args.dir, axes, strict=args.strict, baseline=args.baseline)
     print(markdown, end="")
     print(f"\nwrote {Path(args.dir) / 'rank.md'}, rank.csv and rank.json ({len(ranked['ranking'])} mixers, "
           f"{len(ranked['cells'])} cells)", file=sys.stderr)
@@ -323,6 +323,7 @@ def parser() -> argparse.ArgumentParser:
     ranking.add_argument("dir")
     ranking.add_argument("--rung", action="append", metavar="FAMILY=KEY",
                          help="the ladder's task key of a family where several vary (repeatable)")
+    ranking.add_argument("--baseline", help="the mixer the plateau ratios divide by (default: transformer)")
     rep = sub.add_parser("report", help="write one self-contained HTML report of the results under DIR")
     rep.add_argument("dir")
     rep.add_argument("--out", help="HTML file to write (default: DIR/report.html)")

@@ -58,9 +58,9 @@ def test_frontier_area_and_cells_on_known_answers():
 
 def test_markdown_names_the_frontier_and_censored_medians():
     ranked = rank.build(ladder_records())
-    text = rank.to_markdown(ranked["ranking"], ranked["families"], ranked["cells"], ranked["ladders"])
+    text = rank.to_markdown(ranked)
     assert "| a | 2 [<first, 3] |" in text and "| b | <first [<first, 3] |" in text
-    assert "| linear_map | task.sparsity=1 | b | 3 | 1/3 (0.06–0.79) | >1000 | >1000 |" in text
+    assert "| linear_map | task.sparsity=1 | b | 3 | 1/3 (0.06–0.79) | >1000 | - | >1000 |" in text
 
 
 def test_ties_within_the_margin_and_a_clear_winner():
@@ -109,7 +109,8 @@ def test_write_puts_markdown_csv_and_json_next_to_the_results(tmp_path):
     assert (tmp_path / "rank.md").read_text().startswith("## Ranking")
     assert (tmp_path / "rank.csv").read_text().splitlines()[0].startswith("rank,mixer,score")
     data = json.loads((tmp_path / "rank.json").read_text())
-    assert set(data) == {"ladders", "ranking", "families", "cells"} and len(data["cells"]) == 6
+    assert set(data) == {"ladders", "baseline", "ranking", "families", "cells", "plateau"}
+    assert len(data["cells"]) == 6 and data["baseline"] is None  # no transformer among a, b: no plateau score
 
 
 def test_rank_command_prints_the_ranking_and_refuses_a_bad_rung(tmp_path, capsys):
@@ -119,7 +120,15 @@ def test_rank_command_prints_the_ranking_and_refuses_a_bad_rung(tmp_path, capsys
         (tmp_path / r["run_id"]).mkdir()
         (tmp_path / r["run_id"] / "result.json").write_text(json.dumps(r))
     assert main(["rank", str(tmp_path)]) == 0
-    assert "| 1 | a | 1000 | 0.67 ± 0.13 | 0.667 |" in capsys.readouterr().out
+    assert "| 1 | a | 1000 | - | 0.67 ± 0.13 | - | 0.667 |" in capsys.readouterr().out
+    # --baseline: b's plateau ends over a's. b's median is never reached: at rung 1 over a's 120 (a
+    # lower bound, 1000 / 120), at rung 2 over 400 (2.5); rung 3, where neither's is, is left out.
+    assert main(["rank", str(tmp_path), "--baseline", "a"]) == 0
+    out = capsys.readouterr().out
+    assert "| 1 | a | 1000 | - | 0.67 ± 0.13 | 1 (baseline) |" in out
+    assert f"| 2 | b | 1000 | - | 0.11 ± 0.14 | >{(1000 / 120 * 2.5) ** 0.5:.2g}× [" in out
+    assert "| linear_map | task.sparsity=1 | b | 3 | 1/3 (0.06–0.79) | >1000 | >8.3× [" in out
+    assert main(["rank", str(tmp_path), "--baseline", "transformer"]) == 2
     assert main(["rank", str(tmp_path), "--rung", "linear_map"]) == 2
     assert "FAMILY=KEY" in capsys.readouterr().err
     assert main(["rank", str(tmp_path), "--rung", "linear_map=state_size"]) == 2

@@ -29,7 +29,9 @@ import pandas as pd
 
 from emergence_bench.config import ConfigError, scientific
 from emergence_bench.reporting.leaderboard import flatten, km_time
-from emergence_bench.reporting.stats import wilson_interval
+from emergence_bench.reporting import plateau_score
+from emergence_bench.reporting.plateau_score import plateau_end
+from emergence_bench.reporting.stats import kaplan_meier_median, wilson_interval
 from emergence_bench.results import RANK_STEM, load_records, write_json, write_text
 
 Z = 1.96  # 95%
@@ -77,31 +79,39 @@ def ladders(records: list[dict], axes: dict[str, str] | None = None) -> dict[str
     return found
 
 
-def cells(records: list[dict], axes: dict[str, str] | None = None) -> tuple[pd.DataFrame, dict]:
-    """One row per (mixer, family, rung) and the ladders. Failed runs (errors) are left out of the
-    rates; a diverged run counts as not emerged, as in the leaderboard."""
-    ladder = ladders(records, axes)
+def cell_members(records: list[dict], ladder: dict) -> dict[tuple[str, str, str], list[dict]]:
+    """(mixer label, family, rung as JSON) -> the cell's records."""
     labels = mixer_labels(records)
-    groups: dict[tuple, list[dict]] = {}
+    members: dict[tuple, list[dict]] = {}
     for r in records:
         family = r["config"]["task"]["name"]
         axis = ladder[family]["axis"]
         rung = flatten(scientific(r["config"])).get(axis) if axis else None
-        groups.setdefault((mixer_label(r, labels), family, json.dumps(rung)), []).append(r)
+        members.setdefault((mixer_label(r, labels), family, json.dumps(rung)), []).append(r)
+    return members
+
+
+def cells(records: list[dict], axes: dict[str, str] | None = None) -> tuple[pd.DataFrame, dict]:
+    """One row per (mixer, family, rung) and the ladders. Failed runs (errors) are left out of the
+    rates; a diverged run counts as not emerged, as in the leaderboard."""
+    ladder = ladders(records, axes)
     rows = []
-    for (mixer, family, rung), members in groups.items():
+    for (mixer, family, rung), members in cell_members(records, ladder).items():
         measured = [r for r in members if r["status"] in ("ok", "diverged")]
         emerged = sum(1 for r in measured if (r.get("emergence") or {}).get("step") is not None)
         low, high = wilson_interval(emerged, len(measured))
-        emergence, plateau = km_time(measured, "emergence", "step"), km_time(measured, "plateau", "end_step")
+        emergence = km_time(measured, "emergence", "step")
+        ends = [plateau_end(r) for r in measured]
         params = [r["parameters"] for r in members if r.get("parameters")]
+        states = [r["state_size"] for r in members if r.get("state_size")]
         rows.append({"mixer": mixer, "family": family, "axis": ladder[family]["axis"], "rung": json.loads(rung),
                      "rung_index": ladder[family]["rungs"].index(json.loads(rung)),
                      "seeds": len(members), "failed": len(members) - len(measured), "emerged": emerged,
                      "success_rate": emerged / len(measured) if measured else None,
                      "success_low": low, "success_high": high,
-                     "median_plateau_end": plateau["median"], "median_emergence_step": emergence["median"],
-                     "budget": emergence["budget"], "parameters": max(params) if params else None})
+                     "median_plateau_end": kaplan_meier_median([t for t, _ in ends], [c for _, c in ends]), "median_emergence_step": emergence["median"],
+                     "budget": emergence["budget"], "parameters": max(params) if params else None,
+                     "state_size": max(states) if states else None})
     table = pd.DataFrame(rows)
     if len(table):
         table = table.sort_values(["family", "mixer", "rung_index"], ignore_index=True)
@@ -149,8 +159,10 @@ def overall(scores: pd.DataFrame, cell_rows: pd.DataFrame) -> pd.DataFrame:
         score = sum(areas[f].area if f in areas else 0.0 for f in families) / len(families)
         se = math.sqrt(sum((areas[f].area_se if f in areas else 0.5) ** 2 for f in families)) / len(families)
         params = cell_rows.loc[cell_rows["mixer"] == mixer, "parameters"].dropna()
+        states = cell_rows.loc[cell_rows["mixer"] == mixer, "state_size"].dropna()
         rows.append({"mixer": mixer, "score": score, "score_se": se,
                      "parameters": int(params.max()) if len(params) else None,
+                     "state_size": int(states.max()) if len(states) else None,
                      **{f"area:{f}": areas[f].area if f in areas else None for f in families},
                      **{f"frontier:{f}": areas[f].frontier if f in areas else None for f in families}})
     table = pd.DataFrame(rows).sort_values(["score", "mixer"], ascending=[False, True], ignore_index=True)
@@ -187,19 +199,34 @@ def _median(value, budget) -> str:
     return f">{budget:g}" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:g}"
 
 
-def to_markdown(ranking: pd.DataFrame, scores: pd.DataFrame, cell_rows: pd.DataFrame, ladder: dict) -> str:
-    """The overall ranking, each family's frontier and area per mixer, and every cell."""
-    families = sorted(ladder)
+def _ratio(ratio, low, high, bound: str = "") -> str:
+    """``1.8× [1.2, 2.6]``; ``-`` when there is none."""
+    if ratio is None or (isinstance(ratio, float) and math.isnan(ratio)):
+        return "-"
+    return f"{bound}{ratio:.2g}× [{low:.2g}, {high:.2g}]"
+
+
+def to_markdown(ranked: dict) -> str:
+    """The overall ranking (both scores), each family's frontier and area per mixer, and every cell."""
+    ranking, scores, cell_rows, ladder = ranked["ranking"], ranked["families"], ranked["cells"], ranked["ladders"]
+    families, baseline = sorted(ladder), ranked.get("baseline")
     lines = ["## Ranking", "",
-             "Score: the mean over task families of the area under success vs rung (0 to 1). "
-             "Equal ranks are ties: scores within the 95% margin of that rank's first mixer.", "",
-             "| rank | mixer | parameters | score ± se | " + " | ".join(f"{f} area" for f in families) + " |",
-             "|---|---|---|---|" + "---|" * len(families)]
+             "Success score: the mean over task families of the area under success vs rung (0 to 1); equal ranks "
+             "are ties (within the 95% margin of that rank's first mixer). Plateau ratio: the geometric mean over "
+             f"cells of the Kaplan–Meier median plateau end over {baseline or 'the baseline'}'s, with a 95% "
+             "bootstrap interval (below 1: leaves the plateau sooner).", "",
+             "| rank | mixer | parameters | state (numbers/seq) | success score ± se | plateau ratio [95%] | "
+             + " | ".join(f"{f} area" for f in families) + " |",
+             "|---|---|---|---|---|---|" + "---|" * len(families)]
     for row in ranking.to_dict("records"):
         areas = [_value(row.get(f"area:{f}")) for f in families]
+        plateau = _ratio(row.get("plateau_ratio"), row.get("plateau_low"), row.get("plateau_high"),
+                         row.get("plateau_bound") or "")
+        if row["mixer"] == baseline:
+            plateau = "1 (baseline)"
         lines.append(f"| {row['rank']}{' (tie)' if row['tied_with'] else ''} | {row['mixer']} | "
-                     f"{_value(row['parameters'])} | {row['score']:.2f} ± {row['score_se']:.2f} | "
-                     + " | ".join(areas) + " |")
+                     f"{_value(row['parameters'])} | {_value(row.get('state_size'))} | "
+                     f"{row['score']:.2f} ± {row['score_se']:.2f} | {plateau} | " + " | ".join(areas) + " |")
     lines += ["", "## Frontier per task family", "",
               "The hardest rung with success ≥ 50%, [interval]: the hardest rung whose Wilson interval lies "
               "above 50%, and the hardest whose interval reaches it.", "",
@@ -209,35 +236,59 @@ def to_markdown(ranking: pd.DataFrame, scores: pd.DataFrame, cell_rows: pd.DataF
         by_family = {row.family: row for row in group.itertuples()}
         lines.append(f"| {mixer} | " + " | ".join(_frontier(by_family[f]) if f in by_family else "-"
                                                  for f in families) + " |")
+    plateau = {(r["mixer"], r["family"], json.dumps(r["rung"])): r for r in ranked.get("plateau", pd.DataFrame()).to_dict("records")}
     lines += ["", "## Cells", "",
-              "| family | rung | mixer | seeds | success (95% interval) | median plateau end | median emergence |",
-              "|---|---|---|---|---|---|---|"]
+              f"Plateau ratio: the cell's median plateau end over {baseline or 'the baseline'}'s on the same rung, "
+              "[95% bootstrap interval]; `>` where this mixer's median was not reached within the budget (a lower "
+              "bound), `<` where the baseline's was not.", "",
+              "| family | rung | mixer | seeds | success (95% interval) | median plateau end | plateau ratio | "
+              "median emergence |", "|---|---|---|---|---|---|---|---|"]
     for row in cell_rows.itertuples():
         success = "-" if pd.isna(row.success_rate) else \
             f"{row.emerged}/{row.seeds - row.failed} ({row.success_low:.2f}–{row.success_high:.2f})"
+        cell = plateau.get((row.mixer, row.family, json.dumps(row.rung)), {})
+        ratio = "-" if row.mixer == baseline else _ratio(cell.get("ratio"), cell.get("low"), cell.get("high"),
+                                                           cell.get("bound", ""))
         lines.append(f"| {row.family} | {row.axis or '-'}={_value(row.rung)} | {row.mixer} | {row.seeds} | {success} | "
-                     f"{_median(row.median_plateau_end, row.budget)} | {_median(row.median_emergence_step, row.budget)} |")
+                     f"{_median(row.median_plateau_end, row.budget)} | {ratio} | "
+                     f"{_median(row.median_emergence_step, row.budget)} |")
     return "\n".join(lines) + "\n"
 
 
-def build(records: list[dict], axes: dict[str, str] | None = None) -> dict:
-    """Everything the ranking holds: ladders, cells, per-family scores and the overall ranking."""
+DEFAULT_BASELINE = "transformer"
+
+
+def build(records: list[dict], axes: dict[str, str] | None = None, baseline: str | None = None) -> dict:
+    """Everything the ranking holds: ladders, cells, per-family scores, the plateau ratios to
+    ``baseline`` (a mixer label; default the Transformer where it ran, else no plateau score) and the
+    overall ranking with both scores."""
     if not records:
         raise ConfigError("no results to rank")
     cell_rows, ladder = cells(records, axes)
     scores = family_scores(cell_rows, ladder)
-    return {"ladders": ladder, "cells": cell_rows, "families": scores, "ranking": overall(scores, cell_rows)}
+    ranking = overall(scores, cell_rows)
+    if baseline is None and DEFAULT_BASELINE in set(ranking["mixer"]):
+        baseline = DEFAULT_BASELINE
+    plateau = pd.DataFrame()
+    if baseline is not None:
+        plateau, summary = plateau_score.score(cell_members(records, ladder), baseline)
+        plateau["rung"] = plateau["rung"].map(json.loads)
+        ranking = ranking.merge(summary, on="mixer", how="left")
+    return {"ladders": ladder, "cells": cell_rows, "families": scores, "ranking": ranking, "plateau": plateau,
+            "baseline": baseline}
 
 
-def write(root: str | Path, axes: dict[str, str] | None = None, strict: bool = False) -> tuple[dict, str]:
+def write(root: str | Path, axes: dict[str, str] | None = None, strict: bool = False,
+          baseline: str | None = None) -> tuple[dict, str]:
     """Rank every result under ``root``; write rank.md, rank.csv (the ranking) and rank.json (all of it).
     ``strict``: an unreadable result file is an error, not a warning (see results.load_records)."""
     root = Path(root)
-    ranked = build(load_records(root, strict=strict), axes)
-    markdown = to_markdown(ranked["ranking"], ranked["families"], ranked["cells"], ranked["ladders"])
+    ranked = build(load_records(root, strict=strict), axes, baseline)
+    markdown = to_markdown(ranked)
     write_text(root / f"{RANK_STEM}.md", markdown)
     write_text(root / f"{RANK_STEM}.csv", ranked["ranking"].to_csv(index=False))
     write_json(root / f"{RANK_STEM}.json", {
-        "ladders": ranked["ladders"],
-        **{part: json.loads(ranked[part].to_json(orient="records")) for part in ("ranking", "families", "cells")}})
+        "ladders": ranked["ladders"], "baseline": ranked["baseline"],
+        **{part: json.loads(ranked[part].to_json(orient="records"))
+           for part in ("ranking", "families", "cells", "plateau")}})
     return ranked, markdown

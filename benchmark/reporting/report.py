@@ -552,7 +552,7 @@ def ranking_section(records: list[dict], page: Page) -> bool:
         if figure is not None:
             plt.close(figure)
         return False
-    markdown = rank.to_markdown(ranked["ranking"], ranked["families"], ranked["cells"], ranked["ladders"])
+    markdown = rank.to_markdown(ranked)
     ranking, frontier = markdown.split("## ")[1:3]
     page.section("Ranking", html.escape(ranking.splitlines()[2]))
     page.add(_markdown_table_html(ranking), "<h3>Frontier per task family</h3>", _markdown_table_html(frontier),

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 
 def kaplan_meier_median(times: list[float], censored: list[bool]) -> float | None:
     """Median time-to-event of a right-censored sample: the first event time at which the
@@ -64,3 +66,22 @@ def wilson_interval(successes: int, trials: int, z: float = 1.96) -> tuple[float
     centre = (p + z * z / (2 * trials)) / (1 + z * z / trials)
     half = z * math.sqrt(p * (1 - p) / trials + z * z / (4 * trials * trials)) / (1 + z * z / trials)
     return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def kaplan_meier_medians(times: np.ndarray, censored: np.ndarray) -> np.ndarray:
+    """The Kaplan–Meier median of each row of a batch of right-censored samples, as
+    ``kaplan_meier_median`` computes it for one; ``inf`` where it is not reached.
+
+    times, censored: [R, n] (float, bool) -> [R]. Used on bootstrap resamples, so it is vectorised:
+    a row sorted by (time, censored) puts events before censorings at equal times, and the running
+    product of (1 − 1/at_risk) over events is the KM survival (tied events telescope to (1 − d/n)).
+    """
+    times, censored = np.asarray(times, dtype=float), np.asarray(censored, dtype=bool)
+    order = np.lexsort((censored, times), axis=-1)
+    times, events = np.take_along_axis(times, order, -1), ~np.take_along_axis(censored, order, -1)
+    at_risk = times.shape[-1] - np.arange(times.shape[-1])
+    survival = np.cumprod(np.where(events, 1 - 1 / at_risk, 1.0), axis=-1)
+    reached = events & (survival <= 0.5 + 1e-12)
+    first = reached.argmax(axis=-1)
+    return np.where(reached.any(axis=-1), np.take_along_axis(times, first[:, None], -1)[:, 0], np.inf)
+

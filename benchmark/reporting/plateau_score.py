@@ -1,0 +1,116 @@
+"""The plateau score: how long each mixer stays on the loss plateau, against a baseline mixer.
+
+A run's *plateau end* is the Plateau callback's end step. A run that emerged without one (it stopped
+at emergence while its smoothed loss still lagged above the threshold) had left the plateau by its
+emergence step, which is used; a run that did neither is censored at the steps it ran.
+
+Per cell (mixer, family, rung): the Kaplan–Meier median plateau end m, and its ratio m / m_base to
+the baseline mixer's median in the same family and rung. A median that is not reached counts as the
+cell's budget: the estimand is the median of min(T, budget), which every run measures, so a ratio
+whose own median is not reached is a lower bound (``>``) and one whose baseline's is not reached an
+upper bound (``<``). Its 95% interval is a percentile bootstrap: every cell's seeds resampled with
+replacement, the KM medians recomputed on each resample (so each draw respects the censoring),
+``DRAWS`` draws from a fixed generator seed, so the numbers re-run.
+
+Per mixer: the geometric mean of its cell ratios over the cells it shares with the baseline, leaving
+out those where neither median is reached (they say nothing about the ratio), with the interval from
+the same draws (the baseline's resample is shared by every mixer within a draw). A bound cell enters
+at its bound, which pulls the mean toward 1; where every cell is a bound of one kind, so is the mean.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+
+from emergence_bench.config import ConfigError
+from emergence_bench.reporting.stats import kaplan_meier_medians
+
+DRAWS = 2000
+SEED = 0
+
+
+def plateau_end(record: dict) -> tuple[float, bool]:
+    """(time, censored) of one run's plateau end (see the module docstring)."""
+    end = (record.get("plateau") or {}).get("end_step")
+    if end is not None:
+        return float(end), False
+    emerged = (record.get("emergence") or {}).get("step")
+    if emerged is not None:
+        return float(emerged), False
+    steps = (record.get("timing") or {}).get("steps") or record["config"]["trainer"]["max_steps"]
+    return float(steps), True
+
+
+def _sample(members: list[dict]) -> tuple[np.ndarray, np.ndarray, float]:
+    """A cell's measured runs as (times [n], censored [n], budget)."""
+    ends = [plateau_end(r) for r in members if r["status"] in ("ok", "diverged")]
+    times = np.array([t for t, _ in ends], dtype=float)
+    budget = max(max((r.get("timing") or {}).get("steps") or r["config"]["trainer"]["max_steps"] for r in members),
+                 float(times.max(initial=0)))
+    return times, np.array([c for _, c in ends], dtype=bool), budget
+
+
+def _medians(times: np.ndarray, censored: np.ndarray, budget: float, rows: np.ndarray) -> np.ndarray:
+    """[R]: the KM medians of the resamples ``rows`` ([R, n] indices), not reached -> the budget."""
+    return np.minimum(kaplan_meier_medians(times[rows], censored[rows]), budget)
+
+
+def score(cells: dict[tuple[str, str, str], list[dict]], baseline: str, draws: int = DRAWS,
+          seed: int = SEED) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Per cell and per mixer plateau ratios to ``baseline`` with bootstrap intervals.
+
+    cells: (mixer, family, rung) -> the cell's result records. Returns (cell table, mixer table):
+    cell rows hold median, reached, ratio, low, high, bound ('>', '<' or ''); mixer rows hold the
+    geometric-mean ratio, low, high and the number of cells it covers.
+    """
+    mixers = sorted({mixer for mixer, _, _ in cells})
+    if baseline not in mixers:
+        raise ConfigError(f"--baseline {baseline!r} is not a mixer of these results; mixers: {', '.join(mixers)}")
+    rng = np.random.default_rng(seed)
+    point, drawn, reached = {}, {}, {}
+    for key in sorted(cells):
+        times, censored, budget = _sample(cells[key])
+        if not len(times):
+            continue
+        own = kaplan_meier_medians(times[None], censored[None])[0]
+        point[key], reached[key] = min(own, budget), bool(np.isfinite(own))
+        drawn[key] = _medians(times, censored, budget, rng.integers(0, len(times), size=(draws, len(times))))
+    rows, logs = [], {}
+    for (mixer, family, rung) in sorted(point):
+        base = (baseline, family, rung)
+        row = {"mixer": mixer, "family": family, "rung": rung, "median_plateau_end": point[mixer, family, rung],
+               "reached": reached[mixer, family, rung], "ratio": None, "low": None, "high": None, "bound": "",
+               "informative": False}
+        if base in point:
+            log_draws = np.log(drawn[mixer, family, rung]) - np.log(drawn[base])
+            row.update(ratio=point[mixer, family, rung] / point[base],
+                       low=float(np.exp(np.quantile(log_draws, 0.025))),
+                       high=float(np.exp(np.quantile(log_draws, 0.975))),
+                       bound=">" if not reached[mixer, family, rung] and reached[base]
+                       else "<" if reached[mixer, family, rung] and not reached[base] else "")
+            if mixer != baseline and (reached[mixer, family, rung] or reached[base]):
+                logs.setdefault(mixer, []).append(log_draws)
+            row["informative"] = reached[mixer, family, rung] or reached[base]
+        rows.append(row)
+    cell_table = pd.DataFrame(rows)
+    summary = []
+    for mixer in mixers:
+        if mixer == baseline:
+            summary.append({"mixer": mixer, "plateau_ratio": 1.0, "plateau_low": 1.0, "plateau_high": 1.0,
+                            "plateau_cells": int((cell_table["mixer"] == mixer).sum()), "plateau_bound": ""})
+            continue
+        mine = cell_table[(cell_table["mixer"] == mixer) & cell_table["informative"]]
+        if not len(mine):
+            summary.append({"mixer": mixer, "plateau_ratio": None, "plateau_low": None, "plateau_high": None,
+                            "plateau_cells": 0, "plateau_bound": ""})
+            continue
+        mean_logs = np.mean(logs[mixer], axis=0)
+        bounds = set(mine["bound"])
+        summary.append({"mixer": mixer, "plateau_ratio": math.exp(float(np.log(mine["ratio"].astype(float)).mean())),
+                        "plateau_low": float(np.exp(np.quantile(mean_logs, 0.025))),
+                        "plateau_high": float(np.exp(np.quantile(mean_logs, 0.975))),
+                        "plateau_cells": len(mine), "plateau_bound": bounds.pop() if len(bounds) == 1 else ""})
+    return cell_table, pd.DataFrame(summary)
