@@ -173,3 +173,30 @@ def test_standard_presets_hold_ladder_v1_for_every_mixer_and_seed(preset):
         cells.setdefault((family, c["mixer"]["name"], c["task"][LADDER_V1[family][0].split(".")[1]]), set()).add(c["seed"])
     assert len({len(s) for s in cells.values()}) == 1 and min(len(s) for s in cells.values()) >= 3
     assert len(cells) == len(LADDER_V1) * 3 * len(mixers)
+
+
+def test_the_report_compares_mixers_against_the_transformer_with_survival_forest_and_state_figures():
+    from emergence_bench.reporting import comparison
+    from emergence_bench.reporting.report import Page, ranking_section
+
+    records = [dict(r, config={**r["config"], "mixer": {"name": {"a": "transformer", "b": "lru"}[r["config"]["mixer"]["name"]]}},
+                    state_size={"a": 40, "b": 8}[r["config"]["mixer"]["name"]]) for r in ladder_records()]
+    page = Page()
+    assert ranking_section(records, page)
+    titles = [title for _, title in page.sections]
+    assert titles == ["Ranking", "Survival by rung", "Plateau ratio", "State size and quality"]
+    ranked = rank.build(records)
+    assert ranked["baseline"] == "transformer" and list(ranked["ranking"]["state_size"]) == [40, 8]
+    # The survival figure: one panel per (family, rung) and kind; each mixer's curve starts at 1 and
+    # ends where its KM curve does (transformer at rung 1: every seed emerged, so 0).
+    figure = comparison.survival_figure(ranked, records)
+    panels = [ax for ax in figure.axes if ax.get_title()]
+    assert len(panels) == 2 * 3
+    first = panels[0].get_lines()
+    assert {line.get_label() for line in first} == {"transformer", "lru"}
+    transformer = next(line for line in first if line.get_label() == "transformer")
+    assert transformer.get_ydata()[0] == 1 and transformer.get_ydata()[-1] == 0
+    # Without state sizes (older results) that figure is listed as not drawn, with the reason.
+    page = Page()
+    assert ranking_section([{k: v for k, v in r.items() if k != "state_size"} for r in records], page)
+    assert [name for name, _ in page.missing] == ["state"]

@@ -27,7 +27,7 @@ import pandas as pd  # noqa: E402
 import torch  # noqa: E402
 
 from emergence_bench.config import ConfigError, scientific  # noqa: E402
-from emergence_bench.reporting import leaderboard, rank  # noqa: E402
+from emergence_bench.reporting import comparison, leaderboard, rank  # noqa: E402
 from emergence_bench.results import MAPS_FILE, REPORT_FILE, RESULT_FILE, load_records, write_atomic, write_text  # noqa: E402
 
 
@@ -559,6 +559,21 @@ def ranking_section(records: list[dict], page: Page) -> bool:
              "<p>Top: success rate per rung with 95% Wilson intervals, one line per mixer. Bottom: the median "
              "plateau end per rung on a log axis; a triangle at the budget where the median was not reached.</p>")
     page.figure(figure, "ranking", "success and plateau vs rung")
+    baseline = ranked["baseline"] or "the baseline"
+    page.place(comparison.survival_figure(ranked, records), "survival", "Survival by rung",
+               "Per rung, the fraction of each mixer's seeds not yet emerged (upper row of a family) and still on "
+               "the loss plateau (lower row) against step: Kaplan–Meier curves, a tick where a run stopped "
+               "before the event (censored). A curve that falls earlier is a mixer that finds the pattern sooner.",
+               "no ranked runs")
+    page.place(comparison.forest_figure(ranked), "forest", "Plateau ratio",
+               f"Each mixer's median plateau end over {html.escape(baseline)}'s: the geometric mean over cells "
+               "(square) with its 95% bootstrap interval, each cell's ratio behind it (open: a bound, the median "
+               "not reached within the budget). Left of the dashed line: off the plateau sooner.",
+               "no baseline mixer (rank --baseline) among the results")
+    page.place(comparison.state_figure(ranked), "state", "State size and quality",
+               "Success score and plateau ratio against the state each mixer carries per sequence at inference "
+               "(attention's grows with the sequence; the largest in the ranking is drawn).",
+               "the results do not record state sizes (runs from before state_size was recorded)")
     return True
 
 

@@ -1,0 +1,181 @@
+"""The ranking's comparison figures: mixers side by side on one axis.
+
+- ``survival_figure``: per rung, the Kaplan–Meier curves of "not yet emerged" and "still on the
+  plateau" against step, one line per mixer, a tick where a run was censored (stopped or out of
+  budget before the event).
+- ``forest_figure``: each mixer's plateau ratio to the baseline (the geometric mean over cells, with
+  its 95% interval), and every cell's ratio behind it.
+- ``state_figure``: the success score and the plateau ratio against the state a mixer carries per
+  sequence at inference: the quality-for-memory trade-off of a recurrent architecture.
+
+Each takes ``rank.build``'s output (and the records where it needs the runs) and returns a matplotlib
+Figure, or None where the results do not allow it.
+"""
+
+from __future__ import annotations
+
+import json
+
+import matplotlib
+
+matplotlib.use("Agg")  # no display; must precede pyplot
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+from matplotlib.ticker import FuncFormatter, LogLocator  # noqa: E402
+
+from emergence_bench.reporting import rank  # noqa: E402
+from emergence_bench.reporting.plateau_score import plateau_end  # noqa: E402
+from emergence_bench.reporting.stats import kaplan_meier  # noqa: E402
+
+PLAIN = FuncFormatter(lambda value, _: f"{value:g}")  # 50, 100, 200 on log axes, not 5×10¹
+
+
+def _plain_log(axis) -> None:
+    """Ticks at 1, 2, 5 × 10^k written plainly (0.5, 1, 2), on a log axis."""
+    axis.set_major_locator(LogLocator(base=10, subs=(1, 2, 5)))
+    axis.set_major_formatter(PLAIN)
+    axis.set_minor_formatter(FuncFormatter(lambda value, _: ""))
+
+
+def _colours(mixers: list[str]) -> dict[str, str]:
+    return {mixer: f"C{i % 10}" for i, mixer in enumerate(sorted(mixers))}
+
+
+def _emergence(record: dict) -> tuple[float, bool]:
+    step = (record.get("emergence") or {}).get("step")
+    if step is not None:
+        return float(step), False
+    return float((record.get("timing") or {}).get("steps") or record["config"]["trainer"]["max_steps"]), True
+
+
+def _km_line(ax, sample: list[tuple[float, bool]], colour: str, label: str) -> None:
+    """One Kaplan–Meier step curve from (0, 1), with a tick at each censored time."""
+    times, censored = [t for t, _ in sample], [c for _, c in sample]
+    xs, ys, survival = [0.0], [1.0], 1.0
+    for time, after, _ in kaplan_meier(times, censored):
+        xs += [time, time]
+        ys += [survival, after]
+        survival = after
+    end = max(times)
+    xs.append(end)
+    ys.append(survival)
+    ax.plot(xs, ys, color=colour, label=label, linewidth=1.4)
+    marks = sorted(t for t, c in sample if c)
+    if marks:
+        level = [_survival_at(xs, ys, t) for t in marks]
+        ax.scatter(marks, level, marker="|", s=60, color=colour, zorder=3)
+
+
+def _survival_at(xs: list[float], ys: list[float], time: float) -> float:
+    """The step curve's value just after ``time`` (xs, ys as _km_line draws them)."""
+    value = ys[0]
+    for x, y in zip(xs, ys):
+        if x <= time:
+            value = y
+    return value
+
+
+def survival_figure(ranked: dict, records: list[dict]):
+    """Rows: each family's "not yet emerged" then "still on the plateau"; columns: its rungs."""
+    ladder = ranked["ladders"]
+    members = rank.cell_members([r for r in records if r["status"] in ("ok", "diverged")], ladder)
+    if not members:
+        return None
+    families = sorted(ladder)
+    columns = max(len(ladder[f]["rungs"]) for f in families)
+    colours = _colours(sorted({m for m, _, _ in members}))
+    figure, axes = plt.subplots(2 * len(families), columns, figsize=(4.2 * columns, 2.6 * 2 * len(families)),
+                                squeeze=False, sharey=True)
+    for row, family in enumerate(families):
+        for column in range(columns):
+            for kind, ax in enumerate((axes[2 * row, column], axes[2 * row + 1, column])):
+                if column >= len(ladder[family]["rungs"]):
+                    ax.axis("off")
+                    continue
+                rung = ladder[family]["rungs"][column]
+                for (mixer, fam, key), runs in sorted(members.items()):
+                    if fam == family and key == json.dumps(rung):
+                        sample = [(_emergence if kind == 0 else plateau_end)(r) for r in runs]
+                        _km_line(ax, sample, colours[mixer], mixer)
+                what = "not yet emerged" if kind == 0 else "still on the plateau"
+                axis = (ladder[family]["axis"] or "").removeprefix("task.")
+                ax.set_title(f"{family} {axis}={rung}: {what}", fontsize=9)
+                ax.set_ylim(-0.03, 1.03)
+                ax.grid(alpha=0.3)
+                if column == 0:
+                    ax.set_ylabel("fraction of seeds")
+                if row == len(families) - 1 and kind == 1:
+                    ax.set_xlabel("training step")
+    handles = [plt.Line2D([], [], color=c, label=m) for m, c in colours.items()]
+    figure.legend(handles=handles, loc="upper center", ncol=min(len(handles), 7), fontsize=9,
+                  bbox_to_anchor=(0.5, 1.0))
+    figure.tight_layout(rect=(0, 0, 1, 1 - 0.45 / figure.get_figheight()))  # room for the legend
+    return figure
+
+
+def forest_figure(ranked: dict):
+    """Each mixer's plateau ratio to the baseline: the geometric mean (square) with its 95% interval,
+    every cell's ratio (dots; open where it is a bound) behind it; a line at 1."""
+    baseline, plateau, ranking = ranked.get("baseline"), ranked.get("plateau"), ranked["ranking"]
+    if baseline is None or plateau is None or not len(plateau) or "plateau_ratio" not in ranking:
+        return None
+    rows = ranking[(ranking["mixer"] != baseline) & ranking["plateau_ratio"].notna()]
+    rows = rows.sort_values("plateau_ratio", ascending=False)
+    if rows.empty:
+        return None
+    figure, ax = plt.subplots(figsize=(10, 0.55 * len(rows) + 1.6))
+    colours = _colours(list(ranking["mixer"]))
+    for y, row in enumerate(rows.itertuples()):
+        cells = plateau[(plateau["mixer"] == row.mixer) & plateau["informative"]]
+        jitter = np.linspace(-0.18, 0.18, len(cells)) if len(cells) > 1 else np.zeros(len(cells))
+        for dy, cell in zip(jitter, cells.itertuples()):
+            ax.scatter(cell.ratio, y + dy, s=18, color=colours[row.mixer], alpha=0.45,
+                       facecolors="none" if cell.bound else colours[row.mixer])
+        ax.plot([row.plateau_low, row.plateau_high], [y, y], color="black", linewidth=2)
+        ax.scatter(row.plateau_ratio, y, marker="s", s=60, color="black", zorder=3)
+    ax.axvline(1, color="grey", linestyle="--", linewidth=1)
+    ax.set_xscale("log")
+    _plain_log(ax.xaxis)
+    ax.set_yticks(range(len(rows)), list(rows["mixer"]))
+    ax.invert_yaxis()
+    ax.set_xlabel(f"median plateau end over {baseline}'s (log; < 1: leaves the plateau sooner)")
+    ax.grid(axis="x", alpha=0.3)
+    figure.tight_layout()
+    return figure
+
+
+def state_figure(ranked: dict):
+    """Success score (left) and plateau ratio (right) against the state per sequence (log axes)."""
+    ranking = ranked["ranking"]
+    if "state_size" not in ranking or ranking["state_size"].notna().sum() < 2:
+        return None
+    rows = ranking[ranking["state_size"].notna()]
+    has_plateau = "plateau_ratio" in rows and rows["plateau_ratio"].notna().sum() >= 2
+    figure, axes = plt.subplots(1, 2 if has_plateau else 1, figsize=(12 if has_plateau else 6.5, 4.2), squeeze=False)
+    colours = _colours(list(ranking["mixer"]))
+    left = axes[0, 0]
+    for row in rows.itertuples():
+        left.errorbar(row.state_size, row.score, yerr=1.96 * row.score_se, marker="o", capsize=3,
+                      color=colours[row.mixer])
+        left.annotate(row.mixer, (row.state_size, row.score), textcoords="offset points", xytext=(5, 5), fontsize=8)
+    left.set_ylabel("success score (mean area, ±95%)")
+    left.set_ylim(-0.05, 1.1)
+    if has_plateau:
+        right = axes[0, 1]
+        for row in rows[rows["plateau_ratio"].notna()].itertuples():
+            right.errorbar(row.state_size, row.plateau_ratio,
+                           yerr=[[row.plateau_ratio - row.plateau_low], [row.plateau_high - row.plateau_ratio]],
+                           marker="o", capsize=3, color=colours[row.mixer])
+            right.annotate(row.mixer, (row.state_size, row.plateau_ratio), textcoords="offset points",
+                           xytext=(5, 5), fontsize=8)
+        right.set_yscale("log")
+        _plain_log(right.yaxis)
+        right.axhline(1, color="grey", linestyle="--", linewidth=1)
+        right.set_ylabel(f"plateau ratio to {ranked['baseline']} (log)")
+    for ax in axes.flat:
+        ax.set_xscale("log")
+        _plain_log(ax.xaxis)
+        ax.set_xlabel("state carried per sequence at inference (numbers, log)")
+        ax.grid(alpha=0.3)
+    figure.tight_layout()
+    return figure
