@@ -88,7 +88,7 @@ def greedy_accuracy(model, tokens: torch.Tensor, loss_mask: torch.Tensor, chunk:
 def emergence(run_dir: str | Path, probe_batches: int | None = None, threshold: float | None = None,
               device: str = "auto") -> dict:
     """Bisect the run's checkpoints for the earliest that solves the task; writes analysis/emergence.json."""
-    from emergence_bench.analysis.bisect import bisect_steps
+    from emergence_bench.analysis.bisection import bisect_steps
     from emergence_bench.results import read_result, write_json
 
     run_dir = Path(run_dir)

@@ -27,7 +27,7 @@ from typing import Callable
 
 import torch
 
-from emergence_bench.analysis.bisect import bisect_steps
+from emergence_bench.analysis.bisection import bisect_steps
 from emergence_bench.analysis.language_probes import Prompt, probe_set
 from emergence_bench.analysis.patching import rank_heads, replace_heads
 from emergence_bench.devices import resolve_device
