@@ -21,7 +21,7 @@ from pathlib import Path
 import torch
 import yaml
 
-from emergence_bench.devices import resolve_device
+from emergence_bench.machine.devices import resolve_device
 from emergence_bench.results import ANALYSIS_DIR, CONFIG_FILE
 
 DEFAULT_THRESHOLD = 0.95  # the emergence callback's default

@@ -56,8 +56,8 @@ from torch.utils.data import DataLoader, IterableDataset
 
 from emergence_bench.callbacks.contract import EvalResult
 from emergence_bench.config import OptimConfig, RunConfig, resolve
-from emergence_bench.devices import accelerator_device
-from emergence_bench.allocator import keep_freed_memory
+from emergence_bench.machine.devices import accelerator_device
+from emergence_bench.machine.allocator import keep_freed_memory
 from emergence_bench.execution.batching import vmapped
 from emergence_bench.mixers.base import MixerContext
 from emergence_bench.model import SequenceModel

@@ -28,9 +28,9 @@ import torch
 import torch.nn.functional as F
 
 from emergence_bench import registry
-from emergence_bench.allocator import keep_freed_memory
+from emergence_bench.machine.allocator import keep_freed_memory
 from emergence_bench.config import RunConfig, resolve
-from emergence_bench.devices import resolve_device
+from emergence_bench.machine.devices import resolve_device
 from emergence_bench.execution.sweep import load_sweep
 from emergence_bench.model import SequenceModel
 from emergence_bench.results import write_json
