@@ -76,7 +76,7 @@ def test_blank_outputs_reach_the_model_and_seed_parallel_matches_a_run_alone(tmp
 
 
 def test_the_fused_adamw_equals_torchs_reference_adamw_on_strided_gradients():
-    from emergence_bench.module import adamw
+    from emergence_bench.optim import adamw
 
     torch.manual_seed(0)
     start, grads = torch.randn(8, 16), [torch.randn(16, 8).t() for _ in range(3)]  # strided, as vmap gives

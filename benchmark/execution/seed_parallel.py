@@ -61,9 +61,9 @@ from emergence_bench.machine.allocator import keep_freed_memory
 from emergence_bench.execution.batching import vmapped
 from emergence_bench.mixers.base import MixerContext
 from emergence_bench.model import SequenceModel
-from emergence_bench.module import (FINAL_LOSS_WINDOW, Diverged, EvalTally, adamw, check_finite,
-                                    deliver_train_losses, eval_metrics, is_decayed, is_read_step, scored_rows,
-                                    train_losses)
+from emergence_bench.module import (FINAL_LOSS_WINDOW, Diverged, EvalTally, check_finite, deliver_train_losses,
+                                    eval_metrics, is_read_step, scored_rows, train_losses)
+from emergence_bench.optim import adamw, is_decayed
 from emergence_bench.results import RESULT_FILE, busy_row, write_json
 from emergence_bench.run import RunBusy, RunFolder, apply_threads, build_model, build_task, check, failure, run
 from emergence_bench.tasks.base import SyntheticTask, TrainStream, seeded_generator

@@ -249,7 +249,8 @@ class BareLoop(_Loop):
     ``clip_grad_norm_`` when ``optim.grad_clip``; losses read back every ``trainer.log_every`` steps."""
 
     def __init__(self, config: RunConfig, compile_model: bool = False, device: str | torch.device = "cpu"):
-        from emergence_bench.module import adamw, is_decayed, scored_rows
+        from emergence_bench.module import scored_rows
+        from emergence_bench.optim import adamw, is_decayed
         from emergence_bench.run import build_model, build_task
 
         self.config, self.device = config, torch.device(device)
