@@ -243,7 +243,7 @@ def cmd_report(args, extra) -> int:
 
 
 def cmd_speed(args, extra) -> int:
-    from emergence_bench.reporting import speed
+    from emergence_bench.perf import speed
 
     lengths = tuple(int(n) for n in args.lengths.split(","))
     seeds = tuple(int(n) for n in args.seeds.split(","))

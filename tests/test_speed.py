@@ -10,7 +10,7 @@ import torch
 from conftest import tiny_config
 
 from emergence_bench.config import resolve
-from emergence_bench.reporting import speed
+from emergence_bench.perf import speed
 from emergence_bench.run import run
 
 
