@@ -451,8 +451,9 @@ def test_a_callback_that_stops_or_fails_ends_its_seed_alone(callback, tmp_path):
 @pytest.mark.parametrize("measured", [0.6, 3.0])
 def test_auto_batches_only_where_its_probe_says_it_pays(measured, tmp_path, monkeypatch):
     from emergence_bench.execution import seed_parallel
+    from emergence_bench.execution.seed_parallel import group
 
-    monkeypatch.setattr(seed_parallel, "batching_speedup", lambda config, k: measured)
+    monkeypatch.setattr(group, "batching_speedup", lambda config, k: measured)
     configs = [tiny_config(seed=s, trainer={"max_steps": 4}) for s in (0, 1)]
     rows = run_seed_parallel(configs, tmp_path, batching="auto")
     note = rows[0]["seed_parallel"]
