@@ -1,8 +1,8 @@
 """EmergenceModule: trains a SequenceModel on a task's scored tokens and measures it.
 
-The pieces a single run and a seed-parallel group share live here as functions: ``train_losses`` (the training loss and the
-full-sequence loss of one batch), ``EvalTally`` (one eval pass, per output cell, for one seed or K)
-and the optimiser of ``emergence_bench.optim``. Seed-parallel's ensemble module calls the same ones.
+The pieces a single run and a seed-parallel group share: the training step and its loss buffer
+(``emergence_bench.training``), ``EvalTally`` (one eval pass, per output cell, for one seed or K)
+and the optimiser (``emergence_bench.optim``). Seed-parallel's ensemble module uses the same ones.
 """
 
 from __future__ import annotations
@@ -17,48 +17,14 @@ import torch.nn.functional as F
 from emergence_bench.callbacks.contract import EvalResult
 from emergence_bench.config import TRAIN_ON, OptimConfig
 from emergence_bench.model import SequenceModel
+from emergence_bench import training
 from emergence_bench.optim import adamw, is_decayed
+from emergence_bench.training import LossBuffer, check_finite, scored, scored_rows
 from emergence_bench.mixers.base import MixerContext
 from emergence_bench.tasks.base import SyntheticTask
 
 FINAL_LOSS_WINDOW = 50  # final_train_loss is the mean over this many last steps
 MAX_LOGGED_CELLS = 64  # beyond this many output cells, per-cell scalars drown the dashboard
-
-
-class Diverged(RuntimeError):
-    """The training loss became NaN or infinite."""
-
-
-def scored_rows(task: SyntheticTask) -> torch.Tensor:
-    """[N] the indices of the rows ``task.loss_mask`` scores. Indices, not the boolean mask: they vmap."""
-    return task.loss_mask.nonzero().squeeze(1)
-
-
-def scored(logits: torch.Tensor, targets: torch.Tensor, rows: torch.Tensor):
-    """logits [..., L, V], targets [..., L], rows [N] (``scored_rows``) -> the scored rows of both,
-    [..., N, V] and [..., N]."""
-    return logits.index_select(-2, rows), targets.index_select(-1, rows)
-
-
-def train_losses(logits: torch.Tensor, targets: torch.Tensor, rows: torch.Tensor, train_on: str = "scored"):
-    """logits [B, L, V], targets [B, L], rows [N] (``scored_rows``) -> (the scored rows' loss,
-    every row's loss), both scalars. Only the one ``train_on`` names keeps its autograd graph."""
-    full = F.cross_entropy((logits if train_on == "all" else logits.detach()).flatten(0, 1), targets.flatten())
-    logits, targets = scored(logits, targets, rows)
-    return F.cross_entropy(logits.flatten(0, 1), targets.flatten()), full
-
-
-def check_finite(scored: float, full: float, step: int) -> None:
-    """Raise Diverged when a training loss is NaN or infinite."""
-    for value in (scored, full):
-        if not math.isfinite(value):
-            raise Diverged(f"training loss became {value} at step {step}")
-
-
-def is_read_step(batch_idx: int, read_every: int, max_steps: int) -> bool:
-    """Whether the losses kept on the device are read back after step ``batch_idx``: every
-    ``read_every`` steps and at the last step."""
-    return (batch_idx + 1) % read_every == 0 or batch_idx + 1 == max_steps
 
 
 def deliver_train_losses(callbacks, trainer, pl_module, steps: list[int], losses: list[float]) -> None:
@@ -156,42 +122,38 @@ class EmergenceModule(L.LightningModule):
         self.recent_full_sequence_losses: deque[float] = deque(maxlen=FINAL_LOSS_WINDOW)
         self.last_train_loss = math.nan
         self.last_eval: EvalResult | None = None
-        self.read_every = read_every
-        self._pending: list[torch.Tensor] = []  # per step not read yet: [2] (scored, every-row loss)
-        self._pending_from = 0  # the step of _pending[0]
+        self.loss_buffer = LossBuffer(read_every, max_steps)  # per step not read yet: [2] (scored, every-row loss)
 
     def all_rows(self, tokens: torch.Tensor, ctx: MixerContext | None = None):
         """tokens [B, L+1] -> (logits [B, L, V], targets [B, L]) on every query row."""
         return self.model(self.task.model_inputs(tokens), ctx), tokens[:, 1:]
 
     # --- training -----------------------------------------------------------------------------
-    def training_step(self, tokens: torch.Tensor, batch_idx: int) -> torch.Tensor:
+    def losses(self, tokens: torch.Tensor):
+        """tokens [B, L+1] -> (the scored rows' loss, every row's loss), scalars."""
         logits, targets = self.all_rows(tokens, MixerContext(bias=self.attention_bias))
-        scored_loss, full = train_losses(logits, targets, self.rows, self.train_on)
-        if not self._pending:
-            self._pending_from = batch_idx
-        self._pending.append(torch.stack([scored_loss.detach(), full.detach()]))
-        if is_read_step(batch_idx, self.read_every, self.max_steps):
-            self.read_losses()
-            # Lightning writes logs every log_every steps, the value of that step: the read step's.
-            self.log("train/loss", self.last_train_loss)
-            self.log("train/full_sequence_loss", self.recent_full_sequence_losses[-1])
-        return full if self.train_on == "all" else scored_loss
+        return training.train_losses(logits, targets, self.rows, self.train_on)
 
-    def read_losses(self) -> None:
-        """Read back the losses kept on the device (one host sync), check them, hand them on."""
-        if not self._pending:
+    def training_step(self, tokens: torch.Tensor, batch_idx: int) -> torch.Tensor:
+        return training.step(self, tokens, batch_idx)
+
+    def read_losses(self, at_step: bool = False) -> None:
+        """Read back the losses kept on the device (one host sync), check them, hand them on; at a
+        step's read (``at_step``) also log that step's."""
+        steps, values, full_values = self.loss_buffer.read()
+        if not steps:
             return
-        values, first = torch.stack(self._pending).tolist(), self._pending_from
-        self._pending = []
-        for i, (value, full_value) in enumerate(values):
-            check_finite(value, full_value, first + i)
+        for step, value, full_value in zip(steps, values, full_values):
+            check_finite(value, full_value, step)
             self.recent_train_losses.append(value)
             self.recent_full_sequence_losses.append(full_value)
-        self.last_train_loss = values[-1][0]
-        if self._trainer is not None:
-            deliver_train_losses(self.trainer.callbacks, self.trainer, self,
-                                 list(range(first, first + len(values))), [v for v, _ in values])
+        self.last_train_loss = values[-1]
+        if self._trainer is None:  # trained outside a Trainer (speed's loop)
+            return
+        deliver_train_losses(self.trainer.callbacks, self.trainer, self, steps, values)
+        if at_step:  # Lightning writes logs every log_every steps, the value of that step: the read step's.
+            self.log("train/loss", self.last_train_loss)
+            self.log("train/full_sequence_loss", self.recent_full_sequence_losses[-1])
 
     def on_train_epoch_end(self) -> None:
         self.read_losses()  # the tail of a run stopped between reads, before the callbacks' on_train_end

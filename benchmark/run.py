@@ -31,7 +31,8 @@ from emergence_bench.callbacks.recorder import Recorder
 from emergence_bench.config import RunConfig, resolve
 from emergence_bench.curriculum import check_transitions, pretrain, stage_tasks
 from emergence_bench.model import SequenceModel
-from emergence_bench.module import Diverged, EmergenceModule
+from emergence_bench.module import EmergenceModule
+from emergence_bench.training import Diverged
 from emergence_bench.mixers.init import WeightInit
 from emergence_bench.machine.devices import accelerator_device, describe_device
 from emergence_bench.results import (CONFIG_FILE, FINISHED, LOCKS_DIR, RESULT_FILE, SCHEMA_VERSION, TENSORBOARD_DIR,

@@ -274,21 +274,20 @@ def test_optimiser_state_and_clipping_are_per_seed():
         tasks[-1].configure_streams(data_seed=s, eval_batches=1)
         models.append(build_model(c, tasks[-1]))
     ensemble = EnsembleModule(models, tasks[0], c.optim, steps)
-    ensemble.seeds = [type("Slot", (), {"live": True})() for _ in seeds]
     batched = ensemble.configure_optimizers()
     optimizers = [EmergenceModule(m, t, c.optim, steps).configure_optimizers() for m, t in zip(models, tasks)]
     assert len(optimizers[0]["optimizer"].param_groups) == len(batched["optimizer"].param_groups) == 2
     for step in range(steps):
         scored, _ = ensemble.losses(torch.stack([t.batch("train", step) for t in tasks]), {})
         grads = torch.autograd.grad(scored.sum(), list(ensemble.stacked), retain_graph=True)
-        ensemble.seeds[1].live = step != 1  # one step with seed 1 masked out, as after a NaN
-        ensemble.backward(torch.where(ensemble.live(), scored, torch.zeros_like(scored)).sum())
+        ensemble.live[1] = step != 1  # one step with seed 1 masked out, as after a NaN
+        ensemble.backward(torch.where(ensemble.live_mask(), scored, torch.zeros_like(scored)).sum())
         ensemble.configure_gradient_clipping(batched["optimizer"], c.optim.grad_clip)
         batched["optimizer"].step()
         batched["lr_scheduler"]["scheduler"].step()
         batched["optimizer"].zero_grad(set_to_none=True)
         for k, (model, opt) in enumerate(zip(models, optimizers)):
-            if not ensemble.seeds[k].live:
+            if not ensemble.live[k]:
                 continue  # its slot got zero gradients; the other seeds must not notice
             for p, g in zip(model.parameters(), grads):
                 p.grad = g[k].clone()

@@ -73,7 +73,7 @@ def greedy_accuracy(model, tokens: torch.Tensor, loss_mask: torch.Tensor, chunk:
                     model_inputs=None) -> float:
     """Fraction of scored tokens whose greedy prediction is correct (as the run's eval/accuracy);
     ``model_inputs`` is the task's (default ``tokens[:, :-1]``)."""
-    from emergence_bench.module import scored
+    from emergence_bench.training import scored
 
     rows = loss_mask.nonzero().squeeze(1)
     correct = total = 0

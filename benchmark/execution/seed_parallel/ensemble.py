@@ -4,7 +4,7 @@ the group's data (seed k's own train stream in slice k of every batch)."""
 from __future__ import annotations
 
 import copy
-from typing import TYPE_CHECKING
+from typing import Callable
 
 import lightning as L
 import torch
@@ -16,13 +16,12 @@ from emergence_bench.config import OptimConfig
 from emergence_bench.execution.batching import vmapped
 from emergence_bench.mixers.base import MixerContext
 from emergence_bench.model import SequenceModel
-from emergence_bench.module import (Diverged, EvalTally, check_finite, deliver_train_losses, eval_metrics,
-                                    is_read_step, scored_rows, train_losses)
+from emergence_bench import training
+from emergence_bench.callbacks.contract import EvalResult
+from emergence_bench.module import EvalTally
+from emergence_bench.training import LossBuffer, scored_rows, train_losses
 from emergence_bench.optim import adamw, is_decayed
 from emergence_bench.tasks.base import SyntheticTask, TrainStream
-
-if TYPE_CHECKING:
-    from emergence_bench.execution.seed_parallel.seeds import Seed
 
 
 class EnsembleModule(L.LightningModule):
@@ -32,7 +31,12 @@ class EnsembleModule(L.LightningModule):
     (causal masks) stay unbatched in ``template``; those that differ are stacked too. The template's
     own parameters are never read (``functional_call`` substitutes the stack) and never trained.
     ``version`` counts backward passes and optimiser steps, so a seed's view knows when it is stale.
-    ``seeds`` (set by ``run_seed_parallel``) are the group's seeds, seed k in slot k.
+
+    The ensemble knows nothing of the seeds' callbacks, views or folders. The group gives it
+    ``live`` (the seeds still training, [K] bools on the host: a step costs no device sync), ``bias``
+    (their attention biases stacked, {layer: [K, ...]}) and two listeners: ``on_losses(steps, scored
+    [n][K], full [n][K], at_step)`` for each read of the loss buffer, ``on_eval(results)`` (one
+    EvalResult per seed) for each eval.
     """
 
     def __init__(self, models: list[SequenceModel], task: SyntheticTask, optim: OptimConfig, max_steps: int,
@@ -51,11 +55,12 @@ class EnsembleModule(L.LightningModule):
             self.register_buffer(f"seed_buffer{i}", torch.stack([b[name] for b in buffers]), persistent=False)
         self.register_buffer("rows", scored_rows(task), persistent=False)  # [N]
         self.task, self.optim, self.max_steps, self.train_on, self.log_every = task, optim, max_steps, train_on, log_every
-        self.seeds: list[Seed] = []
-        self._pending: list[torch.Tensor] = []  # per step not read yet: [2, K] (scored, every-row losses)
-        self._pending_from = 0
+        self.live = [True] * self.K
+        self.bias: dict[int, torch.Tensor] = {}
+        self.on_losses: Callable[[list[int], list, list, bool], None] | None = None
+        self.on_eval: Callable[[list[EvalResult]], None] | None = None
+        self.loss_buffer = LossBuffer(log_every, max_steps)  # per step not read yet: [2, K] (scored, every-row)
         self.trained_losses: torch.Tensor | None = None  # [K], what the latest step trains on
-        self.eval_for: list[Seed] | None = None  # an eval for these seeds only (SeedCallbacks sets it)
         self.version = 0
         self._train = vmap(self._seed_losses, in_dims=(0, 0, 0))
         self._eval = vmap(self._seed_logits, in_dims=(0, None, 0))
@@ -74,76 +79,39 @@ class EnsembleModule(L.LightningModule):
         """-> (scored loss, every-row loss), scalars of one seed."""
         return train_losses(self._seed_logits(weights, tokens, bias), tokens[:, 1:], self.rows, self.train_on)
 
-    def losses(self, tokens: torch.Tensor, bias: dict[int, torch.Tensor]):
-        """tokens [K, B, L+1] (seed k's batch in slice k), bias {layer: [K, ...]} -> (scored losses [K],
-        every-row losses [K])."""
+    def losses(self, tokens: torch.Tensor, bias: dict[int, torch.Tensor] | None = None):
+        """tokens [K, B, L+1] (seed k's batch in slice k), bias {layer: [K, ...]} (default: ``self.bias``)
+        -> (scored losses [K], every-row losses [K])."""
         with vmapped(self.device):
-            return self._train(self._weights(), tokens, bias)
+            return self._train(self._weights(), tokens, self.bias if bias is None else bias)
 
-    def logits(self, tokens: torch.Tensor, bias: dict[int, torch.Tensor]) -> torch.Tensor:
-        """tokens [B, L+1] shared by every seed -> logits [K, B, L, V]."""
+    def logits(self, tokens: torch.Tensor, bias: dict[int, torch.Tensor] | None = None) -> torch.Tensor:
+        """tokens [B, L+1] shared by every seed, bias as in ``losses`` -> logits [K, B, L, V]."""
         with vmapped(self.device):
-            return self._eval(self._weights(), tokens, bias)
+            return self._eval(self._weights(), tokens, self.bias if bias is None else bias)
 
-    def bias(self) -> dict[int, torch.Tensor]:
-        """Each live seed's ``attention_bias``, stacked {layer: [K, ...]}."""
-        return stack_bias([s.view.attention_bias if s.live else {} for s in self.seeds], self.device)
-
-    def live(self) -> torch.Tensor:
-        """[K] bool: the seeds still training."""
-        return torch.tensor([s.live for s in self.seeds], device=self.device)
-
-    def finished(self) -> list[bool]:
-        """Per seed, whether it has ended: decided on the host, so a step costs no device sync."""
-        return [not s.live for s in self.seeds]
+    def live_mask(self) -> torch.Tensor:
+        """[K] bool on the device: the seeds still training."""
+        return torch.tensor(self.live, device=self.device)
 
     # --- training -----------------------------------------------------------------------------
     def training_step(self, tokens: torch.Tensor, batch_idx: int) -> torch.Tensor | None:
         """tokens [K, B, L+1] -> the sum of the live seeds' losses (their gradients are independent)."""
-        scored, full = self.losses(tokens, self.bias())
-        if not self._pending:
-            self._pending_from = batch_idx
-        self._pending.append(torch.stack([scored, full]).detach())  # [2, K]
-        if is_read_step(batch_idx, self.log_every, self.max_steps):
-            self.read_losses()
-            for seed in [s for s in self.seeds if s.live]:
-                seed.log({"train/loss": seed.view.last_train_loss,
-                          "train/full_sequence_loss": seed.view.recent_full_sequence_losses[-1]}, batch_idx)
-        finished = self.finished()
-        if all(finished):
+        losses = training.step(self, tokens, batch_idx)  # [K]
+        if not any(self.live):
             self.trainer.should_stop = True
             return None  # Lightning skips the update
-        self.trained_losses = full if self.train_on == "all" else scored
-        if not any(finished):
-            return self.trained_losses.sum()
-        return torch.where(self.live(), self.trained_losses, torch.zeros_like(self.trained_losses)).sum()
+        self.trained_losses = losses
+        if all(self.live):
+            return losses.sum()
+        return torch.where(self.live_mask(), losses, torch.zeros_like(losses)).sum()
 
-    def read_losses(self) -> None:
-        """EmergenceModule.read_losses for every live seed: one host sync for all of them. A seed
-        whose loss became non-finite ends as ``diverged``; the others' losses go to their callbacks."""
-        if not self._pending:
-            return
-        values, first = torch.stack(self._pending).tolist(), self._pending_from  # [n][2][K]
-        self._pending = []
-        steps = list(range(first, first + len(values)))
-        for seed in [s for s in self.seeds if s.live]:
-            k = seed.index
-            losses, full_losses = [v[0][k] for v in values], [v[1][k] for v in values]
-            finite = 0  # the steps before a non-finite loss count, as in a run alone
-            try:
-                for i, step in enumerate(steps):
-                    check_finite(losses[i], full_losses[i], step)
-                    finite = i + 1
-            except Diverged as error:
-                if finite:
-                    seed.view.record_losses(losses[:finite], full_losses[:finite])
-                seed.diverge(error)
-                continue
-            seed.view.record_losses(losses, full_losses)
-            try:
-                deliver_train_losses(seed.callbacks, seed.trainer, seed.view, steps, losses)
-            except Exception as error:
-                seed.fail(error)
+    def read_losses(self, at_step: bool = False) -> None:
+        """Read the loss buffer back for every seed at once (one host sync) and hand the values to
+        ``on_losses``, which checks each live seed's and ends those that diverged."""
+        steps, scored_losses, full = self.loss_buffer.read()
+        if steps and self.on_losses is not None:
+            self.on_losses(steps, scored_losses, full, at_step)
 
     def on_train_epoch_end(self) -> None:
         self.read_losses()  # the tail of a group stopped between reads
@@ -151,8 +119,8 @@ class EnsembleModule(L.LightningModule):
     def backward(self, loss: torch.Tensor, *args, **kwargs) -> None:
         with vmapped(self.device):
             loss.backward(*args, **kwargs)
-        if any(self.finished()):  # masked_fill, not a product: a diverged slot's 0 · NaN is NaN
-            dead = ~self.live()
+        if not all(self.live):  # masked_fill, not a product: a diverged slot's 0 · NaN is NaN
+            dead = ~self.live_mask()
             for p in self.stacked:
                 if p.grad is not None:
                     p.grad.masked_fill_(dead.view(-1, *[1] * (p.grad.dim() - 1)), 0.0)
@@ -183,13 +151,11 @@ class EnsembleModule(L.LightningModule):
 
     def validation_step(self, tokens: torch.Tensor, batch_idx: int) -> None:
         """tokens [B, L+1], the same for every seed."""
-        self._tally.add(self.logits(tokens, self.bias()), tokens[:, 1:])
+        self._tally.add(self.logits(tokens), tokens[:, 1:])
 
     def on_validation_epoch_end(self) -> None:
-        for seed, result in zip(self.seeds, self._tally.results(self.global_step)):
-            if seed.live and (self.eval_for is None or seed in self.eval_for):
-                seed.view.last_eval = result
-                seed.log(eval_metrics(result), self.global_step - 1)  # the step Lightning logs a run's eval at
+        if self.on_eval is not None:
+            self.on_eval(self._tally.results(self.global_step))
 
     # --- one seed's weights -------------------------------------------------------------------
     @torch.no_grad()

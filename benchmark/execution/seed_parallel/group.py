@@ -89,8 +89,7 @@ def _train(seeds: list[Seed], config: RunConfig, out: Path) -> None:
                                   config.trainer.train_on, config.trainer.log_every)
         for k, seed in enumerate(seeds):
             seed.join(ensemble, k)
-        ensemble.seeds = seeds
-        trainer = build_trainer(config, [SeedCallbacks(ensemble)], logger=False, root_dir=out)
+        trainer = build_trainer(config, [SeedCallbacks(ensemble, seeds)], logger=False, root_dir=out)
         trainer.fit(ensemble, SeedBatches([s.task for s in seeds]))
     except SystemExit:  # Lightning turns Ctrl-C into exit(1) after a graceful shutdown
         raise KeyboardInterrupt("seed-parallel group interrupted") from None

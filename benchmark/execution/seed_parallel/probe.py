@@ -14,7 +14,7 @@ from emergence_bench.execution.batching import vmapped
 from emergence_bench.execution.seed_parallel.ensemble import EnsembleModule
 from emergence_bench.machine.devices import accelerator_device
 from emergence_bench.mixers.base import MixerContext
-from emergence_bench.module import train_losses
+from emergence_bench.training import train_losses
 from emergence_bench.optim import adamw, is_decayed
 from emergence_bench.run import build_model, build_task
 from emergence_bench.tasks.base import seeded_generator
@@ -104,7 +104,6 @@ def batching_speedup(config: RunConfig, k: int, rounds: int = 3) -> float:
         models = [build_model(config, task).to(device) for _ in range(k)]
         t, o = config.trainer, config.optim
         ensemble = EnsembleModule(models, task, o, t.max_steps, t.train_on).to(device)
-        ensemble.seeds = [_Slot() for _ in range(k)]
         batched_opt = ensemble.configure_optimizers()["optimizer"]
         single = models[0]
         params = list(single.parameters())
@@ -141,9 +140,3 @@ def batching_speedup(config: RunConfig, k: int, rounds: int = 3) -> float:
             batched(i), one(i)
         ratios = [k * seconds(one, i) / seconds(batched, i) for i in range(rounds)]
     return statistics.median(ratios)
-
-
-class _Slot:
-    """A probe's seed: always live."""
-
-    live = True

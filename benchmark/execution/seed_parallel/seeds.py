@@ -13,11 +13,11 @@ import torch
 
 from emergence_bench.callbacks.contract import EvalResult
 from emergence_bench.config import RunConfig
-from emergence_bench.execution.seed_parallel.ensemble import EnsembleModule
-from emergence_bench.model import SequenceModel
-from emergence_bench.module import FINAL_LOSS_WINDOW, Diverged
+from emergence_bench.execution.seed_parallel.ensemble import EnsembleModule, stack_bias
+from emergence_bench.module import FINAL_LOSS_WINDOW, deliver_train_losses, eval_metrics
+from emergence_bench.training import Diverged, finite_prefix
 from emergence_bench.run import RunFolder, build_model, build_task, failure
-from emergence_bench.tasks.base import SyntheticTask
+from emergence_bench.model import SequenceModel
 
 
 class SeedView:
@@ -26,9 +26,9 @@ class SeedView:
     weights (and gradients), refreshed whenever it is read after a backward or an update; read it in
     each hook rather than keep it from ``setup``. ``log``/``log_dict`` write to the seed's logger."""
 
-    def __init__(self, ensemble: EnsembleModule, index: int, task: SyntheticTask, model: SequenceModel):
-        self.ensemble, self.index, self.task = ensemble, index, task
-        self._model, self._synced = model, None
+    def __init__(self, seed: Seed, ensemble: EnsembleModule):
+        self.seed, self.ensemble, self.index, self.task = seed, ensemble, seed.index, seed.task
+        self._model, self._synced = seed.model, None
         self.attention_bias: dict[int, torch.Tensor] = {}
         self.last_train_loss = math.nan
         self.recent_train_losses: deque[float] = deque(maxlen=FINAL_LOSS_WINDOW)
@@ -83,7 +83,7 @@ class SeedView:
         self.log_dict({name: value})
 
     def log_dict(self, metrics: dict, **kwargs) -> None:
-        self.ensemble.seeds[self.index].log(metrics, self.global_step)
+        self.seed.log(metrics, self.global_step)
 
 
 class SeedTrainer:
@@ -117,7 +117,6 @@ class Seed:
         self.config, self.note = config, note
         self.folder = RunFolder(config, out, unfinished_only)
         self.index = -1
-        self.live = False
         self.task = self.model = self.view = self.trainer = None
         self.callbacks: list = []
         self.logger = None
@@ -130,9 +129,21 @@ class Seed:
         self.callbacks = self.folder.callbacks(self.task, progress)
         self.logger = self.folder.logger()
 
+    @property
+    def live(self) -> bool:
+        """Whether the seed is still training: its slot of the ensemble's live mask."""
+        return self.view is not None and self.view.ensemble.live[self.index]
+
+    @live.setter
+    def live(self, value: bool) -> None:
+        if self.view is not None:
+            self.view.ensemble.live[self.index] = value
+
     def join(self, ensemble: EnsembleModule, index: int) -> None:
-        self.index, self.live = index, True
-        self.view = SeedView(ensemble, index, self.task, self.model)
+        """Take slot ``index`` of ``ensemble``."""
+        self.index = index
+        self.view = SeedView(self, ensemble)
+        self.live = True
 
     def attach(self, trainer: L.Trainer) -> None:
         self.trainer = SeedTrainer(trainer, self)
@@ -222,11 +233,42 @@ class SeedCallbacks(L.Callback):
     live seed has asked, the Trainer itself stops.
     """
 
-    def __init__(self, ensemble: EnsembleModule):
-        self.ensemble = ensemble
+    def __init__(self, ensemble: EnsembleModule, seeds: list[Seed]):
+        self.ensemble, self.seeds = ensemble, seeds  # seed k in slot k
+        self.eval_for: list[Seed] | None = None  # an eval for these seeds only
+        ensemble.on_losses, ensemble.on_eval = self.losses_read, self.evaluated
+
+    def losses_read(self, steps: list[int], scored: list, full: list, at_step: bool) -> None:
+        """A read of the ensemble's losses (scored and full [n][K]): each live seed's are checked,
+        recorded and handed to its callbacks, as a run alone does with its own. A seed whose loss became
+        non-finite ends as ``diverged``; at a step's read the live seeds log that step's losses."""
+        for seed in [s for s in self.seeds if s.live]:
+            k = seed.index
+            losses, full_losses = [v[k] for v in scored], [v[k] for v in full]
+            finite, diverged = finite_prefix(losses, full_losses, steps)  # the steps before a NaN count
+            if finite:
+                seed.view.record_losses(losses[:finite], full_losses[:finite])
+            if diverged is not None:
+                seed.diverge(diverged)
+                continue
+            try:
+                deliver_train_losses(seed.callbacks, seed.trainer, seed.view, steps, losses)
+            except Exception as error:
+                seed.fail(error)
+        if at_step:
+            for seed in [s for s in self.seeds if s.live]:
+                seed.log({"train/loss": seed.view.last_train_loss,
+                          "train/full_sequence_loss": seed.view.recent_full_sequence_losses[-1]}, steps[-1])
+
+    def evaluated(self, results: list[EvalResult]) -> None:
+        """An eval of every seed (one EvalResult each): the live seeds it was for take theirs."""
+        for seed, result in zip(self.seeds, results):
+            if seed.live and (self.eval_for is None or seed in self.eval_for):
+                seed.view.last_eval = result
+                seed.log(eval_metrics(result), self.ensemble.global_step - 1)  # the step Lightning logs a run's eval at
 
     def fan_out(self, name: str, trainer: L.Trainer, args: tuple, kwargs: dict) -> None:
-        ensemble, seeds = self.ensemble, self.ensemble.seeds
+        ensemble, seeds = self.ensemble, self.seeds
         if name == "setup":
             for seed in seeds:
                 seed.attach(trainer)
@@ -235,8 +277,8 @@ class SeedCallbacks(L.Callback):
             for seed in [s for s in seeds if s.live and s.trainer.should_stop]:
                 seed.stop()
         receivers = [s for s in seeds if s.live]
-        if name.startswith("on_validation") and ensemble.eval_for is not None:
-            receivers = [s for s in receivers if s in ensemble.eval_for]
+        if name.startswith("on_validation") and self.eval_for is not None:
+            receivers = [s for s in receivers if s in self.eval_for]
         for seed in receivers:
             try:
                 seed.hook(name, *_seed_args(name, seed, ensemble, args), **kwargs)
@@ -247,13 +289,15 @@ class SeedCallbacks(L.Callback):
         if (name == "on_train_batch_end" and stopping and len(stopping) < len(live)
                 and trainer.global_step % trainer.val_check_batch != 0):
             # Lightning evaluates once more when a stop is asked between evals: for these seeds only.
-            ensemble.eval_for = stopping
+            self.eval_for = stopping
             trainer.should_stop = True
-        elif name == "on_validation_end" and ensemble.eval_for is not None:
-            ensemble.eval_for = None
+        elif name == "on_validation_end" and self.eval_for is not None:
+            self.eval_for = None
             trainer.should_stop = False  # the others go on
         if not live or len(stopping) == len(live):
             trainer.should_stop = True
+        # The forwards that follow see the live seeds' attention biases as the hooks left them.
+        ensemble.bias = stack_bias([s.view.attention_bias if s.live else {} for s in seeds], ensemble.device)
 
 
 def _forward(name: str):
