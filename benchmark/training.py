@@ -13,7 +13,9 @@ A module that ``step`` trains has ``losses(tokens) -> (scored, full)`` (scalars,
 from __future__ import annotations
 
 import math
+import time
 
+import lightning as L
 import torch
 import torch.nn.functional as F
 
@@ -99,3 +101,46 @@ def step(module, tokens: torch.Tensor, batch_idx: int) -> torch.Tensor:
     if module.loss_buffer.due(batch_idx):
         module.read_losses(at_step=True)
     return full if module.train_on == "all" else scored_loss
+
+
+def update(module, loss: torch.Tensor, optimizer: torch.optim.Optimizer, scheduler, clip: float | None) -> None:
+    """What Lightning's automatic optimisation does after ``step`` in a run, here without a Trainer
+    (for the batching probe and `speed`, which time the step alone): the module's ``backward``,
+    clipping to gradient norm ``clip`` (as the Trainer's ``gradient_clip_val``: the module's own
+    ``configure_gradient_clipping`` where it has one, per seed in an ensemble), AdamW, the lr schedule."""
+    optimizer.zero_grad(set_to_none=True)
+    module.backward(loss)
+    if clip:
+        if type(module).configure_gradient_clipping is L.LightningModule.configure_gradient_clipping:
+            torch.nn.utils.clip_grad_norm_(module.parameters(), clip)  # what Lightning's default calls
+        else:
+            module.configure_gradient_clipping(optimizer, clip, "norm")
+    optimizer.step()
+    scheduler.step()
+
+
+class StepLoop:
+    """``module`` trained without a Trainer, step after step as a run trains it: ``step`` (through
+    ``module.training_step``), then ``update``. Batch i is ``batches(i)`` ([B, L+1], or [K, B, L+1]
+    for an ensemble). What `speed` and the batching probe time: the suite's step and nothing else.
+    ``data_seconds`` sums the time spent making batches."""
+
+    def __init__(self, module, batches, clip: float | None, device: torch.device):
+        self.module, self.batches, self.clip, self.device = module, batches, clip, torch.device(device)
+        optim = module.configure_optimizers()
+        self.optimizer, self.scheduler = optim["optimizer"], optim["lr_scheduler"]["scheduler"]
+        self.index, self.data_seconds = 0, 0.0
+
+    def step(self) -> None:
+        start = time.perf_counter()
+        tokens = self.batches(self.index).to(self.device)
+        self.data_seconds += time.perf_counter() - start
+        loss = self.module.training_step(tokens, self.index)
+        update(self.module, loss, self.optimizer, self.scheduler, self.clip)
+        self.index += 1
+
+    def run(self, steps: int) -> None:
+        for _ in range(steps):
+            self.step()
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)

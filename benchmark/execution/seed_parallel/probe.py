@@ -14,8 +14,8 @@ from emergence_bench.execution.batching import vmapped
 from emergence_bench.execution.seed_parallel.ensemble import EnsembleModule
 from emergence_bench.machine.devices import accelerator_device
 from emergence_bench.mixers.base import MixerContext
-from emergence_bench.training import train_losses
-from emergence_bench.optim import adamw, is_decayed
+from emergence_bench.module import EmergenceModule
+from emergence_bench.training import StepLoop, train_losses
 from emergence_bench.run import build_model, build_task
 from emergence_bench.tasks.base import seeded_generator
 
@@ -96,47 +96,26 @@ def _trial(config: RunConfig, device: torch.device) -> str | None:
 def batching_speedup(config: RunConfig, k: int, rounds: int = 3) -> float:
     """How much faster K seeds train batched than one after another, measured here and now: the
     median over ``rounds`` of (K × one seed's training step) / (one batched step of K seeds), each
-    a whole step (data, forward, backward, clipping, AdamW) after a warm-up. Lightning's per-step
+    a whole step (data, the suite's ``training.step``, then backward, clipping, AdamW and the lr
+    schedule: ``training.StepLoop``) after a warm-up. Lightning's per-step
     overhead, which batching also saves, is left out, so the estimate errs towards one by one."""
     device = accelerator_device(config.trainer.accelerator) or torch.device("cpu")
     with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
         task = build_task(config)
         models = [build_model(config, task).to(device) for _ in range(k)]
         t, o = config.trainer, config.optim
-        ensemble = EnsembleModule(models, task, o, t.max_steps, t.train_on).to(device)
-        batched_opt = ensemble.configure_optimizers()["optimizer"]
-        single = models[0]
-        params = list(single.parameters())
-        single_opt = adamw(params, [is_decayed(p) for p in params], o, t.max_steps)["optimizer"]
+        ensemble = EnsembleModule(models, task, o, t.max_steps, t.train_on, t.log_every).to(device)
+        single = EmergenceModule(models[0], task, o, t.max_steps, t.train_on, read_every=t.log_every).to(device)
+        batched = StepLoop(ensemble, lambda i: torch.stack([task.batch("train", i)] * k), o.grad_clip, device)
+        one = StepLoop(single, lambda i: task.batch("train", i), o.grad_clip, device)
 
-        def batched(i: int) -> None:
-            tokens = torch.stack([task.batch("train", i)] * k).to(device)
-            scored, full = ensemble.losses(tokens, {})
-            ensemble.backward((full if t.train_on == "all" else scored).sum())
-            ensemble.configure_gradient_clipping(batched_opt, o.grad_clip)
-            batched_opt.step()
-            batched_opt.zero_grad(set_to_none=True)
-
-        def one(i: int) -> None:
-            tokens = task.batch("train", i).to(device)
-            logits = single(task.model_inputs(tokens))
-            scored, full = train_losses(logits, tokens[:, 1:], ensemble.rows, t.train_on)
-            (full if t.train_on == "all" else scored).backward()
-            if o.grad_clip:
-                torch.nn.utils.clip_grad_norm_(params, o.grad_clip)
-            single_opt.step()
-            single_opt.zero_grad(set_to_none=True)
-
-        def seconds(step, i: int) -> float:
+        def seconds(loop: StepLoop) -> float:
             if device.type == "cuda":
                 torch.cuda.synchronize(device)
             start = time.perf_counter()
-            step(i)
-            if device.type == "cuda":
-                torch.cuda.synchronize(device)
+            loop.run(1)
             return time.perf_counter() - start
 
-        for i in range(2):  # warm-up: allocator, the batching rule, first-call costs
-            batched(i), one(i)
-        ratios = [k * seconds(one, i) / seconds(batched, i) for i in range(rounds)]
+        batched.run(2), one.run(2)  # warm-up: allocator, the batching rule, first-call costs
+        ratios = [k * seconds(one) / seconds(batched) for _ in range(rounds)]
     return statistics.median(ratios)
