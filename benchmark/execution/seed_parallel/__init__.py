@@ -9,13 +9,14 @@ Trainer of a single run, so every Lightning hook fires as it does there. What st
   (``L.seed_everything(seed)``, then the task, then the model), then copied into slice k;
 - data: slice k of train batch i is ``task_k.batch("train", i)`` (the seed's own stream); the eval
   set is shared by every seed, as it is equal in sequential runs;
-- losses and evals: ``train_losses`` and ``EvalTally`` of ``emergence_bench.module``, per seed;
+- the step and evals: ``emergence_bench.training.step`` (a run's step, here over [K] losses) and
+  ``EvalTally`` of ``emergence_bench.module`` (its torchmetrics one per seed);
 - gradient clipping: ``configure_gradient_clipping`` scales each seed's gradients by its own global
   norm (``clip_grad_norm_`` on slice k alone);
 - optimiser state: one AdamW over the stacked tensors *is* K AdamWs, because AdamW is elementwise;
   the lr schedule is a function of the step, so it is shared;
-- losses: kept on the device, [2, K] per step, and read back for every seed at once every
-  ``log_every`` steps (one host sync), as a single run reads its own;
+- losses: kept on the device (the run's ``LossBuffer``), [2, K] per step, and read back for every
+  seed at once every ``log_every`` steps (one host sync), as a single run reads its own;
 - NaN: a seed whose loss became non-finite ends as ``diverged`` at the read after it, naming the
   step, as a run alone does (until then its NaN stays in its own slice). A finished seed keeps its
   slot until the group ends: it is still computed, with zero gradients, and nothing of it reaches
@@ -37,6 +38,11 @@ Mixers whose forward cannot be vmapped (a custom ``autograd.Function`` without v
 kernel, randomness) are found by a trial forward and backward (``seed_parallel_supported``); their
 seeds, and those of a config with a curriculum, run one after another through ``run()`` with
 ``"seed_parallel": {"k": 1, "fallback": reason}``.
+
+The package, by concern: ``ensemble`` (the batched module and the group's data: it is given the
+live-seed mask and the stacked biases, and reports reads and evals to listeners), ``seeds`` (each
+seed's views and callbacks, and the fan-out), ``probe`` (whether a model vmaps, and whether batching
+pays), ``group`` (``run_seed_parallel``).
 """
 
 from emergence_bench.execution.seed_parallel.ensemble import EnsembleModule, clip_per_seed_, stack_bias

@@ -1,6 +1,26 @@
 """What one seed of a group sees: its own ``pl_module`` (``SeedView``) and ``trainer``
 (``SeedTrainer``), its folder, callbacks and logger (``Seed``), and the group Trainer's one callback
-that fans every hook out to the live seeds (``SeedCallbacks``)."""
+that fans every hook out to the live seeds (``SeedCallbacks``).
+
+Lightning offers no supported way to do two things here, so they are done by hand:
+
+- A callback is always called with the one Trainer of the fit (``Callback`` hooks take
+  ``(trainer, pl_module, ...)``, and neither a Strategy, which places, reduces and backpropagates, nor
+  a loop hook can choose the ``trainer`` a callback receives; custom loops left the public API in
+  Lightning 2.0). Each seed's callbacks need the shared Trainer's state (``global_step``, the
+  checkpoint and eval cadence, ...) but their own logger, folder, logged metrics and
+  ``should_stop``. ``SeedTrainer`` overrides those and hands every other attribute through
+  ``__getattr__``: listing them would copy Lightning's Trainer API here, and fall behind it.
+- ``Callback`` has no catch-all hook: Lightning calls each named hook. ``SeedCallbacks`` defines one
+  forwarder per hook of ``L.Callback`` (``HOOKS``, read from the installed Lightning), so a hook
+  Lightning adds reaches the seeds too.
+
+What a Lightning Callback hook can do is done by one: ``SeedCallbacks`` is an ``L.Callback``. The
+ensemble's reads of its loss buffer and its evals reach the seeds through listeners
+(``losses_read``, ``evaluated``), not hooks: a loss read happens inside ``training_step``, and
+Lightning calls the callbacks' ``on_validation_epoch_end`` before the module's, which computes the
+results.
+"""
 
 from __future__ import annotations
 
