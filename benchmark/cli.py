@@ -89,7 +89,7 @@ def cmd_list(args, extra) -> int:
 
 def cmd_run(args, extra) -> int:
     from emergence_bench.config import load_yaml, set_dotted
-    from emergence_bench.threads import choose_threads
+    from emergence_bench.machine.threads import choose_threads
     from emergence_bench.results import RESULT_FILE
     from emergence_bench.run import check, run
 
@@ -243,7 +243,7 @@ def cmd_report(args, extra) -> int:
 
 
 def cmd_speed(args, extra) -> int:
-    from emergence_bench.reporting import speed
+    from emergence_bench.perf import speed
 
     lengths = tuple(int(n) for n in args.lengths.split(","))
     seeds = tuple(int(n) for n in args.seeds.split(","))

@@ -338,7 +338,8 @@ def check_learns(s: Subject):
 
 @register_check("speed")
 def check_speed(s: Subject):
-    from emergence_bench.reporting.speed import WIDTH_MATCHED, step_seconds
+    from emergence_bench.perf.loops import step_seconds
+    from emergence_bench.perf.speed import WIDTH_MATCHED
 
     reference = {"name": "transformer", **WIDTH_MATCHED["transformer"]}
     parts = []

@@ -24,21 +24,22 @@ import yaml
 from lightning.pytorch.loggers import TensorBoardLogger
 
 from emergence_bench import registry
-from emergence_bench.allocator import keep_freed_memory
+from emergence_bench.machine.allocator import keep_freed_memory
 from emergence_bench.callbacks.checkpoints import CheckpointSchedule
 from emergence_bench.callbacks.progress import ProgressLine
 from emergence_bench.callbacks.recorder import Recorder
 from emergence_bench.config import RunConfig, resolve
 from emergence_bench.curriculum import check_transitions, pretrain, stage_tasks
 from emergence_bench.model import SequenceModel
-from emergence_bench.module import Diverged, EmergenceModule
+from emergence_bench.module import EmergenceModule
+from emergence_bench.training import Diverged
 from emergence_bench.mixers.init import WeightInit
-from emergence_bench.devices import accelerator_device, describe_device
+from emergence_bench.machine.devices import accelerator_device, describe_device
 from emergence_bench.results import (CONFIG_FILE, FINISHED, LOCKS_DIR, RESULT_FILE, SCHEMA_VERSION, TENSORBOARD_DIR,
                                      read_result, versions, write_json, write_text)
 from emergence_bench.trainer import build_trainer, quiet_lightning
 from emergence_bench.tasks.base import SyntheticTask
-from emergence_bench.threads import choose_threads, step_flops
+from emergence_bench.machine.threads import choose_threads, step_flops
 
 
 def build_task(config: RunConfig) -> SyntheticTask:

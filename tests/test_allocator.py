@@ -1,4 +1,4 @@
-"""The memory policy (emergence_bench.allocator): a large block freed and allocated again is reused,
+"""The memory policy (emergence_bench.machine.allocator): a large block freed and allocated again is reused,
 so it costs no fresh page faults, which is what made K seeds' stacked activations slow."""
 
 import subprocess
@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from emergence_bench.allocator import keep_freed_memory
+from emergence_bench.machine.allocator import keep_freed_memory
 
 # Ten forward + backward steps of one batched matmul of K=4 seeds' activations (35 MB an output),
 # printing the minor page faults they cost.
@@ -14,7 +14,7 @@ FAULTS = """
 import resource, sys, torch
 torch.set_num_threads(1)
 if sys.argv[1] == "kept":
-    from emergence_bench.allocator import keep_freed_memory
+    from emergence_bench.machine.allocator import keep_freed_memory
     assert keep_freed_memory().startswith("glibc"), keep_freed_memory()
 x = torch.randn(4, 4352, 128, requires_grad=True)
 w = torch.randn(4, 128, 512, requires_grad=True)

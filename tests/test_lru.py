@@ -15,7 +15,7 @@ from emergence_bench.mixers.base import MixerContext
 from emergence_bench.mixers.init import WeightInit
 from emergence_bench.mixers.lru import LRU, lru_recurrent, lru_scan
 from emergence_bench.model import SequenceModel
-from emergence_bench.reporting.speed import builtin_mixers, step_seconds
+from emergence_bench.perf.speed import builtin_mixers, step_seconds
 
 GRAD_NAMES = ("b_re", "b_im", "nu_log", "theta_log")
 

@@ -17,7 +17,7 @@ from emergence_bench.mixers.base import MixerContext
 from emergence_bench.mixers.init import WeightInit
 from emergence_bench.mixers.mlstm import EPS, KERNEL_MODULE, MLSTM, mlstm_parallel, mlstm_recurrent
 from emergence_bench.model import SequenceModel
-from emergence_bench.reporting.speed import builtin_mixers, step_seconds
+from emergence_bench.perf.speed import builtin_mixers, step_seconds
 from emergence_bench.run import run
 
 try:  # the oracle: NX-AI's mlstm-kernels (dev extra; NXAI Community License, so never a core dependency)

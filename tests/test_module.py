@@ -76,7 +76,7 @@ def test_blank_outputs_reach_the_model_and_seed_parallel_matches_a_run_alone(tmp
 
 
 def test_the_fused_adamw_equals_torchs_reference_adamw_on_strided_gradients():
-    from emergence_bench.module import adamw
+    from emergence_bench.optim import adamw
 
     torch.manual_seed(0)
     start, grads = torch.randn(8, 16), [torch.randn(16, 8).t() for _ in range(3)]  # strided, as vmap gives
@@ -91,3 +91,24 @@ def test_the_fused_adamw_equals_torchs_reference_adamw_on_strided_gradients():
         ours.step(lambda: None)
         reference.step()
     torch.testing.assert_close(fused, plain, rtol=1e-6, atol=1e-7)
+
+
+def test_the_loss_buffer_is_read_every_n_steps_and_at_the_last():
+    from emergence_bench.training import LossBuffer
+
+    buffer = LossBuffer(every=3, max_steps=7)
+    assert [s for s in range(7) if buffer.due(s)] == [2, 5, 6]
+    for s in range(3):
+        buffer.append(s, torch.tensor([float(s), 10.0 + s]))
+    assert buffer.read() == ([0, 1, 2], [0.0, 1.0, 2.0], [10.0, 11.0, 12.0])
+    assert buffer.read() == ([], [], [])
+    buffer.append(5, torch.tensor([[1.0, 2.0], [3.0, 4.0]]))  # K = 2 seeds: [2, K]
+    assert buffer.read() == ([5], [[1.0, 2.0]], [[3.0, 4.0]])
+
+
+def test_a_non_finite_loss_is_found_at_its_step():
+    from emergence_bench.training import finite_prefix
+
+    assert finite_prefix([1.0, 2.0], [3.0, 4.0], [7, 8]) == (2, None)
+    finite, error = finite_prefix([1.0, 2.0, math.nan], [3.0, math.inf, 1.0], [7, 8, 9])
+    assert finite == 1 and "inf at step 8" in str(error)

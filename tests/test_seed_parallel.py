@@ -274,21 +274,20 @@ def test_optimiser_state_and_clipping_are_per_seed():
         tasks[-1].configure_streams(data_seed=s, eval_batches=1)
         models.append(build_model(c, tasks[-1]))
     ensemble = EnsembleModule(models, tasks[0], c.optim, steps)
-    ensemble.seeds = [type("Slot", (), {"live": True})() for _ in seeds]
     batched = ensemble.configure_optimizers()
     optimizers = [EmergenceModule(m, t, c.optim, steps).configure_optimizers() for m, t in zip(models, tasks)]
     assert len(optimizers[0]["optimizer"].param_groups) == len(batched["optimizer"].param_groups) == 2
     for step in range(steps):
         scored, _ = ensemble.losses(torch.stack([t.batch("train", step) for t in tasks]), {})
         grads = torch.autograd.grad(scored.sum(), list(ensemble.stacked), retain_graph=True)
-        ensemble.seeds[1].live = step != 1  # one step with seed 1 masked out, as after a NaN
-        ensemble.backward(torch.where(ensemble.live(), scored, torch.zeros_like(scored)).sum())
+        ensemble.live[1] = step != 1  # one step with seed 1 masked out, as after a NaN
+        ensemble.backward(torch.where(ensemble.live_mask(), scored, torch.zeros_like(scored)).sum())
         ensemble.configure_gradient_clipping(batched["optimizer"], c.optim.grad_clip)
         batched["optimizer"].step()
         batched["lr_scheduler"]["scheduler"].step()
         batched["optimizer"].zero_grad(set_to_none=True)
         for k, (model, opt) in enumerate(zip(models, optimizers)):
-            if not ensemble.seeds[k].live:
+            if not ensemble.live[k]:
                 continue  # its slot got zero gradients; the other seeds must not notice
             for p, g in zip(model.parameters(), grads):
                 p.grad = g[k].clone()
@@ -451,8 +450,9 @@ def test_a_callback_that_stops_or_fails_ends_its_seed_alone(callback, tmp_path):
 @pytest.mark.parametrize("measured", [0.6, 3.0])
 def test_auto_batches_only_where_its_probe_says_it_pays(measured, tmp_path, monkeypatch):
     from emergence_bench.execution import seed_parallel
+    from emergence_bench.execution.seed_parallel import group
 
-    monkeypatch.setattr(seed_parallel, "batching_speedup", lambda config, k: measured)
+    monkeypatch.setattr(group, "batching_speedup", lambda config, k: measured)
     configs = [tiny_config(seed=s, trainer={"max_steps": 4}) for s in (0, 1)]
     rows = run_seed_parallel(configs, tmp_path, batching="auto")
     note = rows[0]["seed_parallel"]

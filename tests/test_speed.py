@@ -9,8 +9,10 @@ import pytest
 import torch
 from conftest import tiny_config
 
+from emergence_bench import training
 from emergence_bench.config import resolve
-from emergence_bench.reporting import speed
+from emergence_bench.execution.seed_parallel import run_seed_parallel
+from emergence_bench.perf import loops, speed
 from emergence_bench.run import run
 
 
@@ -80,13 +82,14 @@ def test_bare_loop_starts_from_the_suites_loss(tmp_path, train_on):
                                  callbacks={}))
     metrics = run(config, tmp_path)["metrics"]
     suite = metrics["final_train_full_sequence_loss" if train_on == "all" else "final_train_loss"]
-    bare = speed.BareLoop(config)
+    pick = 1 if train_on == "all" else 0
+    bare = loops.single_loop(config)
     with torch.no_grad():
-        loss = float(bare.loss(bare.task.batch("train", 0)))
+        loss = float(bare.module.losses(bare.batches(0))[pick])
     assert loss == pytest.approx(suite, rel=1e-5)
-    other = speed.BareLoop(dataclasses.replace(config, seed=4))
+    other = loops.single_loop(dataclasses.replace(config, seed=4))
     with torch.no_grad():
-        assert float(other.loss(other.task.batch("train", 0))) != pytest.approx(suite, rel=1e-5)
+        assert float(other.module.losses(other.batches(0))[pick]) != pytest.approx(suite, rel=1e-5)
 
 
 def test_batched_seed_steps_equal_k_bare_loops():
@@ -95,14 +98,17 @@ def test_batched_seed_steps_equal_k_bare_loops():
     config = resolve(tiny_config(seed=5, optim={"weight_decay": 0.1, "grad_clip": 0.05, "warmup_steps": 3},
                                  trainer={"log_every": 1}))
     K = 3
-    batched = speed.EnsembleLoop(config, K)
+    batched, read = loops.ensemble_loop(config, K), []  # read: [K] scored losses of every step read back
+    batched.module.on_losses = lambda steps, scored, full, at_step: read.extend(scored)
     batched.run(2)
+    ensemble = batched.module
     for k in range(K):
-        bare = speed.BareLoop(dataclasses.replace(config, seed=config.seed + k))
+        bare = loops.single_loop(dataclasses.replace(config, seed=config.seed + k))
         bare.run(2)
-        assert [step[k] for step in batched.read] == pytest.approx(bare.read, rel=1e-5)
-        for name, p in bare.model.named_parameters():
-            ours, theirs = batched.ensemble.stacked[batched.ensemble.names.index(name)][k].detach(), p.detach()
+        assert [step[k] for step in read] == pytest.approx(list(bare.module.recent_train_losses), rel=1e-5)
+        assert len(read) == 2
+        for name, p in bare.module.model.named_parameters():
+            ours, theirs = ensemble.stacked[ensemble.names.index(name)][k].detach(), p.detach()
             if name.endswith("qkv.bias"):
                 # The key bias's gradient is 0 in exact arithmetic (a softmax ignores a shift shared by
                 # every key), so AdamW turns each path's rounding noise into steps of up to lr.
@@ -110,10 +116,38 @@ def test_batched_seed_steps_equal_k_bare_loops():
                 torch.testing.assert_close(ours[key], theirs[key], rtol=0, atol=2 * config.optim.lr)
                 ours, theirs = ours[~key], theirs[~key]
             torch.testing.assert_close(ours, theirs, rtol=1e-5, atol=1e-6)
-    before = speed.BareLoop(config)  # and the steps did move the weights
+    before = loops.single_loop(config)  # and the steps did move the weights
     moved = [not torch.equal(p, before_p) for p, before_p in
-             zip(batched.ensemble.stacked, (q.detach() for q in before.model.parameters()))]
+             zip(ensemble.stacked, (q.detach() for q in before.module.model.parameters()))]
     assert any(moved)
+
+
+def test_speed_and_a_run_execute_the_same_training_step(tmp_path, monkeypatch):
+    """The step `speed` times is the step runs train with: ``training.step``, patched, is what a run, a
+    seed-parallel group and every loop `speed` times call, once per step."""
+    calls, original = [], training.step
+
+    def spy(module, tokens, batch_idx):
+        calls.append((type(module).__name__, batch_idx))
+        return original(module, tokens, batch_idx)
+
+    monkeypatch.setattr(training, "step", spy)
+    config = resolve(tiny_config(trainer={"max_steps": 2, "eval_every": 2}, callbacks={}))
+    assert run(config, tmp_path / "run")["status"] == "ok"
+    assert calls == [("EmergenceModule", 0), ("EmergenceModule", 1)]
+    calls.clear()
+    rows = run_seed_parallel([dataclasses.replace(config, seed=s) for s in (0, 1)], tmp_path / "group")
+    assert [r["seed_parallel"]["k"] for r in rows] == [2, 2]
+    assert calls == [("EnsembleModule", 0), ("EnsembleModule", 1)]
+    calls.clear()
+    loops.single_loop(config).run(2)
+    loops.ensemble_loop(config, 3).run(1)
+    loops.step_seconds({"name": "transformer", "n_heads": 2, "head_dim": 4}, 8, 2, 16, "cpu", repeats=1)
+    assert calls == [("EmergenceModule", 0), ("EmergenceModule", 1), ("EnsembleModule", 0),
+                     ("EmergenceModule", 0), ("EmergenceModule", 1), ("EmergenceModule", 2)]
+    calls.clear()
+    bare, _, _ = speed.suite_vs_bare(tiny_config(callbacks={}), steps=1, repeats=1, warmup=1)
+    assert calls.count(("EmergenceModule", 0)) == 2  # the suite run's first step and the bare loop's
 
 
 def test_suite_clock_interleaves_bare_and_suite_blocks_in_one_run():

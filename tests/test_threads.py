@@ -9,10 +9,10 @@ import torch
 import yaml
 
 from conftest import tiny_config
-from emergence_bench import threads as cfg
+from emergence_bench.machine import threads as cfg
 from emergence_bench.cli import main
 from emergence_bench.config import ConfigError, resolve, scientific
-from emergence_bench.threads import SMALL_STEP_FLOPS, choose_threads, step_flops
+from emergence_bench.machine.threads import SMALL_STEP_FLOPS, choose_threads, step_flops
 from emergence_bench.execution import ray_executor, sweep as sweeps
 from emergence_bench.registry import register_callback
 from emergence_bench.run import apply_threads, run

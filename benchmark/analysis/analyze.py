@@ -21,7 +21,7 @@ from pathlib import Path
 import torch
 import yaml
 
-from emergence_bench.devices import resolve_device
+from emergence_bench.machine.devices import resolve_device
 from emergence_bench.results import ANALYSIS_DIR, CONFIG_FILE
 
 DEFAULT_THRESHOLD = 0.95  # the emergence callback's default
@@ -73,7 +73,7 @@ def greedy_accuracy(model, tokens: torch.Tensor, loss_mask: torch.Tensor, chunk:
                     model_inputs=None) -> float:
     """Fraction of scored tokens whose greedy prediction is correct (as the run's eval/accuracy);
     ``model_inputs`` is the task's (default ``tokens[:, :-1]``)."""
-    from emergence_bench.module import scored
+    from emergence_bench.training import scored
 
     rows = loss_mask.nonzero().squeeze(1)
     correct = total = 0
@@ -88,7 +88,7 @@ def greedy_accuracy(model, tokens: torch.Tensor, loss_mask: torch.Tensor, chunk:
 def emergence(run_dir: str | Path, probe_batches: int | None = None, threshold: float | None = None,
               device: str = "auto") -> dict:
     """Bisect the run's checkpoints for the earliest that solves the task; writes analysis/emergence.json."""
-    from emergence_bench.analysis.bisect import bisect_steps
+    from emergence_bench.analysis.bisection import bisect_steps
     from emergence_bench.results import read_result, write_json
 
     run_dir = Path(run_dir)

@@ -18,7 +18,7 @@ from typing import Callable, Iterable
 import torch
 
 from emergence_bench.model import SequenceModel
-from emergence_bench.module import scored
+from emergence_bench.training import scored
 from emergence_bench.mixers.base import MixerContext
 
 Head = tuple[int, int]  # (layer, head)

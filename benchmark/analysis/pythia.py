@@ -27,10 +27,10 @@ from typing import Callable
 
 import torch
 
-from emergence_bench.analysis.bisect import bisect_steps
+from emergence_bench.analysis.bisection import bisect_steps
 from emergence_bench.analysis.language_probes import Prompt, probe_set
 from emergence_bench.analysis.patching import rank_heads, replace_heads
-from emergence_bench.devices import resolve_device
+from emergence_bench.machine.devices import resolve_device
 from emergence_bench.results import RESULT_FILE, SCHEMA_VERSION, versions, write_json
 
 # Pythia's published checkpoints: step0, log-spaced 1…512, then every 1000 to 143000.

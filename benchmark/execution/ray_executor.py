@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Callable
 
 from emergence_bench.config import ConfigError
-from emergence_bench.threads import available_cpus, set_cpu_share
+from emergence_bench.machine.threads import available_cpus, set_cpu_share
 from emergence_bench.results import (CHECKPOINT_DIR, RESULT_FILE, lost_summary, progress_summary, write_atomic,
                                      write_json)
 

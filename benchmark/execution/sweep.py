@@ -32,7 +32,7 @@ from pathlib import Path
 
 from emergence_bench.config import ConfigError, RunConfig, TrainerConfig, load_yaml, resolve, set_dotted
 from emergence_bench.results import FINISHED, busy_row, lost_summary, progress_summary, read_result
-from emergence_bench.threads import available_cpus, set_cpu_share
+from emergence_bench.machine.threads import available_cpus, set_cpu_share
 
 PRESETS_DIR = Path(__file__).parents[1] / "presets"
 

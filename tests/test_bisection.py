@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from emergence_bench.analysis.bisect import bisect_steps
+from emergence_bench.analysis.bisection import bisect_steps
 from emergence_bench.callbacks.checkpoints import schedule
 
 

@@ -1,39 +1,44 @@
 """`emergence-bench speed`: speed ratios measured side by side in one run on this machine.
 
-Every ratio is of two timings taken in the same process, interleaved: blocks of the reference (a bare
-PyTorch loop) alternate with blocks of what is compared, R ≥ 5 repeats; each repeat's ratio is
+Every ratio is of two timings taken in the same process, interleaved: blocks of the reference (the
+suite's own training step looped without Lightning: ``perf.loops``) alternate with blocks of what is compared, R ≥ 5 repeats; each repeat's ratio is
 against the reference blocks just before and after it, and a row shows the median of the R ratios
 with their spread (min–max). So a load that drifts slowly cancels, and the spread says whether a
 difference is above the noise. The header names the machine's load average when it started.
 
-Tables: suite step vs bare loop (``suite_rows``, with FLOP/s and compiled vs eager), seed-parallel per
-step without Lightning (``seed_step_rows``: K seeds batched vs K bare loops), seed-parallel whole
-runs (``throughput``: setup and evals included), and each mixer's step vs the Transformer's.
+Tables: a suite run's step vs the same step without Lightning ("bare", ``suite_rows``: what Lightning
+and the callbacks add, with FLOP/s and compiled vs eager), seed-parallel per step without Lightning
+(``seed_step_rows``: K seeds batched vs K single loops), seed-parallel whole runs (``throughput``:
+setup and evals included), and each mixer's step vs the Transformer's.
+
+The whole-run table times the `quick` model only (``WHOLE_RUNS``). Whole runs of the paper's model
+cost most of the command's time (K = 16 seeds × the steps × R repeats) and measured what two other
+rows already measure: its batched step is ``seed_step_rows``' peer-linear-map (the same architecture,
+batch and S = 16) and what a whole run adds to the step (setup, evals, Lightning) is the quick
+model's whole-run row next to its per-step one.
 """
 
 from __future__ import annotations
 
 import copy
-import dataclasses
 import os
 import statistics
 import tempfile
 import time
-import types
 from contextlib import contextmanager
 from pathlib import Path
 
 import lightning as L
 import torch
-import torch.nn.functional as F
 
 from emergence_bench import registry
-from emergence_bench.allocator import keep_freed_memory
+from emergence_bench.machine.allocator import keep_freed_memory
 from emergence_bench.config import RunConfig, resolve
-from emergence_bench.devices import resolve_device
+from emergence_bench.machine.devices import resolve_device
 from emergence_bench.execution.sweep import load_sweep
-from emergence_bench.model import SequenceModel
+from emergence_bench.perf.loops import ensemble_loop, single_loop, step_seconds
 from emergence_bench.results import write_json
+from emergence_bench.training import StepLoop
 from emergence_bench.mixers.backend import ENV
 
 # Each mixer at the Transformer's width (d_model 64, 4 heads × 16).
@@ -60,32 +65,6 @@ def backend(name: str | None):
             os.environ.pop(ENV, None)
         else:
             os.environ[ENV] = previous
-
-
-def step_seconds(mixer: dict, length: int, batch: int, d_model: int, device: str, repeats: int) -> float:
-    """Median seconds of one training step (forward, backward, AdamW) of a 1-layer model."""
-    torch.manual_seed(0)
-    model = SequenceModel(2, length, mixer, d_model=d_model, n_layers=1).to(device)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    tokens = torch.randint(0, 2, (batch, length + 1), device=device)
-
-    def step():
-        logits = model(tokens[:, :-1])
-        loss = F.cross_entropy(logits.flatten(0, 1), tokens[:, 1:].flatten())
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        optimizer.step()
-        if device == "cuda":
-            torch.cuda.synchronize()
-
-    for _ in range(2):  # warm-up: allocator, kernels' autotuning
-        step()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        step()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
 
 
 def builtin_mixers() -> list[str]:
@@ -188,6 +167,8 @@ SUITE_RUNS = {
     "quick": ("quick", None, {"task.sparsity": 3}),
     "paper-linear-map": ("paper-linear-map", "S16", {"task.sparsity": 8}),
 }
+# The models of the seed-parallel whole-run table (see the module docstring).
+WHOLE_RUNS = ("quick",)
 # The per-step seed-parallel settings: `quick` at its batch (128 sequences) and at 16, where one run
 # leaves the cores idle, and an independent reproduction's configuration (linear map S=16, s=3,
 # d_model 128, MLP 512, 8 heads × 16, batch 256; ~203k parameters).
@@ -215,120 +196,6 @@ def timed_config(raw: dict, max_steps: int) -> RunConfig:
     return resolve(raw)
 
 
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
-class _Loop:
-    """What both timed loops share: ``step()`` (defined by each), ``run(steps)`` and the suite's
-    read-back of the losses every ``log_every`` steps (``pending`` on the device, ``read`` on the host)."""
-
-    device: torch.device
-    log_every: int
-    pending: list
-    read: list
-
-    def keep(self, loss: torch.Tensor) -> None:
-        self.pending.append(loss)
-        if len(self.pending) == self.log_every:
-            self.read += torch.stack(self.pending).tolist()
-            self.pending = []
-
-    def run(self, steps: int) -> None:
-        for _ in range(steps):
-            self.step()
-        _sync(self.device)
-
-
-class BareLoop(_Loop):
-    """One seed's training as a bare PyTorch loop, doing the suite's work per step without Lightning
-    or callbacks: the model built as ``run()`` builds it (same init), the seed's train stream
-    (batch i = ``task.batch("train", i)``, [B, L+1]), ``train_losses`` (scored rows and every row;
-    trained on per ``trainer.train_on``), ``adamw`` (the suite's param groups and lr schedule),
-    ``clip_grad_norm_`` when ``optim.grad_clip``; losses read back every ``trainer.log_every`` steps."""
-
-    def __init__(self, config: RunConfig, compile_model: bool = False, device: str | torch.device = "cpu"):
-        from emergence_bench.module import adamw, is_decayed, scored_rows
-        from emergence_bench.run import build_model, build_task
-
-        self.config, self.device = config, torch.device(device)
-        L.seed_everything(config.seed, verbose=False)
-        self.task = build_task(config)
-        self.model = build_model(config, self.task).to(self.device)
-        if compile_model:
-            self.model.compile()  # as `trainer.compile: true` does in the suite
-        params = list(self.model.parameters())
-        optim = adamw(params, [is_decayed(p) for p in params], config.optim, config.trainer.max_steps)
-        self.optimizer, self.scheduler = optim["optimizer"], optim["lr_scheduler"]["scheduler"]
-        self.rows = scored_rows(self.task).to(self.device)  # [N]
-        t = config.trainer
-        self.clip, self.train_on, self.log_every = config.optim.grad_clip, t.train_on, t.log_every
-        self.index, self.pending, self.read = 0, [], []  # read: every loss read back so far
-        self.data_seconds = 0.0
-
-    def loss(self, tokens: torch.Tensor) -> torch.Tensor:
-        """tokens [B, L+1] -> the loss trained on (scalar)."""
-        from emergence_bench.module import train_losses
-
-        logits = self.model(self.task.model_inputs(tokens))
-        scored, full = train_losses(logits, tokens[:, 1:], self.rows, self.train_on)
-        return full if self.train_on == "all" else scored
-
-    def step(self) -> None:
-        start = time.perf_counter()
-        tokens = self.task.batch("train", self.index).to(self.device)
-        self.data_seconds += time.perf_counter() - start
-        self.index += 1
-        loss = self.loss(tokens)
-        self.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        if self.clip:
-            torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.clip)
-        self.optimizer.step()
-        self.scheduler.step()
-        self.keep(loss.detach())
-
-
-class EnsembleLoop(_Loop):
-    """K seeds of ``config`` (seeds seed, seed+1, ...) in one batched step without Lightning, from
-    ``EnsembleModule``'s public pieces: data [K, B, L+1] (slice k = seed k's own ``batch("train", i)``),
-    ``losses`` -> (scored [K], full [K]), ``backward`` of their sum, per-seed clipping, one AdamW over
-    the stacked parameters with the suite's schedule; losses [K] read back every ``log_every`` steps.
-    Seed k starts from the weights ``BareLoop`` of seed + k starts from."""
-
-    def __init__(self, config: RunConfig, K: int, device: str | torch.device = "cpu"):
-        from emergence_bench.execution.seed_parallel import EnsembleModule
-        from emergence_bench.run import build_model, build_task
-
-        self.device = torch.device(device)
-        self.tasks, models = [], []
-        for k in range(K):
-            seed = dataclasses.replace(config, seed=config.seed + k)
-            L.seed_everything(seed.seed, verbose=False)  # run()'s order: seed, task, model
-            self.tasks.append(build_task(seed))
-            models.append(build_model(seed, self.tasks[-1]))
-        t = config.trainer
-        self.ensemble = EnsembleModule(models, self.tasks[0], config.optim, t.max_steps, t.train_on).to(self.device)
-        self.ensemble.seeds = [types.SimpleNamespace(live=True) for _ in range(K)]
-        optim = self.ensemble.configure_optimizers()
-        self.optimizer, self.scheduler = optim["optimizer"], optim["lr_scheduler"]["scheduler"]
-        self.clip, self.train_on, self.log_every = config.optim.grad_clip, t.train_on, t.log_every
-        self.index, self.pending, self.read = 0, [], []  # read: [K] losses of every step read back
-
-    def step(self) -> None:
-        tokens = torch.stack([task.batch("train", self.index) for task in self.tasks]).to(self.device)
-        self.index += 1
-        scored, full = self.ensemble.losses(tokens, {})
-        losses = full if self.train_on == "all" else scored  # [K]
-        self.ensemble.backward(losses.sum())
-        self.ensemble.configure_gradient_clipping(self.optimizer, self.clip)
-        self.optimizer.step()
-        self.scheduler.step()
-        self.optimizer.zero_grad(set_to_none=True)
-        self.keep(losses.detach())
-
-
 # ----------------------------------------------------------------------------------------------
 # Suite vs bare loop, interleaved inside one suite run.
 
@@ -337,7 +204,7 @@ class ClockSession:
     """What ``SuiteClock`` fills during one measurement: the bare loop it runs between suite blocks
     and both series of seconds per step (bare [R + 1], suite [R])."""
 
-    def __init__(self, bare: BareLoop):
+    def __init__(self, bare: StepLoop):
         self.bare, self.bare_s, self.suite_s = bare, [], []
 
 
@@ -368,16 +235,16 @@ class SuiteClock(L.Callback):
         self._start = time.perf_counter() if len(s.suite_s) < self.repeats else None
 
 
-def suite_vs_bare(raw: dict, steps: int, repeats: int, warmup: int = 5) -> tuple[BareLoop, list, list]:
+def suite_vs_bare(raw: dict, steps: int, repeats: int, warmup: int = 5) -> tuple[StepLoop, list, list]:
     """One suite run of ``raw`` (a preset run, on the CPU) with ``SuiteClock`` interleaving it with a
-    ``BareLoop`` of the same config. Returns (the bare loop, bare seconds per step [R + 1], suite
+    ``single_loop`` of the same config (the suite's step without Lightning). Returns (the bare loop, bare seconds per step [R + 1], suite
     seconds per step [R])."""
     from emergence_bench.run import run
 
     if "speed_clock" not in registry.callbacks.names():
         registry.register_callback("speed_clock")(SuiteClock)
     config = timed_config(raw, warmup + repeats * steps + 1)
-    bare = BareLoop(config)
+    bare = single_loop(config)
     bare.run(3)  # warm-up: allocator, first-call costs
     data = config.to_dict()
     data["callbacks"]["speed_clock"] = {"warmup": warmup, "block": steps, "repeats": repeats}
@@ -407,13 +274,14 @@ def _timed(fn) -> float:
     return time.perf_counter() - start
 
 
-def step_flops(loop: BareLoop) -> int:
-    """FLOPs of one forward + backward of the bare loop's model (torch's flop counter)."""
+def step_flops(loop: StepLoop) -> int:
+    """FLOPs of one forward + backward of the loop's model (torch's flop counter)."""
     from torch.utils.flop_counter import FlopCounterMode
 
-    tokens = loop.task.batch("train", 0).to(loop.device)
+    module, tokens = loop.module, loop.batches(0).to(loop.device)
     with FlopCounterMode(display=False) as counter:
-        loop.loss(tokens).backward()
+        scored, full = module.losses(tokens)
+        (full if module.train_on == "all" else scored).backward()
     loop.optimizer.zero_grad(set_to_none=True)
     return counter.get_total_flops()
 
@@ -438,7 +306,7 @@ def suite_rows(steps: int = 100, repeats: int = 5, models: dict | None = None, c
                "fraction_of_peak": flops / suite_step / peak, "compiled_vs_eager": None, "compile_error": None}
         if compile_check:
             try:
-                compiled = BareLoop(bare.config, compile_model=True)
+                compiled = single_loop(timed_config(raw, warmup + repeats * steps + 1), compile_model=True)
                 compiled.run(3)  # compiles
                 eager_s, times = interleave((bare.run, steps), {"compiled": (compiled.run, steps)}, repeats)
                 row["compiled_vs_eager"] = summary(bracketed(eager_s, times["compiled"]))
@@ -467,7 +335,7 @@ def render_suite(rows: list[dict]) -> str:
 def seed_step_rows(ks=(1, 4, 16), steps: int = 100, repeats: int = 5, settings: dict | None = None,
                    device: str | None = None) -> list[dict]:
     """Per setting (name -> preset run; default ``SEED_RUNS``) and K: K sequential bare loops
-    (K × one ``BareLoop``'s step: the seeds' steps cost the same) over one batched ``EnsembleLoop``
+    (K × one ``single_loop``'s step: the seeds' steps cost the same) over one batched ``ensemble_loop``
     step, interleaved: bare, K=1, K=4, ..., bare, ... (K's order reversed every other repeat), each
     batched block ``max(2, steps // K)`` steps so every block takes about as long; the median of the
     ``repeats`` ratios, each against the bare blocks either side."""
@@ -475,12 +343,12 @@ def seed_step_rows(ks=(1, 4, 16), steps: int = 100, repeats: int = 5, settings: 
     rows = []
     for name, raw in (settings or {n: preset_run(*SEED_RUNS[n]) for n in SEED_RUNS}).items():
         config = resolve(raw)
-        bare = BareLoop(config, device=device)
-        loops = {K: EnsembleLoop(config, K, device) for K in ks}
+        bare = single_loop(config, device=device)
+        loops = {K: ensemble_loop(config, K, device) for K in ks}
         for loop in [bare, *loops.values()]:
             loop.run(3)  # warm-up: allocator, vmap's first call
         bare_s, times = interleave((bare.run, steps), {K: (loops[K].run, max(2, steps // K)) for K in ks}, repeats)
-        params = sum(p.numel() for p in bare.model.parameters())
+        params = sum(p.numel() for p in bare.module.model.parameters())
         for K in ks:
             speedup = [K / ratio for ratio in bracketed(bare_s, times[K])]
             rows.append({"setting": name, "params": params, "batch": config.task["batch_size"], "device": device.type,
@@ -554,10 +422,10 @@ def throughput(config: dict | RunConfig | None = None, ks=(1, 4, 16), steps: int
 
 
 def seed_parallel_rows(ks=(1, 4, 16), steps: int = 100, repeats: int = 5, models: dict | None = None) -> list[dict]:
-    """Per model (name -> preset run; default ``SUITE_RUNS``), ``throughput`` at ``steps`` steps with
+    """Per model (name -> preset run; default ``WHOLE_RUNS``), ``throughput`` at ``steps`` steps with
     the preset's eval cadence, each row named by its model."""
     rows = []
-    for name, raw in (models or {n: preset_run(*SUITE_RUNS[n]) for n in SUITE_RUNS}).items():
+    for name, raw in (models or {n: preset_run(*SUITE_RUNS[n]) for n in WHOLE_RUNS}).items():
         config = copy.deepcopy(raw)
         config.setdefault("trainer", {})["max_steps"] = steps
         rows += [{"model": name, **row} for row in throughput(config, ks=ks, repeats=repeats)]

@@ -1,0 +1,119 @@
+"""Training a group of seeds: batched when the model vmaps (and, with ``batching="auto"``, when
+the probe says it pays), else one seed after another through ``run()``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from emergence_bench.config import RunConfig
+from emergence_bench.execution.seed_parallel.ensemble import EnsembleModule, SeedBatches
+from emergence_bench.execution.seed_parallel.probe import batching_speedup, seed_parallel_supported
+from emergence_bench.execution.seed_parallel.seeds import Seed, SeedCallbacks
+from emergence_bench.machine.allocator import keep_freed_memory
+from emergence_bench.results import RESULT_FILE, busy_row, write_json
+from emergence_bench.run import RunBusy, apply_threads, check, failure, run
+from emergence_bench.trainer import build_trainer, quiet_lightning
+
+
+BATCHING = ("always", "auto")
+PAYS = 1.1  # auto batches a group when its probe measures it at least this much faster than one by one
+
+
+def run_seed_parallel(configs: list[dict | RunConfig], out: str | Path, progress: bool = False,
+                      batching: str = "always", unfinished_only: bool = False) -> list[dict]:
+    """Train the seeds of ``configs`` (identical but for ``seed``) together; returns their rows.
+
+    Each seed's row is written to ``out/<run_id>/result.json`` with the run id and schema of
+    ``emergence_bench.run.run`` plus ``"seed_parallel"``: ``{"k": K, "group": [run ids]}`` when batched,
+    ``{"k": 1, "fallback": reason}`` when the model cannot be vmapped and the seeds ran one by one.
+    With ``batching="auto"`` a short probe (``batching_speedup``) first measures whether batching
+    pays here and now; the group is batched only when it does (by ``PAYS``), and the measured
+    speed-up is recorded either way (``"probe"``).
+    A NaN loss ends only its seed (``diverged``); a callback error only its seed (``failed``); an
+    error in the shared step fails every seed still training. Ctrl-C raises KeyboardInterrupt and
+    leaves unfinished seeds without a row, so a resumed sweep reruns them. A seed another process
+    holds (``RunBusy``, see emergence_bench.run.RunLock; with ``unfinished_only`` also one it has
+    finished) is left to it: its row here is ``busy_row``'s, written nowhere.
+    """
+    if batching not in BATCHING:
+        raise ValueError(f"seed-parallel batching must be one of {', '.join(BATCHING)}, got {batching!r}")
+    configs = [check(c) for c in configs]
+    if not configs:
+        return []
+    _check_group(configs)
+    keep_freed_memory()  # K seeds' activations are large blocks: reused, not page-faulted afresh each step
+    supported, reason = seed_parallel_supported(configs[0])
+    probe = {}
+    if supported and batching == "auto" and len(configs) > 1:
+        speedup = batching_speedup(configs[0], len(configs))
+        probe = {"probe": round(speedup, 3)}
+        if speedup < PAYS:
+            supported, reason = False, f"auto: batching {len(configs)} seeds measured {speedup:.2f}× one by one here"
+    if not supported:
+        rows = []
+        for config in configs:
+            try:
+                row = run(config, out, progress=progress, unfinished_only=unfinished_only)
+            except RunBusy as busy:
+                rows.append(busy_row(config.run_id(), busy))
+                continue
+            row["seed_parallel"] = {"k": 1, "fallback": reason, **probe}
+            write_json(Path(out) / row["run_id"] / RESULT_FILE, row)
+            rows.append(row)
+        return rows
+    apply_threads(configs[0], seeds=len(configs))  # the thread policy, sized for K models
+    quiet_lightning()
+    note = {"seed_parallel": {"k": len(configs), "group": [c.run_id() for c in configs], **probe}}
+    seeds, busy = [], []
+    for config in configs:
+        try:
+            seeds.append(Seed(config, Path(out), note, unfinished_only))
+        except RunBusy as error:
+            busy.append(busy_row(config.run_id(), error))
+    built = []
+    for seed in seeds:
+        try:
+            seed.build(progress)
+            built.append(seed)
+        except Exception as error:
+            seed.finish("failed", failure(error))
+    if built:
+        _train(built, configs[0], Path(out))
+    return [s.folder.record for s in seeds] + busy
+
+
+def _train(seeds: list[Seed], config: RunConfig, out: Path) -> None:
+    """Fit the group with the suite's Trainer; an error in the shared step fails every live seed."""
+    try:
+        ensemble = EnsembleModule([s.model for s in seeds], seeds[0].task, config.optim, config.trainer.max_steps,
+                                  config.trainer.train_on, config.trainer.log_every)
+        for k, seed in enumerate(seeds):
+            seed.join(ensemble, k)
+        trainer = build_trainer(config, [SeedCallbacks(ensemble, seeds)], logger=False, root_dir=out)
+        trainer.fit(ensemble, SeedBatches([s.task for s in seeds]))
+    except SystemExit:  # Lightning turns Ctrl-C into exit(1) after a graceful shutdown
+        raise KeyboardInterrupt("seed-parallel group interrupted") from None
+    except Exception as error:
+        for seed in seeds:
+            if not seed.folder.done:
+                seed.finish("failed", failure(error))
+        return
+    for seed in seeds:
+        if not seed.folder.done:
+            seed.finish("ok", None)
+
+
+def _check_group(configs: list[RunConfig]) -> None:
+    def without_seed(c: RunConfig) -> dict:
+        d = c.to_dict()
+        d.pop("seed")
+        return d
+
+    first = without_seed(configs[0])
+    for c in configs[1:]:
+        if without_seed(c) != first:
+            raise ValueError("seed-parallel configs must be identical except for seed; "
+                             f"seed {c.seed} differs from seed {configs[0].seed}")
+    seeds = [c.seed for c in configs]
+    if len(set(seeds)) != len(seeds):
+        raise ValueError(f"seed-parallel configs need distinct seeds, got {seeds}")

@@ -1,0 +1,332 @@
+"""What one seed of a group sees: its own ``pl_module`` (``SeedView``) and ``trainer``
+(``SeedTrainer``), its folder, callbacks and logger (``Seed``), and the group Trainer's one callback
+that fans every hook out to the live seeds (``SeedCallbacks``).
+
+Lightning offers no supported way to do two things here, so they are done by hand:
+
+- A callback is always called with the one Trainer of the fit (``Callback`` hooks take
+  ``(trainer, pl_module, ...)``, and neither a Strategy, which places, reduces and backpropagates, nor
+  a loop hook can choose the ``trainer`` a callback receives; custom loops left the public API in
+  Lightning 2.0). Each seed's callbacks need the shared Trainer's state (``global_step``, the
+  checkpoint and eval cadence, ...) but their own logger, folder, logged metrics and
+  ``should_stop``. ``SeedTrainer`` overrides those and hands every other attribute through
+  ``__getattr__``: listing them would copy Lightning's Trainer API here, and fall behind it.
+- ``Callback`` has no catch-all hook: Lightning calls each named hook. ``SeedCallbacks`` defines one
+  forwarder per hook of ``L.Callback`` (``HOOKS``, read from the installed Lightning), so a hook
+  Lightning adds reaches the seeds too.
+
+What a Lightning Callback hook can do is done by one: ``SeedCallbacks`` is an ``L.Callback``. The
+ensemble's reads of its loss buffer and its evals reach the seeds through listeners
+(``losses_read``, ``evaluated``), not hooks: a loss read happens inside ``training_step``, and
+Lightning calls the callbacks' ``on_validation_epoch_end`` before the module's, which computes the
+results.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from pathlib import Path
+
+import lightning as L
+import torch
+
+from emergence_bench.callbacks.contract import EvalResult
+from emergence_bench.config import RunConfig
+from emergence_bench.execution.seed_parallel.ensemble import EnsembleModule, stack_bias
+from emergence_bench.module import FINAL_LOSS_WINDOW, deliver_train_losses, eval_metrics
+from emergence_bench.training import Diverged, finite_prefix
+from emergence_bench.run import RunFolder, build_model, build_task, failure
+from emergence_bench.model import SequenceModel
+
+
+class SeedView:
+    """Seed k's ``pl_module``: the MeasuredModule contract (callbacks/contract.py), with the seed's
+    own task, losses, evals and ``attention_bias``. ``model`` is a SequenceModel holding slice k's
+    weights (and gradients), refreshed whenever it is read after a backward or an update; read it in
+    each hook rather than keep it from ``setup``. ``log``/``log_dict`` write to the seed's logger."""
+
+    def __init__(self, seed: Seed, ensemble: EnsembleModule):
+        self.seed, self.ensemble, self.index, self.task = seed, ensemble, seed.index, seed.task
+        self._model, self._synced = seed.model, None
+        self.attention_bias: dict[int, torch.Tensor] = {}
+        self.last_train_loss = math.nan
+        self.recent_train_losses: deque[float] = deque(maxlen=FINAL_LOSS_WINDOW)
+        self.recent_full_sequence_losses: deque[float] = deque(maxlen=FINAL_LOSS_WINDOW)
+        self.last_eval: EvalResult | None = None
+        self.trainer: SeedTrainer | None = None
+
+    @property
+    def model(self) -> SequenceModel:
+        ensemble = self.ensemble
+        now = (ensemble.version, ensemble.device)
+        if self._synced != now:
+            self._model.to(ensemble.device)
+            ensemble.copy_into(self.index, self._model)
+            self._synced = now
+        self._model.train(ensemble.training)
+        return self._model
+
+    @property
+    def device(self) -> torch.device:
+        return self.ensemble.device
+
+    @property
+    def global_step(self) -> int:
+        return self.ensemble.global_step
+
+    @property
+    def training(self) -> bool:
+        return self.ensemble.training
+
+    @property
+    def logger(self):
+        return self.trainer.logger
+
+    @property
+    def current_epoch(self) -> int:
+        return self.ensemble.current_epoch
+
+    def parameters(self, recurse: bool = True):
+        return self.model.parameters(recurse)
+
+    def named_parameters(self, *args, **kwargs):
+        return self.model.named_parameters(*args, **kwargs)
+
+    def record_losses(self, losses: list[float], full_sequence_losses: list[float]) -> None:
+        """The losses of the steps just read back, in order."""
+        self.recent_train_losses.extend(losses)
+        self.recent_full_sequence_losses.extend(full_sequence_losses)
+        self.last_train_loss = losses[-1]
+
+    def log(self, name: str, value, **kwargs) -> None:
+        self.log_dict({name: value})
+
+    def log_dict(self, metrics: dict, **kwargs) -> None:
+        self.seed.log(metrics, self.global_step)
+
+
+class SeedTrainer:
+    """Seed k's ``trainer``: the shared Trainer, but with the seed's own callbacks, logger, run
+    folder, module view (``lightning_module``, ``model``), task (``datamodule``), logged metrics
+    (``callback_metrics``, ``logged_metrics``) and ``should_stop`` (which ends this seed alone)."""
+
+    def __init__(self, trainer: L.Trainer, seed: Seed):
+        self._trainer = trainer
+        self.should_stop = False
+        self.callbacks, self.logger, self.loggers = seed.callbacks, seed.logger, [seed.logger]
+        self.lightning_module = self.model = seed.view
+        self.datamodule = seed.task
+        self.default_root_dir = str(seed.folder.path)
+        # What the seed logged, as Lightning keeps a run's (values are 0-dim tensors).
+        self.callback_metrics: dict[str, torch.Tensor] = {}
+        self.logged_metrics: dict[str, torch.Tensor] = {}
+
+    @property
+    def log_dir(self) -> str:
+        return self.logger.log_dir
+
+    def __getattr__(self, name: str):
+        return getattr(self._trainer, name)
+
+
+class Seed:
+    """One seed of a group: its run folder, task, model, callbacks, logger and views."""
+
+    def __init__(self, config: RunConfig, out: Path, note: dict, unfinished_only: bool = False):
+        self.config, self.note = config, note
+        self.folder = RunFolder(config, out, unfinished_only)
+        self.index = -1
+        self.task = self.model = self.view = self.trainer = None
+        self.callbacks: list = []
+        self.logger = None
+
+    def build(self, progress: bool) -> None:
+        """Task, model and callbacks in ``run()``'s order, so the initial weights are the sequential run's."""
+        L.seed_everything(self.config.seed, verbose=False)
+        self.task = build_task(self.config)
+        self.model = build_model(self.config, self.task)
+        self.callbacks = self.folder.callbacks(self.task, progress)
+        self.logger = self.folder.logger()
+
+    @property
+    def live(self) -> bool:
+        """Whether the seed is still training: its slot of the ensemble's live mask."""
+        return self.view is not None and self.view.ensemble.live[self.index]
+
+    @live.setter
+    def live(self, value: bool) -> None:
+        if self.view is not None:
+            self.view.ensemble.live[self.index] = value
+
+    def join(self, ensemble: EnsembleModule, index: int) -> None:
+        """Take slot ``index`` of ``ensemble``."""
+        self.index = index
+        self.view = SeedView(self, ensemble)
+        self.live = True
+
+    def attach(self, trainer: L.Trainer) -> None:
+        self.trainer = SeedTrainer(trainer, self)
+        self.view.trainer = self.trainer
+
+    def hook(self, name: str, *args, **kwargs) -> None:
+        for callback in self.callbacks:
+            getattr(callback, name)(self.trainer, self.view, *args, **kwargs)
+
+    def log(self, metrics: dict, step: int) -> None:
+        self.logger.log_metrics({**metrics, "epoch": 0.0}, step)
+        values = {name: torch.tensor(float(value)) for name, value in metrics.items()}
+        self.trainer.callback_metrics.update(values)
+        self.trainer.logged_metrics.update(values)
+
+    def diverge(self, error: Diverged) -> None:
+        """A NaN loss: the seed's ``on_exception`` hooks, then its row, as a run alone ends."""
+        self.live = False
+        try:
+            self.hook("on_exception", error)
+        except Exception:  # the row says diverged whatever a callback makes of it
+            pass
+        self.finish("diverged", str(error))
+
+    def fail(self, error: Exception) -> None:
+        """A callback raised: the seed's ``on_exception`` hooks, as Lightning calls them for a run
+        alone, then its row."""
+        self.live = False
+        message = failure(error)
+        try:
+            self.hook("on_exception", error)
+        except Exception:
+            pass
+        self.finish("failed", message)
+
+    def stop(self) -> None:
+        """A callback set ``should_stop``: the end-of-fit hooks now, then the row."""
+        self.live = False
+        try:
+            for name in ("on_train_epoch_end", "on_train_end", "on_fit_end"):
+                self.hook(name)
+            self.hook("teardown", stage="fit")
+        except Exception as error:
+            self.finish("failed", failure(error))
+            return
+        self.finish("ok", None)
+
+    def finish(self, status: str, error: str | None) -> dict:
+        """Write the seed's row (once) and return it."""
+        self.live = False
+        if self.logger is not None and not self.folder.done:
+            try:
+                self.logger.finalize("success" if status == "ok" else "failed")
+            except Exception:  # a logger that cannot flush must not lose the row
+                pass
+        # The training forwards ran on the ensemble's template: its mixers know the backend used.
+        model = self.view.ensemble.template if self.view is not None else self.model
+        return self.folder.finish(status, error, self.trainer, self.view, model, self.note)
+
+
+# Every hook of Lightning's Callback; SeedCallbacks forwards each to every live seed.
+HOOKS = [name for name, value in vars(L.Callback).items()
+         if callable(value) and (name.startswith("on_") or name in ("setup", "teardown"))]
+
+
+def _seed_args(name: str, seed: Seed, ensemble: EnsembleModule, args: tuple) -> tuple:
+    """A hook's arguments as seed k sees them: its slice of the batch, its own loss."""
+    k = seed.index
+    if name == "on_train_batch_start":  # (batch [K, B, L+1], batch_idx)
+        return (args[0][k], *args[1:])
+    if name == "on_train_batch_end":  # (outputs, batch, batch_idx)
+        outputs = None if args[0] is None else {"loss": ensemble.trained_losses[k].detach()}
+        return (outputs, args[1][k], *args[2:])
+    if name == "on_before_backward":  # (loss,)
+        return (ensemble.trained_losses[k],)
+    return args
+
+
+class SeedCallbacks(L.Callback):
+    """The group Trainer's one callback: every hook goes to each live seed's own callbacks with that
+    seed's views and its slice of the arguments. An error ends that seed only, as ``failed``.
+
+    A seed whose callbacks set ``should_stop`` ends as a run alone would: after the eval that
+    Lightning runs when a stop is asked at the end of a step (the step's scheduled eval, or else one
+    given to the asking seeds only), or after the eval in which it asked; its end-of-fit hooks fire
+    before the next step. When every
+    live seed has asked, the Trainer itself stops.
+    """
+
+    def __init__(self, ensemble: EnsembleModule, seeds: list[Seed]):
+        self.ensemble, self.seeds = ensemble, seeds  # seed k in slot k
+        self.eval_for: list[Seed] | None = None  # an eval for these seeds only
+        ensemble.on_losses, ensemble.on_eval = self.losses_read, self.evaluated
+
+    def losses_read(self, steps: list[int], scored: list, full: list, at_step: bool) -> None:
+        """A read of the ensemble's losses (scored and full [n][K]): each live seed's are checked,
+        recorded and handed to its callbacks, as a run alone does with its own. A seed whose loss became
+        non-finite ends as ``diverged``; at a step's read the live seeds log that step's losses."""
+        for seed in [s for s in self.seeds if s.live]:
+            k = seed.index
+            losses, full_losses = [v[k] for v in scored], [v[k] for v in full]
+            finite, diverged = finite_prefix(losses, full_losses, steps)  # the steps before a NaN count
+            if finite:
+                seed.view.record_losses(losses[:finite], full_losses[:finite])
+            if diverged is not None:
+                seed.diverge(diverged)
+                continue
+            try:
+                deliver_train_losses(seed.callbacks, seed.trainer, seed.view, steps, losses)
+            except Exception as error:
+                seed.fail(error)
+        if at_step:
+            for seed in [s for s in self.seeds if s.live]:
+                seed.log({"train/loss": seed.view.last_train_loss,
+                          "train/full_sequence_loss": seed.view.recent_full_sequence_losses[-1]}, steps[-1])
+
+    def evaluated(self, results: list[EvalResult]) -> None:
+        """An eval of every seed (one EvalResult each): the live seeds it was for take theirs."""
+        for seed, result in zip(self.seeds, results):
+            if seed.live and (self.eval_for is None or seed in self.eval_for):
+                seed.view.last_eval = result
+                seed.log(eval_metrics(result), self.ensemble.global_step - 1)  # the step Lightning logs a run's eval at
+
+    def fan_out(self, name: str, trainer: L.Trainer, args: tuple, kwargs: dict) -> None:
+        ensemble, seeds = self.ensemble, self.seeds
+        if name == "setup":
+            for seed in seeds:
+                seed.attach(trainer)
+        if name == "on_train_batch_start" and any(s.live and s.trainer.should_stop for s in seeds):
+            ensemble.read_losses()  # a stopping seed's last losses reach its callbacks, as at a run's end
+            for seed in [s for s in seeds if s.live and s.trainer.should_stop]:
+                seed.stop()
+        receivers = [s for s in seeds if s.live]
+        if name.startswith("on_validation") and self.eval_for is not None:
+            receivers = [s for s in receivers if s in self.eval_for]
+        for seed in receivers:
+            try:
+                seed.hook(name, *_seed_args(name, seed, ensemble, args), **kwargs)
+            except Exception as error:
+                seed.fail(error)
+        live = [s for s in seeds if s.live]
+        stopping = [s for s in live if s.trainer.should_stop]
+        if (name == "on_train_batch_end" and stopping and len(stopping) < len(live)
+                and trainer.global_step % trainer.val_check_batch != 0):
+            # Lightning evaluates once more when a stop is asked between evals: for these seeds only.
+            self.eval_for = stopping
+            trainer.should_stop = True
+        elif name == "on_validation_end" and self.eval_for is not None:
+            self.eval_for = None
+            trainer.should_stop = False  # the others go on
+        if not live or len(stopping) == len(live):
+            trainer.should_stop = True
+        # The forwards that follow see the live seeds' attention biases as the hooks left them.
+        ensemble.bias = stack_bias([s.view.attention_bias if s.live else {} for s in seeds], ensemble.device)
+
+
+def _forward(name: str):
+    def hook(self, trainer, pl_module, *args, **kwargs):
+        self.fan_out(name, trainer, args, kwargs)
+
+    hook.__name__ = name
+    return hook
+
+
+for _name in HOOKS:
+    setattr(SeedCallbacks, _name, _forward(_name))

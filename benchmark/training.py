@@ -1,0 +1,146 @@
+"""The suite's one training step, and the buffer its losses wait in on the device.
+
+``step(module, tokens, batch_idx)`` is the training step of a single run (``EmergenceModule``), of a
+seed-parallel ensemble (``EnsembleModule``: K seeds at once) and of `emergence-bench speed`, which times
+this very function. It computes one batch's losses, keeps them in the module's ``LossBuffer``, reads
+the buffer back when due, and returns the loss to train on. What follows it (backward, clipping,
+AdamW, the lr schedule) is Lightning's automatic optimisation in a run.
+
+A module that ``step`` trains has ``losses(tokens) -> (scored, full)`` (scalars, or [K] for K seeds),
+``train_on``, ``loss_buffer`` and ``read_losses(at_step: bool)``.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+
+import lightning as L
+import torch
+import torch.nn.functional as F
+
+from emergence_bench.tasks.base import SyntheticTask
+
+
+class Diverged(RuntimeError):
+    """The training loss became NaN or infinite."""
+
+
+def scored_rows(task: SyntheticTask) -> torch.Tensor:
+    """[N] the indices of the rows ``task.loss_mask`` scores. Indices, not the boolean mask: they vmap."""
+    return task.loss_mask.nonzero().squeeze(1)
+
+
+def scored(logits: torch.Tensor, targets: torch.Tensor, rows: torch.Tensor):
+    """logits [..., L, V], targets [..., L], rows [N] (``scored_rows``) -> the scored rows of both,
+    [..., N, V] and [..., N]."""
+    return logits.index_select(-2, rows), targets.index_select(-1, rows)
+
+
+def train_losses(logits: torch.Tensor, targets: torch.Tensor, rows: torch.Tensor, train_on: str = "scored"):
+    """logits [B, L, V], targets [B, L], rows [N] (``scored_rows``) -> (the scored rows' loss,
+    every row's loss), both scalars. Only the one ``train_on`` names keeps its autograd graph."""
+    full = F.cross_entropy((logits if train_on == "all" else logits.detach()).flatten(0, 1), targets.flatten())
+    logits, targets = scored(logits, targets, rows)
+    return F.cross_entropy(logits.flatten(0, 1), targets.flatten()), full
+
+
+def check_finite(scored: float, full: float, step: int) -> None:
+    """Raise Diverged when a training loss is NaN or infinite."""
+    for value in (scored, full):
+        if not math.isfinite(value):
+            raise Diverged(f"training loss became {value} at step {step}")
+
+
+def finite_prefix(scored: list[float], full: list[float], steps: list[int]) -> tuple[int, Diverged | None]:
+    """How many of the steps read back come before the first non-finite loss, and that loss's
+    Diverged (None when every loss is finite)."""
+    for i, step in enumerate(steps):
+        try:
+            check_finite(scored[i], full[i], step)
+        except Diverged as error:
+            return i, error
+    return len(steps), None
+
+
+class LossBuffer:
+    """The losses of the steps not read back yet, kept on the device: read every ``every`` steps and
+    at step ``max_steps - 1`` (one host sync per read, not per step).
+
+    ``append(batch_idx, losses [2, *S])`` (detached) with S = () for a run, (K,) for K seeds; ``read()`` gives
+    (the steps, the scored losses [n, *S], the every-row losses [n, *S]) as lists and empties it.
+    """
+
+    def __init__(self, every: int = 1, max_steps: int | None = None):
+        self.every, self.max_steps = every, max_steps
+        self.pending: list[torch.Tensor] = []
+        self.first = 0  # the step of pending[0]
+
+    def append(self, batch_idx: int, losses: torch.Tensor) -> None:
+        if not self.pending:
+            self.first = batch_idx
+        self.pending.append(losses)
+
+    def due(self, batch_idx: int) -> bool:
+        """Whether the buffer is read back after step ``batch_idx``."""
+        return (batch_idx + 1) % self.every == 0 or batch_idx + 1 == self.max_steps
+
+    def read(self) -> tuple[list[int], list, list]:
+        values = torch.stack(self.pending).tolist() if self.pending else []  # [n][2](...)
+        steps = list(range(self.first, self.first + len(values)))
+        self.pending = []
+        return steps, [v[0] for v in values], [v[1] for v in values]
+
+
+def step(module, tokens: torch.Tensor, batch_idx: int) -> torch.Tensor:
+    """One training step of ``module`` on ``tokens`` (its batch: [B, L+1], or [K, B, L+1] for K seeds):
+    the losses kept in its buffer, read back when due, and the loss to train on returned (a scalar,
+    or [K]: per ``module.train_on``, the scored rows' or every row's)."""
+    scored_loss, full = module.losses(tokens)
+    module.loss_buffer.append(batch_idx, torch.stack([scored_loss.detach(), full.detach()]))
+    if module.loss_buffer.due(batch_idx):
+        module.read_losses(at_step=True)
+    return full if module.train_on == "all" else scored_loss
+
+
+def update(module, loss: torch.Tensor, optimizer: torch.optim.Optimizer, scheduler, clip: float | None) -> None:
+    """What Lightning's automatic optimisation does after ``step`` in a run, here without a Trainer
+    (for the batching probe and `speed`, which time the step alone): the module's ``backward``,
+    clipping to gradient norm ``clip`` (as the Trainer's ``gradient_clip_val``: the module's own
+    ``configure_gradient_clipping`` where it has one, per seed in an ensemble), AdamW, the lr schedule."""
+    optimizer.zero_grad(set_to_none=True)
+    module.backward(loss)
+    if clip:
+        if type(module).configure_gradient_clipping is L.LightningModule.configure_gradient_clipping:
+            torch.nn.utils.clip_grad_norm_(module.parameters(), clip)  # what Lightning's default calls
+        else:
+            module.configure_gradient_clipping(optimizer, clip, "norm")
+    optimizer.step()
+    scheduler.step()
+
+
+class StepLoop:
+    """``module`` trained without a Trainer, step after step as a run trains it: ``step`` (through
+    ``module.training_step``), then ``update``. Batch i is ``batches(i)`` ([B, L+1], or [K, B, L+1]
+    for an ensemble). What `speed` and the batching probe time: the suite's step and nothing else.
+    ``data_seconds`` sums the time spent making batches."""
+
+    def __init__(self, module, batches, clip: float | None, device: torch.device):
+        self.module, self.batches, self.clip, self.device = module, batches, clip, torch.device(device)
+        optim = module.configure_optimizers()
+        self.optimizer, self.scheduler = optim["optimizer"], optim["lr_scheduler"]["scheduler"]
+        self.index, self.data_seconds = 0, 0.0
+
+    def step(self) -> None:
+        start = time.perf_counter()
+        tokens = self.batches(self.index).to(self.device)
+        self.data_seconds += time.perf_counter() - start
+        loss = self.module.training_step(tokens, self.index)
+        update(self.module, loss, self.optimizer, self.scheduler, self.clip)
+        self.index += 1
+
+    def run(self, steps: int) -> None:
+        for _ in range(steps):
+            self.step()
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
