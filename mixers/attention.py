@@ -36,6 +36,10 @@ class CausalSelfAttention(TokenMixer):
         causal = torch.ones(max_len, max_len, dtype=torch.bool).tril()
         self.register_buffer("causal", causal, persistent=False)
 
+    def state_size(self, length: int) -> int:
+        """The KV cache: a key and a value of n_heads × head_dim for each of ``length`` tokens."""
+        return 2 * self.n_heads * self.head_dim * length
+
     def init_weights(self, init: WeightInit) -> None:
         """Both projections follow the model's named init (it sets the initial logit scale)."""
         init.linear_(self.qkv)

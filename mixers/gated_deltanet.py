@@ -35,11 +35,12 @@ def l2_normalize(x: torch.Tensor, eps: float = L2NORM_EPS) -> torch.Tensor:
     return x * torch.rsqrt(x.square().sum(-1, keepdim=True) + eps)
 
 
-def gated_delta_rule_recurrent(q, k, v, g, beta, scale: float | None = None) -> torch.Tensor:
+def gated_delta_rule_recurrent(q, k, v, g, beta, scale: float | None = None, return_state: bool = False):
     """The gated delta rule one step at a time, written as the textbook update (for tests).
 
-    q, k [B, T, H, K], v [B, T, H, V], g (log-decay) and beta [B, T, H] -> o [B, T, H, V].
-    The state S [B, H, V, K] starts at zero; ``scale`` defaults to K^-0.5.
+    q, k [B, T, H, K], v [B, T, H, V], g (log-decay) and beta [B, T, H] -> o [B, T, H, V], and with
+    ``return_state`` the final state too: (o, S [B, H, V, K]).
+    The state S starts at zero; ``scale`` defaults to K^-0.5.
     """
     B, T, H, K = q.shape
     scale = K ** -0.5 if scale is None else scale
@@ -52,7 +53,8 @@ def gated_delta_rule_recurrent(q, k, v, g, beta, scale: float | None = None) -> 
         write = b_t * v_t[..., :, None] * k_t[..., None, :]  # beta v kᵀ  [B, H, V, K]
         S = g[:, t, :, None, None].exp() * S @ erase + write
         outputs.append(scale * (S @ q[:, t, ..., None]).squeeze(-1))  # [B, H, V]
-    return torch.stack(outputs, dim=1)
+    o = torch.stack(outputs, dim=1)
+    return (o, S) if return_state else o
 
 
 def gated_delta_rule_chunked(q, k, v, g, beta, scale: float | None = None, chunk_size: int = 32) -> torch.Tensor:
@@ -186,6 +188,12 @@ class GatedDeltaNet(TokenMixer):
         self.o_proj = nn.Linear(value_dim, d_model, bias=False)
         self.last_backend = REFERENCE
         self.reset_decay_parameters()
+
+    def state_size(self, length: int) -> int:
+        """The per-head state S [H, V, K] and the q, k, v convs' last conv_size - 1 inputs
+        [2·H·K + H·V, conv_size - 1]; no length."""
+        H, K, V = self.n_heads, self.head_dim, self.head_v_dim
+        return H * V * K + (2 * H * K + H * V) * (self.conv_size - 1)
 
     def init_weights(self, init: WeightInit) -> None:
         """The projections follow the model's named init; the short convolutions keep PyTorch's and

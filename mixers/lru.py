@@ -107,6 +107,10 @@ class LRU(TokenMixer):
         self.init_weights(WeightInit())
         self.reset_recurrence_parameters()
 
+    def state_size(self, length: int) -> int:
+        """The complex state h [N], two reals per entry; no length."""
+        return 2 * self.d_state
+
     def init_weights(self, init: WeightInit) -> None:
         init.linear_(self.glu)
         for weight in (self.B_re, self.B_im):

@@ -292,9 +292,10 @@ def selective_scan(u, delta, A, B, C, D) -> torch.Tensor:
     return y.transpose(0, 1).to(out_dtype)
 
 
-def selective_scan_recurrent(u, delta, A, B, C, D) -> torch.Tensor:
+def selective_scan_recurrent(u, delta, A, B, C, D, return_state: bool = False):
     """The same selective scan, one time step at a time, straight from the equations (the tests
-    check ``selective_scan`` against it). Shapes as ``selective_scan``."""
+    check ``selective_scan`` against it). Shapes as ``selective_scan``; with ``return_state``, also
+    the final state: (y, h [b, d, n])."""
     dtype, out_dtype = _compute_dtype(u), u.dtype
     u, delta, A, B, C, D = (t.to(dtype) for t in (u, delta, A, B, C, D))
     h = u.new_zeros(u.shape[0], u.shape[2], A.shape[1])  # [b, d, n]
@@ -302,7 +303,8 @@ def selective_scan_recurrent(u, delta, A, B, C, D) -> torch.Tensor:
     for t in range(u.shape[1]):
         h = torch.exp(delta[:, t, :, None] * A) * h + (delta[:, t] * u[:, t])[:, :, None] * B[:, t, None, :]
         ys.append((h * C[:, t, None, :]).sum(-1) + D * u[:, t])
-    return torch.stack(ys, dim=1).to(out_dtype)
+    y = torch.stack(ys, dim=1).to(out_dtype)
+    return (y, h) if return_state else y
 
 
 def _selective_scan_kernel(u, delta_raw, A, B, C, D, z, delta_bias) -> torch.Tensor:
@@ -376,6 +378,10 @@ class Mamba(TokenMixer):
             p._no_weight_decay = True
         self.last_backend = backends.REFERENCE
         self.reset_ssm_parameters()
+
+    def state_size(self, length: int) -> int:
+        """The SSM state h [E, N] and the conv's last d_conv - 1 inputs [E, d_conv - 1]; no length."""
+        return self.d_inner * self.d_state + self.d_inner * (self.d_conv - 1)
 
     def init_weights(self, init: WeightInit) -> None:
         for proj in (self.in_proj, self.x_proj, self.out_proj):

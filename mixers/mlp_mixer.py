@@ -76,6 +76,12 @@ class CausalMLPMixer(TokenMixer):
             self.b_out = nn.Parameter(torch.zeros(N))
         self.reset_parameters()
 
+    def state_size(self, length: int) -> int:
+        """The past inputs it mixes, for each of ``length`` tokens: the values [H·Dh] (``static``),
+        or the inputs [D] themselves (``mlp``: its hidden units are recomputed from them)."""
+        per_token = self.n_heads * self.head_dim if self.token_mixing == "static" else self.d_model
+        return per_token * length
+
     def init_weights(self, init: WeightInit) -> None:
         """The model's named init for the projections (value/out); ``mixing_init`` says whether the
         mixing matrices keep the uniform average (``uniform``) or follow the scheme too

@@ -68,10 +68,11 @@ def mlstm_parallel(q, k, v, log_i, log_f, eps: float = EPS) -> torch.Tensor:
     return h.transpose(1, 2).to(out_dtype)
 
 
-def mlstm_recurrent(q, k, v, log_i, log_f, eps: float = EPS) -> torch.Tensor:
+def mlstm_recurrent(q, k, v, log_i, log_f, eps: float = EPS, return_state: bool = False):
     """The mLSTM one step at a time, straight from the equations (for tests). Shapes as
     ``mlstm_parallel``; the stabiliser starts at m_0 = -inf (nothing stored yet), so m_t is the
-    parallel form's row maximum and even ``eps`` acts alike in both."""
+    parallel form's row maximum and even ``eps`` acts alike in both. With ``return_state``, also the
+    final state: (h, (C [B, H, V, K], n [B, H, K], m [B, H]))."""
     B, T, H, K = q.shape
     out_dtype = v.dtype
     dtype = torch.promote_types(q.dtype, torch.float32)
@@ -89,7 +90,8 @@ def mlstm_recurrent(q, k, v, log_i, log_f, eps: float = EPS) -> torch.Tensor:
         denominator = torch.maximum((n * q_t).sum(-1).abs(), (-m_new).exp()) + eps  # [B, H]
         outputs.append((C @ q_t[..., None]).squeeze(-1) / denominator[..., None])  # [B, H, V]
         m = m_new
-    return torch.stack(outputs, dim=1).to(out_dtype)
+    h = torch.stack(outputs, dim=1).to(out_dtype)
+    return (h, (C, n, m)) if return_state else h
 
 
 def _kernel_length(T: int) -> int:
@@ -194,6 +196,12 @@ class MLSTM(TokenMixer):
         self.last_backend = REFERENCE
         self.init_weights(WeightInit())
         self.reset_gate_parameters()
+
+    def state_size(self, length: int) -> int:
+        """Per head the memory C [K, K], normaliser n [K] and stabiliser m, and the conv's last
+        conv_size - 1 inputs [E, conv_size - 1]; no length."""
+        H, K = self.n_heads, self.head_dim
+        return H * (K * K + K + 1) + self.inner_dim * (self.conv_size - 1)
 
     def init_weights(self, init: WeightInit) -> None:
         """The up/down projections and the block-diagonal q, k, v (fan-in: one block) follow the

@@ -227,6 +227,11 @@ class RWKV7TimeMix(TokenMixer):
     def backend(self) -> str:
         return self.last_backend
 
+    def state_size(self, length: int) -> int:
+        """The per-head state S [H, N, N] and the token shift's previous input [D]; no length.
+        (Layer 0's value, shared with later layers, is per token: not carried between tokens.)"""
+        return self.n_heads * self.head_dim * self.head_dim + self.d_model
+
     def forward(self, x: torch.Tensor, ctx: MixerContext) -> torch.Tensor:
         B, L, D = x.shape
         H, N = self.n_heads, self.head_dim
