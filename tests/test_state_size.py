@@ -15,6 +15,7 @@ from torch import nn
 
 from emergence_bench.mixers import gated_deltanet, lru, mamba, mlstm, rwkv
 from emergence_bench.mixers.base import MixerContext
+from emergence_bench.mixers.ops import gated_delta_rule, lru_scan, mlstm as mlstm_ops, rwkv7, selective_scan
 from emergence_bench.model import SequenceModel
 from emergence_bench.registry import mixers as mixer_registry
 
@@ -78,33 +79,33 @@ def _conv_buffer(mixer: nn.Module) -> int:
                for conv in mixer.modules() if isinstance(conv, nn.Conv1d))
 
 
-# name -> (module whose core op is replaced, the op's name there, the reference recurrence run in
-# its place, returning (output, the tensors of its final state))
+# The reference recurrences (mixers/ops), each returning (output, the tensors of its final state).
 def _mamba_reference(*args):
-    y, h = mamba.selective_scan_recurrent(*args, return_state=True)
+    y, h = selective_scan.selective_scan_recurrent(*args, return_state=True)
     return y, [h]
 
 
 def _gated_deltanet_reference(*args, scale):
-    o, S = gated_deltanet.gated_delta_rule_recurrent(*args, scale=scale, return_state=True)
+    o, S = gated_delta_rule.gated_delta_rule_recurrent(*args, scale=scale, return_state=True)
     return o, [S]
 
 
 def _rwkv_reference(*args):
-    out, S = rwkv.rwkv7_recurrent(*args)
+    out, S = rwkv7.rwkv7_recurrent(*args)
     return out, [S]
 
 
 def _mlstm_reference(*args):
-    h, state = mlstm.mlstm_recurrent(*args, return_state=True)
+    h, state = mlstm_ops.mlstm_recurrent(*args, return_state=True)
     return h, list(state)
 
 
 def _lru_reference(*args):
-    h_re, h_im = lru.lru_recurrent(*args)
+    h_re, h_im = lru_scan.lru_recurrent(*args)
     return (h_re, h_im), [h_re[:, -1], h_im[:, -1]]  # the state after the last step: Re and Im of h
 
 
+# name -> (the mixer's module, the name of its core op there, the reference run in its place)
 REFERENCES = {
     "mamba": (mamba, "selective_scan", _mamba_reference),
     "gated_deltanet": (gated_deltanet, "gated_delta_rule_chunked", _gated_deltanet_reference),
