@@ -24,6 +24,8 @@ class CausalSelfAttention(TokenMixer):
     """
 
     exposes_attention = True
+    small = {"n_heads": 2, "head_dim": 4}
+    width_matched = {"n_heads": 4, "head_dim": 16}
 
     def __init__(self, d_model: int, max_len: int, layer_idx: int, n_heads: int = 8, head_dim: int = 8):
         super().__init__(d_model, max_len, layer_idx)

@@ -72,11 +72,20 @@ class TokenMixer(nn.Module):
       backends:          the backends this mixer has
     and, on an instance of a mixer that exposes attention:
       n_heads:           H, the number of attention heads (its probabilities are [B, H, L, L])
+
+    The settings the suite builds it with, registered beside it (config keys over its defaults;
+    {} means the defaults; read them, never change them):
+      small:             a fast instance at d_model 16 (the tests, check-mixer's contract)
+      width_matched:     the Transformer's width at d_model 64, 4 heads × 16 (``speed``)
+      forms:             other forms worth checking on their own: form name -> its small settings
     """
 
     exposes_attention: bool = False
     backends: tuple[str, ...] = (TORCH,)
     n_heads: int | None = None
+    small: dict = {}
+    width_matched: dict = {}
+    forms: dict[str, dict] = {}
 
     def __init__(self, d_model: int, max_len: int, layer_idx: int):
         super().__init__()

@@ -46,6 +46,8 @@ class GatedDeltaNet(TokenMixer):
 
     exposes_attention = False
     backends = (REFERENCE, KERNEL)
+    small = {"n_heads": 2, "head_dim": 8, "expand_v": 1}
+    width_matched = {"n_heads": 4, "head_dim": 16}
 
     def __init__(self, d_model: int, max_len: int, layer_idx: int, n_heads: int = 4, head_dim: int = 16,
                  expand_v: float = 2, conv_size: int = 4):

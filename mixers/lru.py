@@ -45,6 +45,8 @@ class LRU(TokenMixer):
     """
 
     exposes_attention = False
+    small = {"d_state": 8}
+    width_matched = {}
 
     def __init__(self, d_model: int, max_len: int, layer_idx: int, d_state: int = 64, r_min: float = 0.0,
                  r_max: float = 1.0, max_phase: float = 2 * math.pi):

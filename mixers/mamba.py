@@ -39,6 +39,8 @@ class Mamba(TokenMixer):
 
     exposes_attention = False
     backends = (backends.REFERENCE, backends.KERNEL)
+    small = {"d_state": 4, "expand": 2}
+    width_matched = {}
 
     def __init__(self, d_model: int, max_len: int, layer_idx: int, d_state: int = 16, d_conv: int = 4,
                  expand: int = 2, dt_rank: int | str = "auto"):

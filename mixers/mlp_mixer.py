@@ -44,6 +44,9 @@ class CausalMLPMixer(TokenMixer):
     """
 
     exposes_attention = False
+    small = {"token_mixing": "static", "n_heads": 2, "head_dim": 4}
+    width_matched = {}  # its defaults have the Transformer's width: 8 heads × 8
+    forms = {"mlp": {"token_mixing": "mlp", "expansion": 2}}
 
     def __init__(self, d_model: int, max_len: int, layer_idx: int, token_mixing: str = "static",
                  n_heads: int = 8, head_dim: int = 8, expansion: int = 2, mixing_init: str = "uniform"):

@@ -62,6 +62,9 @@ class MLSTM(TokenMixer):
 
     exposes_attention = False
     backends = (REFERENCE, KERNEL)
+    small = {"n_heads": 2, "qkv_blocksize": 4}
+    width_matched = {}  # its defaults: 4 heads over an inner width of 2 · d_model
+    forms = {"exp": {**small, "forget_gate": "exp"}}
 
     def __init__(self, d_model: int, max_len: int, layer_idx: int, n_heads: int = 4, proj_factor: float = 2,
                  conv_size: int = 4, qkv_blocksize: int = 4, forget_gate: str = "sigmoid"):

@@ -52,6 +52,8 @@ class RWKV7TimeMix(TokenMixer):
 
     exposes_attention = False
     backends = (backends.REFERENCE, backends.KERNEL)
+    small = {"head_dim": 8, "decay_lora": 4, "a_lora": 4, "v_lora": 4, "gate_lora": 6}
+    width_matched = {"head_dim": 16}
 
     def __init__(self, d_model: int, max_len: int, layer_idx: int, head_dim: int = 16,
                  decay_lora: int = 16, a_lora: int = 16, v_lora: int = 8, gate_lora: int = 32):

@@ -16,7 +16,7 @@ from emergence_bench.mixers.ops.gated_delta_rule import gated_delta_rule_recurre
 
 def make(d_model=16, max_len=24, **hparams):
     torch.manual_seed(0)
-    hparams = {"n_heads": 2, "head_dim": 4, **hparams}
+    hparams = {**GatedDeltaNet.small, **hparams}
     return GatedDeltaNet(d_model=d_model, max_len=max_len, layer_idx=0, **hparams)
 
 

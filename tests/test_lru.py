@@ -21,7 +21,7 @@ from emergence_bench.reporting.speed import builtin_mixers, step_seconds
 
 def make(d_model=16, max_len=24, **hparams):
     torch.manual_seed(0)
-    return LRU(d_model=d_model, max_len=max_len, layer_idx=0, **{"d_state": 8, **hparams})
+    return LRU(d_model=d_model, max_len=max_len, layer_idx=0, **{**LRU.small, **hparams})
 
 
 def complex_block(mixer: LRU, x: torch.Tensor) -> torch.Tensor:
@@ -118,7 +118,7 @@ def test_invalid_hparams_name_the_parameter(hparams, name):
 
 # ---- suite features -----------------------------------------------------------------------------
 
-SMALL = {"name": "lru", "d_state": 8}
+SMALL = {"name": "lru", **LRU.small}
 
 
 def test_seed_parallel_batches_it():

@@ -24,7 +24,7 @@ TOL64 = 1e-10  # float64 against float64: agreement to rounding
 
 def make(d_model=8, seed=0, **hparams):
     torch.manual_seed(seed)
-    return Mamba(d_model=d_model, max_len=16, layer_idx=0, **{"d_state": 4, **hparams})
+    return Mamba(d_model=d_model, max_len=16, layer_idx=0, **{**Mamba.small, **hparams})
 
 
 def test_shapes_knobs_and_initialisation():
@@ -151,7 +151,7 @@ def test_backend_choice_on_cpu(monkeypatch):
 
 
 def test_trains_end_to_end(tmp_path):
-    record = run(tiny_config(mixer={"name": "mamba", "d_state": 4, "expand": 2}), tmp_path)
+    record = run(tiny_config(mixer={"name": "mamba", **Mamba.small}), tmp_path)
     assert record["status"] == "ok", record["error"]
     assert record["config"]["mixer"]["name"] == "mamba"
     assert record["backend"] == "reference"

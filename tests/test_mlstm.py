@@ -19,7 +19,7 @@ from emergence_bench.reporting.speed import builtin_mixers, step_seconds
 
 def make(d_model=16, max_len=24, **hparams):
     torch.manual_seed(0)
-    hparams = {"n_heads": 2, "qkv_blocksize": 4, **hparams}
+    hparams = {**MLSTM.small, **hparams}
     return MLSTM(d_model=d_model, max_len=max_len, layer_idx=0, **hparams)
 
 
@@ -116,7 +116,7 @@ def test_invalid_hparams_name_the_parameter(hparams, name):
 
 # ---- suite features -----------------------------------------------------------------------------
 
-SMALL = {"name": "mlstm", "n_heads": 2, "qkv_blocksize": 4}
+SMALL = {"name": "mlstm", **MLSTM.small}
 
 
 @pytest.mark.parametrize("forget_gate", ["sigmoid", "exp"])

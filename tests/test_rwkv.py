@@ -14,8 +14,6 @@ from emergence_bench.mixers.base import MixerContext
 from emergence_bench.mixers.ops.rwkv7 import KERNEL_MODULE
 from emergence_bench.mixers.rwkv import RWKV7TimeMix
 
-SMALL = {"head_dim": 8, "decay_lora": 4, "a_lora": 4, "v_lora": 4, "gate_lora": 6}
-
 
 def official_time_mix(monkeypatch):
     """rwkv.model.RWKV_x070_TMix_seq. The package picks its code paths when imported: RWKV-7 needs
@@ -41,7 +39,7 @@ def official_time_mix(monkeypatch):
 
 def make(layer_idx=0, d_model=32, seed=0, randomise=False, **hparams):
     torch.manual_seed(seed)
-    mixer = RWKV7TimeMix(d_model=d_model, max_len=24, layer_idx=layer_idx, **{**SMALL, **hparams})
+    mixer = RWKV7TimeMix(d_model=d_model, max_len=24, layer_idx=layer_idx, **{**RWKV7TimeMix.small, **hparams})
     if randomise:  # away from the structured init, so no term hides behind a constant
         with torch.no_grad():
             for p in mixer.parameters():
@@ -136,7 +134,7 @@ def test_value_residual_needs_layer_zero_in_the_same_forward():
 def test_model_gradients_reach_every_parameter(randomise):
     """At init (small, not zero, output and down-projections) and at random weights."""
     torch.manual_seed(0)
-    model = SequenceModel(3, 12, {"name": "rwkv7", **SMALL}, d_model=16, n_layers=2)
+    model = SequenceModel(3, 12, {"name": "rwkv7", **RWKV7TimeMix.small}, d_model=16, n_layers=2)
     if randomise:
         with torch.no_grad():
             for mixer in model.mixers:
