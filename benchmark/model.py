@@ -82,6 +82,14 @@ class SequenceModel(nn.Module):
     def mixers(self) -> list[nn.Module]:
         return [block.mixer for block in self.blocks]
 
+    def state_size(self, length: int) -> int | None:
+        """The inference state of all layers' mixers after ``length`` tokens, per sequence (see
+        ``TokenMixer.state_size``); None when any layer's mixer does not state its own."""
+        if not (isinstance(length, int) and length >= 0):
+            raise ValueError(f"length must be an integer ≥ 0, got {length!r}")
+        sizes = [getattr(mixer, "state_size", lambda _: None)(length) for mixer in self.mixers]
+        return None if any(size is None for size in sizes) else sum(sizes)
+
     def forward(self, tokens: torch.Tensor, ctx: MixerContext | None = None) -> torch.Tensor:
         ctx = ctx if ctx is not None else MixerContext()
         positions = torch.arange(tokens.shape[1], device=tokens.device)

@@ -24,6 +24,8 @@ class CausalSelfAttention(TokenMixer):
     """
 
     exposes_attention = True
+    small = {"n_heads": 2, "head_dim": 4}
+    width_matched = {"n_heads": 4, "head_dim": 16}
 
     def __init__(self, d_model: int, max_len: int, layer_idx: int, n_heads: int = 8, head_dim: int = 8):
         super().__init__(d_model, max_len, layer_idx)
@@ -35,6 +37,10 @@ class CausalSelfAttention(TokenMixer):
         self.out = nn.Linear(n_heads * head_dim, d_model)
         causal = torch.ones(max_len, max_len, dtype=torch.bool).tril()
         self.register_buffer("causal", causal, persistent=False)
+
+    def state_size(self, length: int) -> int:
+        """The KV cache: a key and a value of n_heads × head_dim for each of ``length`` tokens."""
+        return 2 * self.n_heads * self.head_dim * length
 
     def init_weights(self, init: WeightInit) -> None:
         """Both projections follow the model's named init (it sets the initial logit scale)."""

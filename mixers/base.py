@@ -8,6 +8,15 @@ inputs ≤ t only). A mixer that exposes attention scores applies, in this order
     probs = softmax(logits)
     probs = ctx.patch_for(layer, probs)      # head patching
     ctx.record(layer, probs)                 # when ctx.capture is set
+
+Inference state (``TokenMixer.state_size``): the count of numbers one layer must keep, per sequence,
+to continue generating after ``length`` tokens, counted at the smallest form the layer's equations
+need. What counts: an attention's KV cache (keys and values of every past token); a recurrence's
+state matrices and vectors (its memory, normalisers, stabilisers); the past inputs a causal
+convolution or token shift still has to see (width - 1 of them per channel, a fixed-size buffer
+whatever the length); for a mixer with no recurrence (MLP-Mixer), the past inputs it mixes. A
+complex entry counts as 2 reals. What does not count: parameters, activations recomputed from the
+state, values shared across layers within one token (RWKV-7's first-layer value), and the batch.
 """
 
 from __future__ import annotations
@@ -63,11 +72,20 @@ class TokenMixer(nn.Module):
       backends:          the backends this mixer has
     and, on an instance of a mixer that exposes attention:
       n_heads:           H, the number of attention heads (its probabilities are [B, H, L, L])
+
+    The settings the suite builds it with, registered beside it (config keys over its defaults;
+    {} means the defaults; read them, never change them):
+      small:             a fast instance at d_model 16 (the tests, check-mixer's contract)
+      width_matched:     the Transformer's width at d_model 64, 4 heads × 16 (``speed``)
+      forms:             other forms worth checking on their own: form name -> its small settings
     """
 
     exposes_attention: bool = False
     backends: tuple[str, ...] = (TORCH,)
     n_heads: int | None = None
+    small: dict = {}
+    width_matched: dict = {}
+    forms: dict[str, dict] = {}
 
     def __init__(self, d_model: int, max_len: int, layer_idx: int):
         super().__init__()
@@ -79,3 +97,10 @@ class TokenMixer(nn.Module):
     def backend(self) -> str:
         """The backend this instance runs on now."""
         return self.backends[0]
+
+    def state_size(self, length: int) -> int | None:
+        """The number of numbers one layer of this mixer keeps per sequence to continue generating
+        after ``length`` tokens (see the module docstring for what counts): grows with ``length``
+        for attention, constant for a recurrent mixer. None means not stated (shown as '-'); every
+        built-in mixer states it."""
+        return None

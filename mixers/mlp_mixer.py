@@ -44,6 +44,9 @@ class CausalMLPMixer(TokenMixer):
     """
 
     exposes_attention = False
+    small = {"token_mixing": "static", "n_heads": 2, "head_dim": 4}
+    width_matched = {}  # its defaults have the Transformer's width: 8 heads × 8
+    forms = {"mlp": {"token_mixing": "mlp", "expansion": 2}}
 
     def __init__(self, d_model: int, max_len: int, layer_idx: int, token_mixing: str = "static",
                  n_heads: int = 8, head_dim: int = 8, expansion: int = 2, mixing_init: str = "uniform"):
@@ -75,6 +78,12 @@ class CausalMLPMixer(TokenMixer):
             self.b_in = nn.Parameter(torch.zeros(N, E))
             self.b_out = nn.Parameter(torch.zeros(N))
         self.reset_parameters()
+
+    def state_size(self, length: int) -> int:
+        """The past inputs it mixes, for each of ``length`` tokens: the values [H·Dh] (``static``),
+        or the inputs [D] themselves (``mlp``: its hidden units are recomputed from them)."""
+        per_token = self.n_heads * self.head_dim if self.token_mixing == "static" else self.d_model
+        return per_token * length
 
     def init_weights(self, init: WeightInit) -> None:
         """The model's named init for the projections (value/out); ``mixing_init`` says whether the

@@ -14,16 +14,13 @@ form carries the max-stabiliser m_t = max(log f_t + m_{t-1}, ĩ_t) and stores C 
 exp(-m_t); the 1 of the normaliser then reads exp(-m_t). h_t does not depend on m (it cancels), except
 through ``eps``, a guard added to the stabilised denominator (as xLSTM and mlstm-kernels add it).
 
-The core op has two backends over the same tensors: mlstm-kernels' chunkwise Triton kernel
-(``triton_xl_chunk``) on CUDA, sigmoid forget gate only, and the pure-PyTorch ``mlstm_parallel``
-below (the stabilised quadratic form, as xLSTM trains). ``mlstm_recurrent`` is the step-by-step loop
-the tests check both against. mlstm-kernels ships under the NXAI Community License (not an OSI
-licence), so it is only ever an optional extra: the ``dev`` oracle and the ``kernels`` GPU path.
+The core op (``mixers/ops/mlstm.py``) has two backends over the same tensors: mlstm-kernels'
+chunkwise Triton kernel on CUDA, sigmoid forget gate only, and the pure-PyTorch stabilised quadratic
+form (as xLSTM trains). mlstm-kernels ships under the NXAI Community License (not an OSI licence), so
+it is only ever an optional extra: the ``dev`` oracle and the ``kernels`` GPU path.
 """
 
 from __future__ import annotations
-
-import math
 
 import torch
 import torch.nn.functional as F
@@ -33,106 +30,10 @@ from emergence_bench.registry import register_mixer
 from emergence_bench.mixers.backend import KERNEL, REFERENCE, ENV, choose, requested
 from emergence_bench.mixers.base import MixerContext, TokenMixer
 from emergence_bench.mixers.init import WeightInit
+from emergence_bench.mixers.ops.mlstm import KERNEL_MODULE, mlstm_kernel, mlstm_parallel
 
-KERNEL_MODULE = "mlstm_kernels.torch.chunkwise.triton_xl_chunk"
-EPS = 1e-6  # the denominator guard of xLSTM's and mlstm-kernels' mLSTM
 FORGET_GATES = ("sigmoid", "exp")
 NORM_EPS = 1e-5  # the per-head LayerNorm on the cell output
-
-
-def mlstm_parallel(q, k, v, log_i, log_f, eps: float = EPS) -> torch.Tensor:
-    """The mLSTM over a whole sequence at once, in the stabilised parallel (quadratic) form.
-
-    q, k [B, T, H, K], v [B, T, H, V], log_i (= ĩ) and log_f (= log f) [B, T, H] -> h [B, T, H, V],
-    in v's dtype, computed in at least float32. Memory: a few [B, H, T, T] tensors.
-
-    Unrolling the recurrence from zero, h_t = Σ_{s≤t} w_ts (q̂_t·k_s) v_s / max(|Σ_s w_ts q̂_t·k_s|, 1)
-    with w_ts = exp(log f_{s+1} + … + log f_t + ĩ_s). Each row is stabilised by its largest log
-    weight m_t (the recurrent m_t), so every exp(log w_ts - m_t) is ≤ 1.
-    """
-    B, T, H, K = q.shape
-    out_dtype = v.dtype
-    dtype = torch.promote_types(q.dtype, torch.float32)
-    q, k, v = (x.to(dtype).transpose(1, 2) for x in (q, k, v))  # [B, H, T, *]
-    log_i, log_f = (x.to(dtype).transpose(1, 2) for x in (log_i, log_f))  # [B, H, T]
-    causal = torch.ones(T, T, dtype=torch.bool, device=q.device).tril()
-    # steps[t, s] = log f_t for t > s, so the cumulative sum down the rows is the segment sum
-    # Σ_{s<l≤t} log f_l: summed per segment, not a difference of two cumulative sums, which loses
-    # float32 precision once |Σ log f| is large.
-    steps = log_f[..., :, None].expand(B, H, T, T).masked_fill(~causal.tril(-1), 0)
-    log_w = (steps.cumsum(-2) + log_i[..., None, :]).masked_fill(~causal, float("-inf"))  # [B, H, T, T]
-    m = log_w.amax(-1, keepdim=True)  # [B, H, T, 1]: the diagonal is finite, so m is
-    scores = (q @ k.transpose(-1, -2)) * K ** -0.5 * (log_w - m).exp()  # [B, H, T, T]
-    normaliser = torch.maximum(scores.sum(-1, keepdim=True).abs(), (-m).exp()) + eps  # [B, H, T, 1]
-    h = (scores / normaliser) @ v  # [B, H, T, V]
-    return h.transpose(1, 2).to(out_dtype)
-
-
-def mlstm_recurrent(q, k, v, log_i, log_f, eps: float = EPS) -> torch.Tensor:
-    """The mLSTM one step at a time, straight from the equations (for tests). Shapes as
-    ``mlstm_parallel``; the stabiliser starts at m_0 = -inf (nothing stored yet), so m_t is the
-    parallel form's row maximum and even ``eps`` acts alike in both."""
-    B, T, H, K = q.shape
-    out_dtype = v.dtype
-    dtype = torch.promote_types(q.dtype, torch.float32)
-    q, k, v, log_i, log_f = (x.to(dtype) for x in (q, k, v, log_i, log_f))
-    C = q.new_zeros(B, H, v.shape[-1], K)  # exp(-m) · memory
-    n = q.new_zeros(B, H, K)  # exp(-m) · normaliser
-    m = q.new_full((B, H), float("-inf"))
-    outputs = []
-    for t in range(T):
-        m_new = torch.maximum(log_f[:, t] + m, log_i[:, t])  # [B, H]
-        f, i = (log_f[:, t] + m - m_new).exp(), (log_i[:, t] - m_new).exp()  # stabilised gates  [B, H]
-        k_t, v_t, q_t = k[:, t], v[:, t], q[:, t] * K ** -0.5  # [B, H, K|V]
-        C = f[..., None, None] * C + i[..., None, None] * v_t[..., :, None] * k_t[..., None, :]
-        n = f[..., None] * n + i[..., None] * k_t
-        denominator = torch.maximum((n * q_t).sum(-1).abs(), (-m_new).exp()) + eps  # [B, H]
-        outputs.append((C @ q_t[..., None]).squeeze(-1) / denominator[..., None])  # [B, H, V]
-        m = m_new
-    return torch.stack(outputs, dim=1).to(out_dtype)
-
-
-def _kernel_length(T: int) -> int:
-    """The sequence length mlstm-kernels' xl_chunk kernel takes: 16, 32 or 64, or a multiple of 128."""
-    if T > 64:
-        return -(-T // 128) * 128
-    return max(16, 1 << (T - 1).bit_length())
-
-
-def _kernel_width(d: int) -> int:
-    """A head size the kernel's tensor-core tiles take: a power of two, at least 16."""
-    return max(16, 1 << (d - 1).bit_length())
-
-
-def mlstm_kernel(q, k, v, i_pre, f_pre, eps: float = EPS) -> torch.Tensor:
-    """mlstm-kernels' chunkwise Triton kernel (CUDA only), for the sigmoid forget gate: it takes the
-    gate pre-activations ĩ and f̃ (applying logsigmoid to f̃ itself). Same contract as
-    ``mlstm_parallel`` otherwise: q, k [B, T, H, K], v [B, T, H, V], i_pre, f_pre [B, T, H] -> h
-    [B, T, H, V], computed in float32.
-
-    The kernel wants [B, H, T, *] with T a length of ``_kernel_length`` and head sizes of
-    ``_kernel_width``: T is zero-padded at the end (causal: steps after the last change no earlier
-    output) and K, V with zero features (q·k and the read-out are unchanged). The kernel scales q·k
-    by its own K_pad^-0.5, so q is first multiplied by (K_pad / K)^0.5 to give our K^-0.5.
-    """
-    from mlstm_kernels.torch.chunkwise.triton_xl_chunk import mlstm_chunkwise__xl_chunk
-
-    B, T, H, K = q.shape
-    V = v.shape[-1]
-    pad_t, pad_k, pad_v = _kernel_length(T) - T, _kernel_width(K) - K, _kernel_width(V) - V
-    q = q * math.sqrt((K + pad_k) / K)
-
-    def layout(x: torch.Tensor, pad_features: int) -> torch.Tensor:  # [B, T, H, d] -> [B, H, T', d']
-        return F.pad(x.float(), (0, pad_features, 0, 0, 0, pad_t)).transpose(1, 2).contiguous()
-
-    def gate(x: torch.Tensor) -> torch.Tensor:  # [B, T, H] -> [B, H, T']
-        return F.pad(x.float(), (0, 0, 0, pad_t)).transpose(1, 2).contiguous()
-
-    h = mlstm_chunkwise__xl_chunk(
-        q=layout(q, pad_k), k=layout(k, pad_k), v=layout(v, pad_v), i=gate(i_pre), f=gate(f_pre),
-        eps=eps, return_last_states=False, autocast_kernel_dtype=torch.float32,
-    )  # [B, H, T', V']
-    return h.transpose(1, 2)[:, :T, :, :V].to(v.dtype)
 
 
 def _headwise(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
@@ -161,6 +62,9 @@ class MLSTM(TokenMixer):
 
     exposes_attention = False
     backends = (REFERENCE, KERNEL)
+    small = {"n_heads": 2, "qkv_blocksize": 4}
+    width_matched = {}  # its defaults: 4 heads over an inner width of 2 · d_model
+    forms = {"exp": {**small, "forget_gate": "exp"}}
 
     def __init__(self, d_model: int, max_len: int, layer_idx: int, n_heads: int = 4, proj_factor: float = 2,
                  conv_size: int = 4, qkv_blocksize: int = 4, forget_gate: str = "sigmoid"):
@@ -194,6 +98,12 @@ class MLSTM(TokenMixer):
         self.last_backend = REFERENCE
         self.init_weights(WeightInit())
         self.reset_gate_parameters()
+
+    def state_size(self, length: int) -> int:
+        """Per head the memory C [K, K], normaliser n [K] and stabiliser m, and the conv's last
+        conv_size - 1 inputs [E, conv_size - 1]; no length."""
+        H, K = self.n_heads, self.head_dim
+        return H * (K * K + K + 1) + self.inner_dim * (self.conv_size - 1)
 
     def init_weights(self, init: WeightInit) -> None:
         """The up/down projections and the block-diagonal q, k, v (fan-in: one block) follow the
@@ -247,3 +157,4 @@ class MLSTM(TokenMixer):
         h = F.layer_norm(h, (K,), eps=NORM_EPS).reshape(B, L, H * K) * self.out_norm_weight
         h = (h + self.skip * x_c) * F.silu(z)
         return self.down_proj(h)
+

@@ -9,9 +9,8 @@ Per head (head size N), with the state S [N_v, N_k] oriented as in the official 
 "removal key" and ``iclr`` ∈ (0, 1) the in-context learning rate, so ``S (I - kk (kk*iclr)^T)``
 partly erases what the state stored along kk before the new value is written.
 
-The core op has two backends with the same parameters: flash-linear-attention's chunked Triton kernel
-(``fla.ops.rwkv7.chunk_rwkv7``) on CUDA, and ``rwkv7_chunked`` below (pure PyTorch, chunked WY form).
-``rwkv7_recurrent`` is the plain step-by-step loop the tests hold the chunked form to.
+The core op (``mixers/ops/rwkv7.py``) has two backends with the same parameters:
+flash-linear-attention's chunked Triton kernel on CUDA, and a pure-PyTorch chunked WY form.
 """
 
 from __future__ import annotations
@@ -25,107 +24,13 @@ from torch import nn
 from emergence_bench.registry import register_mixer
 from emergence_bench.mixers import backend as backends
 from emergence_bench.mixers.base import MixerContext, TokenMixer
+from emergence_bench.mixers.ops.rwkv7 import KERNEL_MODULE, rwkv7_chunked, rwkv7_kernel
 
-KERNEL_MODULE = "fla.ops.rwkv7"
 # The decay is exp(-exp(-0.5) * sigmoid(·)): the official soft clamp w = -softplus(-z) - 0.5 of the
 # log log-decay, written directly as a log decay (exp(w) = exp(-0.5) * sigmoid(z)).
 MAX_DECAY_RATE = math.exp(-0.5)
 GROUP_NORM_EPS = 64e-5  # the official ln_x eps (1e-5 * head_size_divisor**2 with divisor 8)
 SHIFT_TARGETS = ("r", "w", "k", "v", "a", "g")  # order of the rows of ``shift_mix``
-
-
-def rwkv7_recurrent(q, log_w, k, v, a, b, initial_state=None):
-    """The generalised delta rule, one step at a time (the tests' ground truth for the chunked form).
-
-    q, log_w, k, a, b: [B, T, H, K]; v: [B, T, H, V]; initial_state: [B, H, V, K] or None.
-    Returns out [B, T, H, V] and the final state [B, H, V, K], where per step
-    ``S = S * exp(log_w)[None, :] + (S @ a) b^T + v k^T`` and ``out = S @ q``.
-    """
-    B, T, H, K = q.shape
-    V = v.shape[-1]
-    S = q.new_zeros(B, H, V, K) if initial_state is None else initial_state
-    outs = []
-    for t in range(T):
-        removed = (S @ a[:, t, :, :, None]) @ b[:, t, :, None, :]  # [B, H, V, K]
-        written = v[:, t, :, :, None] @ k[:, t, :, None, :]  # [B, H, V, K]
-        S = S * log_w[:, t, :, None, :].exp() + removed + written
-        outs.append((S @ q[:, t, :, :, None]).squeeze(-1))  # [B, H, V]
-    return torch.stack(outs, dim=1), S
-
-
-def rwkv7_chunked(q, log_w, k, v, a, b, chunk_size: int = 16):
-    """The generalised delta rule of ``rwkv7_recurrent`` from a zero state, chunk-parallel in time.
-
-    q, log_w, k, a, b: [B, T, H, K]; v: [B, T, H, V] -> out [B, T, H, V], in float32 (float64 when
-    given float64) whatever the input dtype.
-
-    Within a chunk of C steps the state's effect is linear, so the "removal" reads u_t = S_{t-1} a_t
-    solve one unit-lower-triangular C×C system (the WY form), and the chunk collapses to an affine map
-    of its start state: H_end = M H_start + N, out = P H_start + O0 (H = S^T, [K, V]). Only that
-    small affine recurrence runs sequentially, over T / C chunks.
-
-    Decay ratios inside a chunk are factored as exp(G_t) * exp(-G_s) with G the cumulative log decay
-    from the chunk start, so exp(-G) reaches exp(C * max|log_w|): about e^9.7 for RWKV-7's bound
-    |log_w| ≤ exp(-0.5) at C = 16, far from float32 overflow. Much stronger decays need a smaller C.
-    """
-    B, T, H, K = q.shape
-    V = v.shape[-1]
-    dtype = torch.float64 if q.dtype == torch.float64 else torch.float32
-    C = chunk_size
-    pad = -T % C
-    n = (T + pad) // C
-
-    def chunks(x):  # [B, T, H, D] -> [B, H, n, C, D]; zero padding is a no-op step (decay 1, no write)
-        x = F.pad(x.to(dtype), (0, 0, 0, 0, 0, pad))
-        return x.view(B, n, C, H, x.shape[-1]).permute(0, 3, 1, 2, 4)
-
-    q, log_w, k, v, a, b = map(chunks, (q, log_w, k, v, a, b))
-    G = log_w.cumsum(dim=-2)  # [B, H, n, C, K]: log decay from the chunk start through step t
-    G_end = G[..., -1:, :]  # [B, H, n, 1, K]
-    q_in = q * G.exp()  # queries read the state decayed through their own step
-    a_in = a * (G - log_w).exp()  # removals read the state before their step's decay
-    k_out, b_out = k * (-G).exp(), b * (-G).exp()  # writes, undone back to the chunk start
-
-    lower = torch.ones(C, C, dtype=torch.bool, device=q.device).tril()  # s ≤ t
-    strict = lower.tril(-1)  # s < t
-    A_qk = (q_in @ k_out.transpose(-1, -2)).masked_fill(~lower, 0)  # [B, H, n, C, C]
-    A_qb = (q_in @ b_out.transpose(-1, -2)).masked_fill(~lower, 0)
-    A_ak = (a_in @ k_out.transpose(-1, -2)).masked_fill(~strict, 0)
-    A_ab = (a_in @ b_out.transpose(-1, -2)).masked_fill(~strict, 0)
-
-    # u = a_in H_start + A_ak v + A_ab u  =>  u = W H_start + U0, with (I - A_ab) [W | U0] = [a_in | A_ak v].
-    eye = torch.eye(C, dtype=dtype, device=q.device)
-    W_U0 = torch.linalg.solve_triangular(eye - A_ab, torch.cat([a_in, A_ak @ v], dim=-1),
-                                         upper=False, unitriangular=True)
-    W, U0 = W_U0.split([K, V], dim=-1)  # [.., C, K], [.., C, V]
-
-    P = q_in + A_qb @ W  # [.., C, K]: how the outputs read the chunk's start state
-    O0 = A_qb @ U0 + A_qk @ v  # [.., C, V]: the outputs from a zero start state
-    k_end, b_end = k * (G_end - G).exp(), b * (G_end - G).exp()  # writes, decayed to the chunk end
-    M = torch.diag_embed(G_end.squeeze(-2).exp()) + b_end.transpose(-1, -2) @ W  # [.., K, K]
-    N = b_end.transpose(-1, -2) @ U0 + k_end.transpose(-1, -2) @ v  # [.., K, V]
-
-    state = q.new_zeros(B, H, K, V)
-    starts = []
-    for i in range(n):
-        starts.append(state)
-        state = M[:, :, i] @ state + N[:, :, i]
-    out = P @ torch.stack(starts, dim=2) + O0  # [B, H, n, C, V]
-    return out.permute(0, 2, 3, 1, 4).reshape(B, n * C, H, V)[:, :T]
-
-
-def _rwkv7_kernel(q, log_w, k, v, a, b):
-    """The same op through flash-linear-attention's chunked Triton kernel (CUDA only).
-
-    All tensors [B, T, H, ·], fla's own layout; ``scale=1`` because RWKV-7 does not scale r·k, and the
-    log-decay bound licenses fla's faster tensor-core path (it is slightly looser than exp(-0.5) so
-    float32 rounding of exp(-0.5) * sigmoid(·) stays inside it).
-    """
-    from fla.ops.rwkv7 import chunk_rwkv7
-
-    out, _ = chunk_rwkv7(r=q, w=log_w, k=k, v=v, a=a, b=b, scale=1.0, initial_state=None,
-                         output_final_state=False, lower_bound=-0.607)
-    return out
 
 
 @register_mixer("rwkv7")
@@ -147,6 +52,8 @@ class RWKV7TimeMix(TokenMixer):
 
     exposes_attention = False
     backends = (backends.REFERENCE, backends.KERNEL)
+    small = {"head_dim": 8, "decay_lora": 4, "a_lora": 4, "v_lora": 4, "gate_lora": 6}
+    width_matched = {"head_dim": 16}
 
     def __init__(self, d_model: int, max_len: int, layer_idx: int, head_dim: int = 16,
                  decay_lora: int = 16, a_lora: int = 16, v_lora: int = 8, gate_lora: int = 32):
@@ -227,6 +134,11 @@ class RWKV7TimeMix(TokenMixer):
     def backend(self) -> str:
         return self.last_backend
 
+    def state_size(self, length: int) -> int:
+        """The per-head state S [H, N, N] and the token shift's previous input [D]; no length.
+        (Layer 0's value, shared with later layers, is per token: not carried between tokens.)"""
+        return self.n_heads * self.head_dim * self.head_dim + self.d_model
+
     def forward(self, x: torch.Tensor, ctx: MixerContext) -> torch.Tensor:
         B, L, D = x.shape
         H, N = self.n_heads, self.head_dim
@@ -258,9 +170,10 @@ class RWKV7TimeMix(TokenMixer):
         r, log_w, k, v, iclr = (t.view(B, L, H, N) for t in (r, log_w, k, v, iclr))
 
         self.last_backend = backends.choose(x, KERNEL_MODULE)
-        core = _rwkv7_kernel if self.last_backend == backends.KERNEL else rwkv7_chunked
+        core = rwkv7_kernel if self.last_backend == backends.KERNEL else rwkv7_chunked
         out = core(r, log_w, k, v, -removal_key, removal_key * iclr).to(x.dtype)  # [B, L, H, N]
 
         out = self.out_norm(out.reshape(B * L, D)).view(B, L, H, N)
         out = out + (r * k * self.bonus).sum(dim=-1, keepdim=True) * v  # the bonus: this token's own value
         return (out.reshape(B, L, D) * g) @ self.output
+

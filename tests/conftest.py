@@ -87,6 +87,23 @@ class Broken(TokenMixer):
         raise RuntimeError("this mixer is broken on purpose")
 
 
+def pytest_collection_modifyitems(config, items):
+    """The GPU markers, in one place: ``gpu`` skips without CUDA; ``requires_kernel(module)`` is a gpu
+    test that also skips when the kernel package ``module`` does not import."""
+    from emergence_bench.mixers.backend import importable
+
+    for item in items:
+        kernel = item.get_closest_marker("requires_kernel")
+        if kernel is not None:
+            item.add_marker(pytest.mark.gpu)
+        if item.get_closest_marker("gpu") is None:
+            continue
+        if not torch.cuda.is_available():
+            item.add_marker(pytest.mark.skip(reason="needs a CUDA device"))
+        elif kernel is not None and not importable(kernel.args[0]):
+            item.add_marker(pytest.mark.skip(reason=f"needs the kernel package {kernel.args[0]}"))
+
+
 @pytest.fixture(autouse=True)
 def _threads():
     torch.set_num_threads(1)
@@ -105,6 +122,13 @@ def assert_outputs_and_grads_close(ours, theirs, names, atol, rtol):
     torch.testing.assert_close(out1, out2, atol=atol, rtol=rtol)
     for name, a, b in zip(names, grads1, grads2):
         torch.testing.assert_close(a, b, atol=atol, rtol=rtol, msg=lambda m, n=name: f"grad {n}: {m}")
+
+
+def assert_close_scaled(actual, expected, tol, what=""):
+    """max |actual - expected| ≤ tol · max |expected| (a scale-free check for sums of many terms)."""
+    err = (actual.double() - expected.double()).abs().max().item()
+    scale = max(expected.double().abs().max().item(), 1e-30)
+    assert err <= tol * scale, f"{what}: max error {err:.3g} > {tol:g} × {scale:.3g}"
 
 
 def relative_error(a: torch.Tensor, b: torch.Tensor) -> float:

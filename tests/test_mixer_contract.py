@@ -11,21 +11,15 @@ from emergence_bench import mixer_check, registry
 from emergence_bench.run import run
 
 D, L = 16, 12
-# Small hyper-parameters per mixer so the contract runs fast; unknown mixers use their defaults.
-# A mixer with several forms is checked in each ("name:form" -> its name and hyper-parameters).
-SMALL = {
-    "transformer": {"n_heads": 2, "head_dim": 4},
-    "mlp_mixer": {"token_mixing": "static", "n_heads": 2, "head_dim": 4},
-    "mlp_mixer:mlp": {"token_mixing": "mlp", "expansion": 2},
-    "mamba": {"d_state": 4, "expand": 2},
-    "gated_deltanet": {"n_heads": 2, "head_dim": 8, "expand_v": 1},
-    "rwkv7": {"head_dim": 8},
-    "mlstm": {"n_heads": 2, "qkv_blocksize": 4},
-    "mlstm:exp": {"n_heads": 2, "qkv_blocksize": 4, "forget_gate": "exp"},
-    "lru": {"d_state": 8},
-}
-MIXERS = [name for name in registry.mixers.names() if not name.startswith("test_")]
-MIXERS += [form for form in SMALL if ":" in form and form.split(":")[0] in MIXERS]
+NAMES = [name for name in registry.mixers.names() if not name.startswith("test_")]
+# Each mixer at the small settings registered beside it (a plugin without them: its defaults), and
+# each of its other forms on its own ("name:form" -> its name and settings).
+SMALL = {}
+for name in NAMES:
+    cls = registry.mixers.get(name)
+    SMALL[name] = dict(getattr(cls, "small", {}))
+    SMALL.update({f"{name}:{form}": dict(settings) for form, settings in getattr(cls, "forms", {}).items()})
+MIXERS = list(SMALL)
 
 
 def subject(form: str) -> mixer_check.Subject:
@@ -44,6 +38,16 @@ def test_mixer_meets_the_contract(name, check):
     # causal, rows sum to 1, bias and patch act), seed_parallel (a fallback is a warning, not a failure)
     result = check(subject(name))
     assert not result.failed, f"{result.check}: {result.detail}"
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_the_registered_settings_build_at_their_widths(name):
+    """``small`` (and every form) at d_model 16 and ``width_matched`` at 64: each a set of the
+    mixer's own config keys that builds, so tests, check-mixer and speed can rely on them."""
+    cls = registry.mixers.get(name)
+    for settings in (getattr(cls, "small", {}), *getattr(cls, "forms", {}).values()):
+        mixer_check.Subject(name, dict(settings), d_model=D, length=L).build()
+    mixer_check.Subject(name, dict(getattr(cls, "width_matched", {})), d_model=64, length=L).build()
 
 
 @pytest.mark.parametrize("name", MIXERS)
