@@ -1,22 +1,46 @@
-# Everything the project needs lives in .venv; torch is installed first, pinned to the CPU wheel.
+# Everything the project needs lives in .venv: torch first (pinned, the build TORCH names), then the
+# suite. `make bench` installs only what the main job needs; `make test` adds the `dev` extra.
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
-TORCH  := torch==2.13.0
 OUT    ?= runs/quick
+# TORCH=cpu (default): torch's CPU build (a local wheel where pip has one, else PyTorch's CPU index).
+# TORCH=cuda: the CUDA build, PyPI's default on Linux (several GB). Choose it at the first install
+# (or after `make clean`). Bytecode is not precompiled (--no-compile): Python writes it on first
+# import, for the modules used, which keeps a fresh .venv about 240 MB smaller.
+TORCH ?= cpu
+TORCH_VERSION := 2.13.0
+TORCH_CPU_INDEX := https://download.pytorch.org/whl/cpu
+PIP := $(BIN)/pip install --quiet --no-compile
 
-.PHONY: bench report-screenshot test install clean gpu-check
+.PHONY: bench report-screenshot test install install-dev clean gpu-check
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 
-$(VENV)/.installed: $(BIN)/python pyproject.toml
-	$(BIN)/pip install --quiet $(TORCH)
-	$(BIN)/pip install --quiet -e '.[dev,ray]'
+$(VENV)/.torch: $(BIN)/python
+ifeq ($(TORCH),cpu)
+	$(PIP) torch==$(TORCH_VERSION)+cpu 2>/dev/null \
+	  || $(PIP) torch==$(TORCH_VERSION)+cpu --extra-index-url $(TORCH_CPU_INDEX)
+else ifeq ($(TORCH),cuda)
+	$(PIP) torch==$(TORCH_VERSION)
+else
+	$(error TORCH must be cpu or cuda, got '$(TORCH)')
+endif
+	touch $@
+
+$(VENV)/.installed: $(VENV)/.torch pyproject.toml
+	$(PIP) -e .
+	touch $@
+
+$(VENV)/.installed-dev: $(VENV)/.installed
+	$(PIP) -e '.[dev]'
 	touch $@
 
 install: $(VENV)/.installed
+
+install-dev: $(VENV)/.installed-dev
 
 # A failed run is recorded, not fatal: the leaderboard and report are written either way.
 bench: install
@@ -24,10 +48,10 @@ bench: install
 	$(BIN)/emergence-bench leaderboard $(OUT) && $(BIN)/emergence-bench report $(OUT) && exit $$status
 
 # The `make bench` report as a reader sees it, in headless Chromium: DIR/report.png (needs chromium).
-report-screenshot: install
+report-screenshot: install-dev
 	$(BIN)/emergence-bench report $(OUT) --screenshot
 
-test: install
+test: install-dev
 	$(BIN)/python -m pytest -q
 
 # On a CUDA machine with the `kernels` extra: every GPU check in one call (.ci/gpu-check).

@@ -7,10 +7,14 @@ Every config key can be given as a flag after the command, e.g.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import inspect
+import os
+import shlex
 import sys
 import traceback
 import warnings
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 from emergence_bench.analysis import analyze
@@ -50,6 +54,47 @@ def _threads(text: str):
         raise argparse.ArgumentTypeError(f"--threads takes auto or a number of threads, got {text!r}") from None
 
 
+def _key(name: str, annotation, default) -> str:
+    """``name: type = default``: the type as annotated, else the default's type."""
+    if isinstance(annotation, str) and annotation:
+        kind = annotation
+    elif annotation not in (None, inspect.Parameter.empty):
+        kind = getattr(annotation, "__name__", str(annotation))
+    else:
+        kind = type(default).__name__ if default not in (None, inspect.Parameter.empty) else "any"
+    shown = "<required>" if default is inspect.Parameter.empty else default
+    return f"{name}: {kind} = {shown}"
+
+
+def _wrapped(keys: list[str], indent: str = "      ", width: int = 110) -> list[str]:
+    """``keys`` on lines of at most ``width`` characters, never breaking one key."""
+    lines = []
+    for key in keys:
+        if lines and len(lines[-1]) + 3 + len(key) <= width:
+            lines[-1] += "   " + key
+        else:
+            lines.append(indent + key)
+    return lines or [indent + "(no parameters)"]
+
+
+def _sections() -> list[str]:
+    """Every config section with its keys, type and default (the named sections list below)."""
+    from emergence_bench.config import DEFAULT_CALLBACKS, DEFAULT_MIXER, DEFAULT_TASK, SECTIONS, RunConfig
+
+    lines = ["config sections (`run --print-config` shows one resolved; flags: --section.key VALUE):",
+             f"  seed: int = {RunConfig().seed}",
+             f"  task: name = {DEFAULT_TASK}, then the task's parameters (tasks below)",
+             f"  mixer: name = {DEFAULT_MIXER}, then the mixer's parameters (mixers below)"]
+    for name, cls in SECTIONS.items():
+        defaults = cls()
+        lines.append(f"  {name}:")
+        lines.extend(_wrapped([_key(f.name, f.type, getattr(defaults, f.name)) for f in dataclasses.fields(cls)]))
+    lines.append("  curriculum: list = [] (stages of {task, steps, vocab, reset_optimizer} trained first)")
+    lines.append(f"  callbacks: each callback's name and parameters (callbacks below); on by default: "
+                 f"{', '.join(DEFAULT_CALLBACKS)}")
+    return lines
+
+
 def _describe(reg) -> list[str]:
     from emergence_bench.config import takes_kwargs
 
@@ -62,10 +107,14 @@ def _describe(reg) -> list[str]:
             facts.append("backends: " + ", ".join(getattr(cls, "backends", ("torch",))))
         lines.append(f"  {name}  ({'; '.join(facts)})")
         params = reg.parameters(name)
-        shown = " ".join(f"{k}={'<required>' if v is inspect.Parameter.empty else v}" for k, v in params.items())
+        try:
+            annotations = {k: p.annotation for k, p in inspect.signature(cls.__init__).parameters.items()}
+        except (TypeError, ValueError):
+            annotations = {}
+        keys = [_key(k, annotations.get(k), v) for k, v in params.items()]
         if takes_kwargs(cls):
-            shown = (shown + " **kwargs (passed through unchecked)").strip()
-        lines.append(f"      {shown or '(no parameters)'}")
+            keys.append("**kwargs (passed through unchecked)")
+        lines.extend(_wrapped(keys))
     for name, error in reg.broken.items():
         lines.append(f"  {name}  (plugin failed to import: {error})")
     return lines
@@ -75,7 +124,7 @@ def cmd_list(args, extra) -> int:
     from emergence_bench import registry
     from emergence_bench.execution.sweep import load_sweep, presets
 
-    lines = []
+    lines = _sections()
     for title, reg in (("mixers", registry.mixers), ("tasks", registry.tasks), ("callbacks", registry.callbacks)):
         lines.append(f"{title}:")
         lines.extend(_describe(reg))
@@ -88,7 +137,7 @@ def cmd_list(args, extra) -> int:
 
 
 def cmd_run(args, extra) -> int:
-    from emergence_bench.config import load_yaml, set_dotted
+    from emergence_bench.config import dump_yaml, load_yaml, set_dotted
     from emergence_bench.machine.threads import choose_threads
     from emergence_bench.results import RESULT_FILE
     from emergence_bench.run import check, run
@@ -99,6 +148,9 @@ def cmd_run(args, extra) -> int:
     if args.threads is not None:
         set_dotted(data, "trainer.threads", args.threads)
     config = check(data)
+    if args.print_config:
+        print(dump_yaml(config.to_dict()), end="")
+        return 0
     choose_threads(config.trainer.threads, 0.0)  # a count above this machine's cores fails before anything runs
     results_folder(args.out)
     if args.seed_parallel > 1:
@@ -159,13 +211,20 @@ def cmd_sweep(args, extra) -> int:
     if args.threads is not None:
         overrides["trainer.threads"] = args.threads
     sweep.override(overrides)
+    for spec in args.grid or []:
+        _add_axis(sweep, *_grid_axis(spec))
     if args.scale <= 0:
         raise ValueError(f"--scale must be > 0, got {args.scale}")
     sweep.scale = args.scale
-    if args.dry_run:
+    if args.dry_run or args.print_config:
+        from emergence_bench.config import dump_yaml
+
         runs = sweep.runs()
-        for group, config in runs:
-            print(f"{group}/{config.run_id()}" if group else config.run_id())
+        for i, (group, config) in enumerate(runs):
+            name = f"{group}/{config.run_id()}" if group else config.run_id()
+            # With --print-config: one YAML document per run, its id as a comment (`run --config` takes one).
+            print(f"{'---' + chr(10) if i else ''}# {name}{chr(10)}{dump_yaml(config.to_dict())}"
+                  if args.print_config else name, end="" if args.print_config else "\n")
         print(f"{len(runs)} runs", file=sys.stderr)
         return 0
     out = str(results_folder(args.out or Path("runs") / sweep.name))
@@ -185,8 +244,34 @@ def cmd_sweep(args, extra) -> int:
     return 1 if counts["failed"] else 0
 
 
+def _grid_axis(spec: str) -> tuple[str, list]:
+    """``--grid optim.lr=1e-3,3e-3`` → ("optim.lr", [0.001, 0.003]): the values are a YAML flow list
+    without its brackets, so ``--grid "mixer={name: mamba},{name: lru}"`` works too."""
+    from emergence_bench.config import ConfigError, parse_value
+
+    key, _, values = spec.partition("=")
+    key = key.strip().removeprefix("--")
+    if not key or not values.strip():
+        raise ConfigError(f"--grid takes KEY=V1,V2,..., e.g. optim.lr=1e-3,3e-3; got {spec!r}")
+    try:
+        parsed = parse_value(f"[{values}]")
+    except Exception as error:  # a YAML syntax error: the message names the text
+        raise ConfigError(f"--grid {spec!r}: the values are not a comma-separated list ({error})".replace("\n", " ")) from None
+    return key, parsed
+
+
+def _add_axis(sweep, key: str, values: list) -> None:
+    """A grid axis over ``values`` in every run of ``sweep``: it replaces an axis of that key (in the
+    sweep's grid and each group's) and any fixed value the bases give it."""
+    sweep.grid[key] = values
+    for group in sweep.groups:
+        if key in group.grid:
+            group.grid[key] = values
+
+
 def cmd_leaderboard(args, extra) -> int:
     from emergence_bench.reporting import leaderboard
+    from emergence_bench.results import load_records, mixed_code_note
 
     if not Path(args.dir).is_dir():
         raise ValueError(f"no such results directory: {args.dir}")
@@ -195,6 +280,9 @@ def cmd_leaderboard(args, extra) -> int:
     print(markdown, end="")
     print(f"\nwrote {Path(args.dir) / 'leaderboard.md'} and {Path(args.dir) / 'leaderboard.csv'} "
           f"({len(table)} rows)", file=sys.stderr)
+    note = mixed_code_note(load_records(args.dir, quiet=True))
+    if note:
+        print(f"note: {note} (see each result's provenance, or the report's)", file=sys.stderr)
     return 0
 
 
@@ -275,6 +363,7 @@ def cmd_check_mixer(args, extra) -> int:
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="emergence-bench", description=__doc__, allow_abbrev=False,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     sub = p.add_subparsers(dest="command", required=True)
     sub.add_parser("list", help="every mixer, task, callback and preset with its parameters")
     # No abbreviations: `--seed 3` is a config key, never short for `--seed-parallel`.
@@ -290,6 +379,9 @@ def parser() -> argparse.ArgumentParser:
     threads_help = ("torch threads per run: auto (default: 1 for small models, else the cores a run has) "
                     "or N (= --trainer.threads N; not part of the run id)")
     run.add_argument("--threads", type=_threads, metavar="N|auto", help=threads_help)
+    run.add_argument("--print-config", action="store_true",
+                     help="print the resolved config as YAML (every default filled in) and exit; "
+                          "`run --config` on it gives the same run id")
     sweep = sub.add_parser("sweep", allow_abbrev=False,
                            help="run a preset or sweep file with local workers; resumes where it stopped")
     sweep.add_argument("sweep", nargs="?", help="preset name or sweep YAML file")
@@ -311,7 +403,12 @@ def parser() -> argparse.ArgumentParser:
                                         "for the ones it has, defaults for others (e.g. a plugin)")
     sweep.add_argument("--scale", type=float, default=1.0,
                        help="multiply every run's max_steps and eval_every (e.g. 0.1 for a CPU-sized try)")
+    sweep.add_argument("--grid", action="append", metavar="KEY=V1,V2",
+                       help="a grid axis from the command line (repeatable), e.g. optim.lr=1e-3,3e-3; "
+                            "it replaces the sweep's axis or value for that key")
     sweep.add_argument("--dry-run", action="store_true", help="list the run ids and exit")
+    sweep.add_argument("--print-config", action="store_true",
+                       help="print each run's resolved config (one YAML document per run) and exit")
     sweep.add_argument("--list", action="store_true", help="list the presets with their run counts")
     board = sub.add_parser("leaderboard", help="aggregate the results under DIR over seeds")
     board.add_argument("dir")
@@ -361,21 +458,48 @@ COMMANDS = {"list": cmd_list, "run": cmd_run, "sweep": cmd_sweep, "leaderboard":
 COMMANDS["check-mixer"] = cmd_check_mixer
 
 
+def _version() -> str:
+    try:
+        return version("emergence-bench")
+    except PackageNotFoundError:
+        return "(not installed)"
+
+
+# Optional packages by import name: the extra that installs them (pyproject.toml).
+EXTRAS = {"ray": "ray", "transformers": "pythia", "tokenizers": "pythia", "websocket": "browser", "wandb": "wandb"}
+
+
 def main(argv: list[str] | None = None) -> int:
     warnings.filterwarnings("ignore", message=".*LeafSpec.*")
+    argv = sys.argv[1:] if argv is None else list(argv)
     args, extra = parser().parse_known_args(argv)
     if extra and args.command in ("list", "leaderboard", "rank", "report", "speed"):
         parser().error(f"unrecognized arguments: {' '.join(extra)}")
+    from emergence_bench.results import COMMAND_ENV
+
+    before = os.environ.get(COMMAND_ENV)
+    os.environ[COMMAND_ENV] = shlex.join(["emergence-bench", *argv])  # each result records it (sweep workers too)
     try:
         return COMMANDS[args.command](args, extra)
     except expected_errors() as error:
         print(f"error: {' '.join(str(error).splitlines())}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    except Exception:  # a bug: keep everything needed to find it
+    except Exception as error:
+        missing = (getattr(error, "name", None) or "").split(".")[0] if isinstance(error, ModuleNotFoundError) else ""
+        if missing in EXTRAS:  # an optional package this command needs: say which extra installs it
+            print(f"error: this needs the optional package {missing!r}: "
+                  f".venv/bin/pip install -e '.[{EXTRAS[missing]}]'", file=sys.stderr)
+            return EXIT_BAD_INPUT
+        # a bug: keep everything needed to find it
         traceback.print_exc()
         print("error: this is a bug in emergence-bench, not in your input: please report it with the command "
               "line and the traceback above", file=sys.stderr)
         return EXIT_BUG
+    finally:  # main() may be called in a process that goes on (a test, a notebook)
+        if before is None:
+            os.environ.pop(COMMAND_ENV, None)
+        else:
+            os.environ[COMMAND_ENV] = before
 
 
 def expected_errors() -> tuple[type[BaseException], ...]:

@@ -13,8 +13,10 @@ import copy
 import dataclasses
 import difflib
 import hashlib
+import importlib.util
 import inspect
 import json
+import re
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -60,6 +62,8 @@ class TrainerConfig:
     compile: bool = False  # torch.compile the model's forward (see `emergence-bench speed` for its effect)
     train_on: str = "scored"  # one of TRAIN_ON: the rows the training loss covers (the paper: all)
     threads: int | str = "auto"  # torch intra-op threads: auto (see choose_threads) or N; not in the run id
+    logger: str = "tensorboard"  # one of LOGGERS: where Lightning logs the curves; not in the run id
+    keep_freed_memory: bool = True  # the allocator policy (emergence_bench.machine.allocator); not in the run id
 
 
 @dataclass
@@ -68,6 +72,7 @@ class CheckpointConfig:
     log_spaced: bool = False  # and at steps 1, 2, 4, 8, ...
 
 
+LOGGERS = ("tensorboard", "csv", "wandb")  # Lightning's own loggers (emergence_bench.trainer.build_logger)
 TRAIN_ON = ("scored", "all")  # the rows the training loss covers: the task's scored ones, or every row
 DEFAULT_TASK, DEFAULT_MIXER = "linear_map", "transformer"
 DEFAULT_CALLBACKS = {"plateau": {}, "emergence": {}, "attention_probe": {}}
@@ -98,8 +103,9 @@ class RunConfig:
 
 
 # Keys left out of the run id: saved in config.yaml and the result, but a run that differs only in
-# them is the same run (so changing `--threads` resumes a sweep, and no run id changed when it came).
-NOT_HASHED = {"trainer": ("threads",)}
+# them is the same run (so changing `--threads` resumes a sweep, and no run id changed when they came):
+# how fast it goes and where its curves are logged, never what it computes.
+NOT_HASHED = {"trainer": ("threads", "logger", "keep_freed_memory")}
 
 
 def scientific(data: dict) -> dict:
@@ -299,6 +305,11 @@ def _check_values(config: RunConfig) -> None:
     if t.accelerator not in ("auto", "cpu", "gpu", "cuda"):
         raise ConfigError(f"trainer.accelerator must be auto, cpu or gpu, got {t.accelerator!r}")
     check_threads(t.threads)
+    if t.logger not in LOGGERS:
+        raise ConfigError(f"trainer.logger must be one of {', '.join(LOGGERS)}, got {t.logger!r}")
+    if t.logger == "wandb" and importlib.util.find_spec("wandb") is None:
+        raise ConfigError("trainer.logger wandb needs the wandb package: pip install -e '.[wandb]' "
+                          "(or choose tensorboard or csv)")
 
 
 # --- threads ----------------------------------------------------------------------------------
@@ -358,15 +369,28 @@ def _check_rename(section: str, node: dict, name) -> None:
                       f"use --{section} '{{name: {name}}}' to replace the section")
 
 
+class YamlLoader(yaml.SafeLoader):
+    """PyYAML's safe loader (YAML 1.1), except that ``1e-3``, ``3e-4`` and ``-2E+5`` are floats, as in
+    YAML 1.2 and Python: YAML 1.1 reads a float only with a dot (``1.0e-3``), the rest as strings."""
+
+
+YamlLoader.add_implicit_resolver(  # (a subclass's resolvers are its own copy: yaml.safe_load is untouched)
+    "tag:yaml.org,2002:float", re.compile(r"^[-+]?[0-9][0-9_]*(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"), list("-+0123456789"))
+
+
+def load_yaml_text(text: str):
+    """``text`` read as YAML by ``YamlLoader`` (every config, sweep file and flag value goes through it)."""
+    return yaml.load(text, Loader=YamlLoader)  # noqa: S506 (a SafeLoader)
+
+
+def dump_yaml(data) -> str:
+    """``data`` as block YAML in its own key order: what ``config.yaml`` and ``--print-config`` hold."""
+    return yaml.safe_dump(data, sort_keys=False)
+
+
 def parse_value(text: str):
-    """A command-line value as YAML: ``16`` → int, ``1e-3`` → float, ``[1, 2]`` → list."""
-    value = yaml.safe_load(text)
-    if isinstance(value, str):  # YAML reads 1e-3 as a string
-        try:
-            return float(value)
-        except ValueError:
-            return value
-    return value
+    """A command-line value as YAML: ``16`` → int, ``1e-3`` → float, ``[1, 3e-4]`` → list."""
+    return load_yaml_text(text)
 
 
 def load_yaml(path: str | Path) -> dict:
@@ -374,7 +398,7 @@ def load_yaml(path: str | Path) -> dict:
     if not path.is_file():
         raise ConfigError(f"config file not found: {path}")
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        data = load_yaml_text(path.read_text(encoding="utf-8")) or {}
     except yaml.YAMLError as error:
         mark = getattr(error, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""

@@ -1,7 +1,7 @@
 """Curricula: stages of other tasks trained before a run's own task, the model carried over.
 
 Each stage trains the same SequenceModel on its task for its steps (no measurements, its loss in
-TensorBoard under ``stage<k>/``); between stages the embeddings and head are re-initialised or
+the logger's folder under ``stage<k>/``); between stages the embeddings and head are re-initialised or
 resized when the vocabulary changes, and AdamW restarts unless ``reset_optimizer`` is false. The run's
 own task then trains from step 0 with every callback, so plateau and emergence are measured on it.
 """
@@ -10,15 +10,12 @@ from __future__ import annotations
 
 import time
 
-from lightning.pytorch.loggers import TensorBoardLogger
-
 from emergence_bench import registry
 from emergence_bench.config import RunConfig
 from emergence_bench.model import SequenceModel
 from emergence_bench.module import EmergenceModule
-from emergence_bench.results import TENSORBOARD_DIR
 from emergence_bench.tasks.base import SyntheticTask
-from emergence_bench.trainer import build_trainer
+from emergence_bench.trainer import build_logger, build_trainer
 
 
 def stage_tasks(config: RunConfig) -> list[SyntheticTask]:
@@ -50,7 +47,7 @@ def pretrain(config: RunConfig, model: SequenceModel, final: SyntheticTask, run_
     for k, (stage, task, after) in enumerate(zip(config.curriculum, tasks, following)):
         module = EmergenceModule(model, task, config.optim, stage["steps"], initial_optimizer_state=carried,
                                  read_every=config.trainer.log_every)
-        logger = TensorBoardLogger(save_dir=run_dir, name="", version=f"{TENSORBOARD_DIR}/stage{k}", default_hp_metric=False)
+        logger = build_logger(config, run_dir, stage=k)
         trainer = build_trainer(config, [], logger, run_dir, max_steps=stage["steps"], evaluate=False)
         started = time.perf_counter()
         trainer.fit(module, task)

@@ -7,16 +7,22 @@ a row that the executors report.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import platform
 import secrets
+import shlex
+import subprocess
 import sys
+from collections import Counter
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import BinaryIO, Callable
 
 import pandas as pd
+
+from emergence_bench.machine import allocator
 
 SCHEMA_VERSION = 2  # 2: task_facts, full-sequence losses, init and bias patterns in the config
 FINISHED = ("ok", "diverged")  # a sweep does not rerun these; `failed` runs are retried
@@ -25,6 +31,8 @@ FINISHED = ("ok", "diverged")  # a sweep does not rerun these; `failed` runs are
 RESULT_FILE = "result.json"  # the result row, written last: its presence marks the run finished
 CONFIG_FILE = "config.yaml"  # the fully resolved config (re-run it with `emergence-bench run`)
 TENSORBOARD_DIR = "tensorboard"  # TensorBoard logs; a curriculum's stages in tensorboard/stage<k>
+CSV_DIR = "csv"  # with trainer.logger csv: csv/metrics.csv (a curriculum's stages in csv/stage<k>)
+WANDB_DIR = "wandb"  # with trainer.logger wandb: the offline Weights & Biases run files
 CHECKPOINT_DIR = "checkpoints"  # model weights, step_<N>.pt (emergence_bench.callbacks.checkpoints)
 MAPS_FILE = "attention_maps.pt"  # the attention probe's last maps (emergence_bench.callbacks.attention_probe)
 ANALYSIS_DIR = "analysis"  # `emergence-bench analyze` outputs: emergence.json, patch_<old>_<new>.json
@@ -98,6 +106,79 @@ def versions() -> dict:
     return found
 
 
+# --- provenance: which code, which command, which machine ----------------------------------------
+COMMAND_ENV = "EMERGENCE_BENCH_COMMAND"  # set by the CLI, so sweep workers record the command typed
+NOT_A_CHECKOUT = "not a git checkout"
+
+
+@functools.cache
+def git_state() -> dict:
+    """The git commit of the checkout this code was loaded from, and whether its tracked files
+    differed from it (``dirty``), read once per process (the code in memory is what was loaded).
+    ``{"commit": None, "dirty": None, "note": "not a git checkout"}`` for an installed copy, or
+    without git. Only a checkout that holds this very file counts (a .venv inside another repository
+    does not)."""
+    here = Path(__file__).resolve()
+
+    def git(*args: str) -> str | None:
+        try:
+            done = subprocess.run(["git", "-C", str(here.parent), *args], capture_output=True, text=True, timeout=20)
+        except (OSError, subprocess.SubprocessError):
+            return None
+        return done.stdout.strip() if done.returncode == 0 else None
+
+    top = git("rev-parse", "--show-toplevel")
+    if top is None or not (Path(top) / "benchmark" / here.name).resolve() == here:
+        return {"commit": None, "dirty": None, "note": NOT_A_CHECKOUT}
+    commit, status = git("rev-parse", "HEAD"), git("status", "--porcelain", "--untracked-files=no")
+    if commit is None:  # a repository without a commit yet
+        return {"commit": None, "dirty": None, "note": "a git checkout without a commit"}
+    return {"commit": commit, "dirty": bool(status) if status is not None else None}
+
+
+def command_line() -> str:
+    """The command that started this run: the CLI's (passed to its worker processes through
+    COMMAND_ENV), else this process's own arguments (a script calling ``emergence_bench.run``)."""
+    return os.environ.get(COMMAND_ENV) or shlex.join([Path(sys.argv[0]).name, *sys.argv[1:]] if sys.argv else [])
+
+
+def machine() -> dict:
+    return {"host": platform.node(), "platform": platform.platform(), "processor": platform.machine(),
+            "cpus": os.cpu_count()}
+
+
+def provenance(threads: dict) -> dict:
+    """Where a run's numbers come from: the code (git commit and dirty flag), the command line, the
+    machine, and the process policies that change speed but not results: ``threads`` (the thread
+    policy's setting and what it chose) and the allocator policy (emergence_bench.machine.allocator)."""
+    return {"git": git_state(), "command": command_line(), "machine": machine(),
+            "threads": threads, "allocator": allocator.policy()}
+
+
+def code_version(record: dict) -> str:
+    """A row's code as one short label: ``abc1234``, ``abc1234 (dirty)``, ``not a git checkout``, or
+    ``not recorded`` (a row written before provenance was)."""
+    git = (record.get("provenance") or {}).get("git")
+    if not git:
+        return "not recorded"
+    if not git.get("commit"):
+        return git.get("note") or NOT_A_CHECKOUT
+    return git["commit"][:10] + (" (dirty)" if git.get("dirty") else "")
+
+
+def mixed_code_note(records: list[dict]) -> str | None:
+    """A warning when ``records`` were computed by more than one version of the code (different
+    commits, or a commit with and without changes), naming each with its run count, or by a dirty
+    tree; None when they all come from one version whose code is known (or was not recorded)."""
+    counts = Counter(code_version(r) for r in records)
+    if len(counts) == 1:
+        only = next(iter(counts))
+        return (f"every result comes from commit {only}: uncommitted changes are not recorded"
+                if only.endswith("(dirty)") else None)
+    listed = ", ".join(f"{k} ({n} run{'s' if n > 1 else ''})" for k, n in counts.most_common())
+    return f"these results come from {len(counts)} versions of the code, {listed}: numbers may differ between them"
+
+
 class UnreadableResult(ValueError):
     """A result file that is not a result row this version reads: the message names the file and why."""
 
@@ -140,9 +221,10 @@ def result_paths(root: str | Path) -> list[Path]:
     return sorted(Path(root).rglob(RESULT_FILE))
 
 
-def load_records(root: str | Path, strict: bool = False) -> list[dict]:
-    """Every readable result row under ``root``. An unreadable one is named in a warning and left out
-    (the rest is still aggregated); with ``strict`` it raises UnreadableResult instead (for CI)."""
+def load_records(root: str | Path, strict: bool = False, quiet: bool = False) -> list[dict]:
+    """Every readable result row under ``root``. An unreadable one is named in a warning (unless
+    ``quiet``) and left out (the rest is still aggregated); with ``strict`` it raises
+    UnreadableResult instead (for CI)."""
     records = []
     for path in result_paths(root):
         try:
@@ -150,7 +232,8 @@ def load_records(root: str | Path, strict: bool = False) -> list[dict]:
         except UnreadableResult as error:
             if strict:
                 raise
-            _warn(error)
+            if not quiet:
+                _warn(error)
     return records
 
 

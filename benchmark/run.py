@@ -1,7 +1,7 @@
 """emergence_bench.run(config, out): one experiment from a config to a result.json.
 
     DIR/<run_id>/config.yaml     the fully resolved config (re-run it with `emergence-bench run`)
-    DIR/<run_id>/tensorboard/    TensorBoard logs
+    DIR/<run_id>/tensorboard/    the logger's files (trainer.logger: tensorboard/, csv/ or wandb/)
     DIR/<run_id>/result.json     the result row, written atomically at the end (ok | diverged | failed)
     DIR/<run_id>/checkpoints/    model weights at the steps of `checkpoints:` (when configured)
 
@@ -20,26 +20,33 @@ from pathlib import Path
 
 import lightning as L
 import torch
-import yaml
-from lightning.pytorch.loggers import TensorBoardLogger
 
 from emergence_bench import registry
 from emergence_bench.machine.allocator import keep_freed_memory
 from emergence_bench.callbacks.checkpoints import CheckpointSchedule
 from emergence_bench.callbacks.progress import ProgressLine
 from emergence_bench.callbacks.recorder import Recorder
-from emergence_bench.config import RunConfig, resolve
+from emergence_bench.config import RunConfig, dump_yaml, resolve
 from emergence_bench.curriculum import check_transitions, pretrain, stage_tasks
 from emergence_bench.model import SequenceModel
 from emergence_bench.module import EmergenceModule
 from emergence_bench.training import Diverged
 from emergence_bench.mixers.init import WeightInit
+<<<<<<< HEAD
 from emergence_bench.machine.devices import accelerator_device, describe_device
 from emergence_bench.results import (CONFIG_FILE, FINISHED, LOCKS_DIR, RESULT_FILE, SCHEMA_VERSION, TENSORBOARD_DIR,
+=======
+from emergence_bench.machine.devices import accelerator_device, describe_device
+from emergence_bench.results import (CONFIG_FILE, FINISHED, LOCKS_DIR, RESULT_FILE, SCHEMA_VERSION, provenance,
+>>>>>>> issue-27
                                      read_result, versions, write_json, write_text)
-from emergence_bench.trainer import build_trainer, quiet_lightning
+from emergence_bench.trainer import build_logger, build_trainer, quiet_lightning
 from emergence_bench.tasks.base import SyntheticTask
+<<<<<<< HEAD
 from emergence_bench.machine.threads import choose_threads, step_flops
+=======
+from emergence_bench.machine.threads import choose_threads, cpu_share, step_flops
+>>>>>>> issue-27
 
 
 def build_task(config: RunConfig) -> SyntheticTask:
@@ -142,18 +149,21 @@ class RunFolder:
         if self.path.exists():
             shutil.rmtree(self.path)
         self.path.mkdir(parents=True)
-        write_text(self.path / CONFIG_FILE, yaml.safe_dump(config.to_dict(), sort_keys=False))
+        write_text(self.path / CONFIG_FILE, dump_yaml(config.to_dict()))
         self.recorder = Recorder(curve_every=config.trainer.log_every)
         self.record = {
             "schema_version": SCHEMA_VERSION, "run_id": self.run_id, "status": "ok", "error": None,
             "seed": config.seed, "config": config.to_dict(), "backend": None, "device": None,
             "threads": torch.get_num_threads(),  # intra-op threads it trains with (see apply_threads)
             "versions": versions(), "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            "provenance": provenance({"setting": config.trainer.threads, "used": torch.get_num_threads(),
+                                      "cores": cpu_share(), "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS")}),
         }
         self.done = False
 
-    def logger(self) -> TensorBoardLogger:
-        return TensorBoardLogger(save_dir=self.path, name="", version=TENSORBOARD_DIR, default_hp_metric=False)
+    def logger(self):
+        """The run's Lightning logger (``trainer.logger``: see emergence_bench.trainer.build_logger)."""
+        return build_logger(self.config, self.path)
 
     def callbacks(self, task: SyntheticTask, progress: bool) -> list[L.Callback]:
         """Every callback of the run: the config's, the recorder, checkpoints, a progress line."""
@@ -202,7 +212,7 @@ def run(config: dict | RunConfig, out: str | Path, progress: bool = False, unfin
     """
     config = check(config)
     apply_threads(config)  # before the folder, which records it; a count above the cores raises here
-    keep_freed_memory()
+    keep_freed_memory(config.trainer.keep_freed_memory)
     quiet_lightning()
     folder = RunFolder(config, out, unfinished_only)
     trainer = module = None

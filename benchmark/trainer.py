@@ -4,12 +4,17 @@ train with ``build_trainer``."""
 from __future__ import annotations
 
 import logging
+import os
 import warnings
 from pathlib import Path
 
 import lightning as L
+from lightning.pytorch.loggers import CSVLogger, Logger, TensorBoardLogger
 
 from emergence_bench.config import RunConfig
+from emergence_bench.results import CSV_DIR, TENSORBOARD_DIR, WANDB_DIR
+
+LOG_DIRS = {"tensorboard": TENSORBOARD_DIR, "csv": CSV_DIR, "wandb": WANDB_DIR}  # by trainer.logger
 
 
 def quiet_lightning() -> None:
@@ -19,6 +24,24 @@ def quiet_lightning() -> None:
     for message in (".*LeafSpec.*", ".*does not have many workers.*", ".*IterableDataset.*", ".*LightningDataModule.*hparams.*",
                     ".*You called `self.log.*", ".*tensorboardX.*", ".*`training_step` returned `None`.*"):
         warnings.filterwarnings("ignore", message=message)
+
+
+def build_logger(config: RunConfig, run_dir: Path, stage: int | None = None) -> Logger:
+    """The Lightning logger ``trainer.logger`` names, writing under ``run_dir``: ``tensorboard/``
+    (TensorBoard event files), ``csv/metrics.csv`` (one row per logged step) or ``wandb/`` (Weights &
+    Biases, offline unless WANDB_MODE=online; project WANDB_PROJECT, default emergence-bench). A
+    curriculum's ``stage`` logs into ``stage<k>/`` below that folder (wandb: a run of its own)."""
+    kind, run_dir = config.trainer.logger, Path(run_dir)
+    version = LOG_DIRS[kind] + (f"/stage{stage}" if stage is not None else "")
+    if kind == "csv":
+        return CSVLogger(save_dir=run_dir, name="", version=version)
+    if kind == "wandb":
+        from lightning.pytorch.loggers import WandbLogger  # wandb itself is optional (the `wandb` extra)
+
+        name = run_dir.name + (f"-stage{stage}" if stage is not None else "")
+        return WandbLogger(name=name, save_dir=run_dir, offline=os.environ.get("WANDB_MODE") != "online",
+                           project=os.environ.get("WANDB_PROJECT", "emergence-bench"))
+    return TensorBoardLogger(save_dir=run_dir, name="", version=version, default_hp_metric=False)
 
 
 def build_trainer(config: RunConfig, callbacks: list, logger, root_dir: Path, max_steps: int | None = None,

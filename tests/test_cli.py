@@ -39,8 +39,8 @@ def test_list_shows_mixers_tasks_parameters_and_presets():
     result = cli("list")
     assert result.returncode == 0, result.stderr
     out = result.stdout
-    assert "transformer" in out and "n_heads=8 head_dim=8" in out
-    assert "linear_map" in out and "state_size=8 sparsity=3 trajectory_length=2 task_seed=0 batch_size=128" in out
+    assert "transformer" in out and "n_heads: int = 8   head_dim: int = 8" in out
+    assert "linear_map" in out and "state_size: int = 8   sparsity: int = 3   trajectory_length: int = 2" in out
     assert "plateau" in out and "emergence" in out and "quick" in out
 
 
@@ -50,7 +50,7 @@ def test_plugin_mixer_is_listed_and_trains_and_a_broken_plugin_is_named(tmp_path
     env = {"PYTHONPATH": str(site)}
     listing = cli("list", env=env)
     assert listing.returncode == 0, listing.stderr
-    assert "shift  (fake_mixers.ShiftMixer" in listing.stdout and "shift=1" in listing.stdout
+    assert "shift  (fake_mixers.ShiftMixer" in listing.stdout and "shift: int = 1" in listing.stdout
     assert "broken" in listing.stderr and "failed to import" in listing.stderr
     assert "transformer" in listing.stdout  # everything else still works
     config = write_config(tmp_path / "c.yaml")

@@ -1,0 +1,83 @@
+"""The documentation a clone has: every link in README.md and docs/ resolves inside the repository
+(a file that exists, a heading that exists) or is a public web page; the README stays short."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+PAGES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)|<(https?://[^>\s]+)>")
+
+
+def prose(text: str) -> str:
+    """``text`` without fenced code blocks and inline code, where brackets are code, not links."""
+    text = re.sub(r"^```.*?^```", "", text, flags=re.S | re.M)
+    return re.sub(r"`[^`\n]*`", "", text)
+
+
+def anchors(page: Path) -> set[str]:
+    """The anchors GitHub gives ``page``'s headings: lower case, punctuation dropped, spaces as
+    hyphens, a repeated one suffixed -1, -2, ..."""
+    found, seen = set(), {}
+    for line in re.sub(r"^```.*?^```", "", page.read_text(encoding="utf-8"), flags=re.S | re.M).splitlines():
+        heading = re.match(r"#{1,6}\s+(.*)", line)
+        if not heading:
+            continue
+        slug = re.sub(r"[^\w\- ]", "", heading.group(1).strip().lower()).replace(" ", "-")
+        count = seen.get(slug, 0)
+        seen[slug] = count + 1
+        found.add(slug if count == 0 else f"{slug}-{count}")
+    return found
+
+
+def links(page: Path) -> list[str]:
+    return [a or b for a, b in LINK.findall(prose(page.read_text(encoding="utf-8")))]
+
+
+def test_the_pages_exist_and_link_somewhere():
+    names = {p.name for p in PAGES}
+    assert {"README.md", "science.md", "results.md", "plugins.md", "design.md", "ranking.md"} <= names
+    assert all(links(p) for p in PAGES if p.name in ("README.md", "results.md"))
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(REPO)))
+def test_every_link_resolves_in_the_repository_or_is_a_public_page(page):
+    broken = []
+    for target in links(page):
+        if target.startswith(("https://", "http://")):
+            continue  # a public web page
+        if ":" in target.split("#")[0]:
+            broken.append(f"{target} (not a web page nor a path in the repository)")
+            continue
+        path, _, anchor = target.partition("#")
+        file = (page.parent / path).resolve() if path else page
+        if not file.is_relative_to(REPO) or not file.exists():
+            broken.append(f"{target} (no such file in the repository)")
+        elif anchor and file.suffix == ".md" and anchor not in anchors(file):
+            broken.append(f"{target} (no heading #{anchor} in {file.relative_to(REPO)})")
+    assert not broken, f"{page.relative_to(REPO)}: " + "; ".join(broken)
+
+
+def test_nothing_points_outside_a_clone():
+    """The README once sent readers to ../shared/, which a clone does not have."""
+    for page in PAGES:
+        assert "../shared" not in page.read_text(encoding="utf-8"), page
+
+
+def test_the_readme_is_short_and_names_the_paper():
+    text = (REPO / "README.md").read_text(encoding="utf-8")
+    assert len(text.splitlines()) <= 300
+    assert "https://arxiv.org/abs/2606.25010" in text
+    for job in ("## Rank a mixer", "## Add a mixer", "## Compare plateau lengths", "make bench", "make test"):
+        assert job in text
+
+
+def test_the_anchor_rule_matches_github():
+    """Headings with code, punctuation and non-ASCII letters, as GitHub writes their anchors."""
+    page = REPO / "docs" / "results.md"
+    assert "claim-by-claim-claims-cpu" in anchors(page)
+    assert "agreement-with-an-independent-reproduction" in anchors(page)
