@@ -15,6 +15,7 @@ import difflib
 import hashlib
 import inspect
 import json
+import math
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -271,8 +272,22 @@ def resolve(data: dict | RunConfig | None = None) -> RunConfig:
         curriculum=[resolve_stage(i, stage) for i, stage in enumerate(data.get("curriculum") or [])],
         callbacks=_resolve_callbacks(data.get("callbacks")),
     )
+    check_finite(config.to_dict())
     _check_values(config)
     return config
+
+
+def check_finite(data: Any, key: str = "") -> None:
+    """Every float in a config is finite: NaN or ±inf (YAML's .nan, a flag's ``nan`` or ``1e999``), in
+    any section, plugin keys included, is refused here, before a run folder is made."""
+    if isinstance(data, float) and not math.isfinite(data):
+        raise ConfigError(f"{key or 'a config value'} must be a finite number, got {data}")
+    if isinstance(data, dict):
+        for name, value in data.items():
+            check_finite(value, f"{key}.{name}" if key else str(name))
+    elif isinstance(data, (list, tuple)):
+        for i, value in enumerate(data):
+            check_finite(value, f"{key}[{i}]")
 
 
 def _check_values(config: RunConfig) -> None:
