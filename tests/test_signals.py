@@ -59,6 +59,7 @@ def training(out: Path) -> list[tuple[str, int]]:
     return held
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("signum, code", [(signal.SIGTERM, 143), (signal.SIGINT, 130), (signal.SIGHUP, 129)])
 def test_a_signal_stops_the_sweep_and_every_process_it_started(signum, code, tmp_path):
     path, out = sweep_file(tmp_path, steps=400), tmp_path / "out"
@@ -86,6 +87,7 @@ def test_a_signal_stops_the_sweep_and_every_process_it_started(signum, code, tmp
     assert len(after) == RUNS and all(after[run_id] == mtime for run_id, mtime in finished.items())
 
 
+@pytest.mark.slow
 def test_a_worker_killed_mid_run_is_reported_lost_and_the_sweep_goes_on(tmp_path):
     path, out = sweep_file(tmp_path, steps=300), tmp_path / "out"
     driver = start(path, out)
@@ -107,6 +109,7 @@ def test_a_worker_killed_mid_run_is_reported_lost_and_the_sweep_goes_on(tmp_path
     assert json.loads((out / run_id / "result.json").read_text())["status"] == "ok"
 
 
+@pytest.mark.slow
 def test_seed_parallel_groups_stop_cleanly_too(tmp_path):
     path, out = sweep_file(tmp_path, steps=400), tmp_path / "out"
     driver = start(path, out, "--seed-parallel", "2", "--batching", "always")

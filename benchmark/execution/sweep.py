@@ -305,8 +305,8 @@ def _clock(seconds: float) -> str:
 class Progress:
     """The one-line status after each run: done/total, failures, ETA."""
 
-    def __init__(self, name: str, total: int, skipped: int, stream=sys.stderr):
-        self.name, self.total, self.stream = name, total, stream
+    def __init__(self, name: str, total: int, skipped: int, stream=None):
+        self.name, self.total, self.stream = name, total, stream or sys.stderr
         self.done = self.skipped = skipped
         self.counts = {"ok": 0, "diverged": 0, "failed": 0, "busy": 0}
         self.started = time.perf_counter()
@@ -326,7 +326,7 @@ class Progress:
               f"{summary['run_id']} {what}", file=self.stream, flush=True)
 
 
-def run_sweep(sweep: Sweep, out: str | Path, workers: int = 1, stream=sys.stderr, executor: str = "local",
+def run_sweep(sweep: Sweep, out: str | Path, workers: int = 1, stream=None, executor: str = "local",
               ray_options: dict | None = None, seed_parallel: int = 1, batching: str = "auto") -> dict:
     """Run every unfinished run of ``sweep`` under ``out``; returns counts by status.
 
@@ -335,12 +335,18 @@ def run_sweep(sweep: Sweep, out: str | Path, workers: int = 1, stream=sys.stderr
     With ``seed_parallel`` K > 1 (local only), runs that differ only in their seed train K at a time
     as one batched model, each still with its own result row; with ``batching="auto"`` (the default)
     a group is batched only where a short probe measures that it pays (``run_seed_parallel``).
+
+    Faults (docs/faults.md): SIGTERM, SIGINT or SIGHUP stops every worker (local or Ray), keeps the
+    finished results, leaves the running runs unfinished (rerun on resume), prints one line saying so
+    and raises SweepStopped. A local worker killed mid-run loses that run only: it gets a failed row
+    saying so and the sweep goes on. A results folder that cannot be written (a full disk) stops the
+    sweep with ResultsUnwritable.
     """
     if not isinstance(workers, int) or workers < 1:
         raise ConfigError(f"--workers must be a whole number ≥ 1, got {workers}")
     if not isinstance(seed_parallel, int) or seed_parallel < 1:
         raise ConfigError(f"--seed-parallel must be a whole number ≥ 1, got {seed_parallel}")
-    out = Path(out)
+    out, stream = Path(out), stream or sys.stderr  # stderr as it is now (a test may have replaced it)
     runs = sweep.runs()
     pending = [(out / group, config) for group, config in runs
                if (read_result(out / group / config.run_id()) or {}).get("status") not in FINISHED]
