@@ -22,9 +22,9 @@ def sweep_file(tmp_path: Path, steps: int) -> Path:
     return path
 
 
-def start(path: Path, out: Path, *flags: str) -> subprocess.Popen:
+def start(path: Path, out: Path, *flags: str, workers: int = 2) -> subprocess.Popen:
     """The sweep in a session of its own, so every process it starts can be found by its session id."""
-    return subprocess.Popen([CLI, "sweep", str(path), "--out", str(out), "--workers", "2", *flags],
+    return subprocess.Popen([CLI, "sweep", str(path), "--out", str(out), "--workers", str(workers), *flags],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
                             env={**os.environ, "OMP_NUM_THREADS": "1"})
 
@@ -120,4 +120,19 @@ def test_seed_parallel_groups_stop_cleanly_too(tmp_path):
     _, err = driver.communicate(timeout=30)
     assert driver.returncode == 143, err
     wait_for(lambda: not session(driver.pid), 10 - (time.time() - stopped), "the sweep's processes to end")
+    assert all(json.loads(p.read_text())["status"] == "ok" for p in out.glob("*/result.json"))
+
+
+@pytest.mark.slow
+def test_a_sweep_without_worker_processes_stops_the_same_way(tmp_path):
+    """--workers 1 trains in the driver itself: the signal reaches it inside Lightning's fit."""
+    path, out = sweep_file(tmp_path, steps=400), tmp_path / "out"
+    driver = start(path, out, workers=1)
+    wait_for(lambda: training(out) or driver.poll() is not None, 180, "a run training")
+    assert driver.poll() is None, driver.communicate()
+    os.kill(driver.pid, signal.SIGTERM)
+    _, err = driver.communicate(timeout=30)
+    assert driver.returncode == 143, err
+    assert "stopped by SIGTERM" in err and "Traceback" not in err, err
+    wait_for(lambda: not session(driver.pid), 10, "the sweep's processes to end")
     assert all(json.loads(p.read_text())["status"] == "ok" for p in out.glob("*/result.json"))

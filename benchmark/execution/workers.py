@@ -93,8 +93,14 @@ class Workers:
     def __init__(self, count: int, initializer: Callable, initargs: tuple = ()):
         self.context = multiprocessing.get_context("spawn")
         self.make = lambda: Worker(self.context, initializer, initargs)
-        self.idle = [self.make() for _ in range(count)]
+        self.idle: list[Worker] = []
         self.held: dict[Worker, int] = {}  # worker → index of the job it holds
+        try:
+            for _ in range(count):
+                self.idle.append(self.make())
+        except BaseException:  # a signal while they start: none is left behind
+            self.stop()
+            raise
 
     def results(self, jobs: list[tuple[Callable, tuple]]) -> Iterator[tuple[int, object]]:
         """Run ``jobs`` [(function, args)]; yield (job index, its result) as each ends. The result is
