@@ -233,10 +233,11 @@ def cmd_sweep(args, extra) -> int:
     try:
         counts = run_sweep(sweep, out, workers=args.workers, executor=args.executor, ray_options=ray_options,
                            seed_parallel=args.seed_parallel, batching=args.batching)
-    except KeyboardInterrupt:
-        print(f"\ninterrupted: finished results are kept in {out}; rerun the same command to resume",
-              file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as stop:  # a SweepStopped has printed what it kept, and carries 128 + its signal
+        if not hasattr(stop, "exit_code"):
+            print(f"\ninterrupted: finished results are kept in {out}; rerun the same command to resume",
+                  file=sys.stderr)
+        return getattr(stop, "exit_code", 130)
     print(f"[{sweep.name}] finished: {counts['ok']} ok, {counts['diverged']} diverged, {counts['failed']} failed, "
           f"{counts['skipped']} skipped (already done)"
           + (f", {counts['busy']} left to another process on this folder" if counts.get("busy") else "")

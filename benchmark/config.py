@@ -16,6 +16,7 @@ import hashlib
 import importlib.util
 import inspect
 import json
+import math
 import re
 import warnings
 from dataclasses import dataclass, field
@@ -277,8 +278,22 @@ def resolve(data: dict | RunConfig | None = None) -> RunConfig:
         curriculum=[resolve_stage(i, stage) for i, stage in enumerate(data.get("curriculum") or [])],
         callbacks=_resolve_callbacks(data.get("callbacks")),
     )
+    check_finite(config.to_dict())
     _check_values(config)
     return config
+
+
+def check_finite(data: Any, key: str = "") -> None:
+    """Every float in a config is finite: NaN or ±inf (YAML's .nan, a flag's ``nan`` or ``1e999``), in
+    any section, plugin keys included, is refused here, before a run folder is made."""
+    if isinstance(data, float) and not math.isfinite(data):
+        raise ConfigError(f"{key or 'a config value'} must be a finite number, got {data}")
+    if isinstance(data, dict):
+        for name, value in data.items():
+            check_finite(value, f"{key}.{name}" if key else str(name))
+    elif isinstance(data, (list, tuple)):
+        for i, value in enumerate(data):
+            check_finite(value, f"{key}[{i}]")
 
 
 def _check_values(config: RunConfig) -> None:

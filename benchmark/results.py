@@ -7,8 +7,10 @@ a row that the executors report.
 
 from __future__ import annotations
 
+import errno
 import functools
 import json
+import math
 import os
 import platform
 import secrets
@@ -43,23 +45,51 @@ REPORT_FILE = "report.html"
 LOCKS_DIR = ".locks"  # <run_id>.lock: held by the process training that run (emergence_bench.run.RunLock)
 
 
+# A write failing with one of these is the disk's or the folder's, not the run's: named in one line.
+DISK_ERRORS = (errno.ENOSPC, errno.EDQUOT, errno.EACCES, errno.EPERM, errno.EROFS)
+
+
+class ResultsUnwritable(OSError, ValueError):
+    """A results file could not be written: a full disk, no permission, a read-only filesystem. The
+    message names the file and the cause. A ValueError too, so the command line reports it as one
+    ``error:`` line rather than a bug; a sweep stops on it (every later write would fail alike)."""
+
+    def __str__(self) -> str:
+        return self.strerror
+
+
+def is_disk_error(error: BaseException) -> bool:
+    return isinstance(error, OSError) and not isinstance(error, ResultsUnwritable) and error.errno in DISK_ERRORS
+
+
+def unwritable(path: str | Path, error: OSError) -> ResultsUnwritable:
+    """A disk error (``is_disk_error``) raised writing ``path``, as one line naming both."""
+    name = errno.errorcode.get(error.errno, str(error.errno))
+    return ResultsUnwritable(error.errno, f"cannot write {path}: {os.strerror(error.errno)} ({name}); nothing "
+                                          f"half-written is left: free space or fix the permissions, then rerun "
+                                          f"the same command to resume")
+
+
 def write_atomic(path: str | Path, write: Callable[[BinaryIO], object]) -> None:
     """Fill ``path`` atomically: ``write(f)`` writes a temporary file (binary) in the same folder,
     which then replaces ``path``, so a reader (or a resumed sweep) sees the old file or the new one,
-    never half of one, even if this process dies mid-write. Creates the parent folders."""
+    never half of one, even if this process dies mid-write. Creates the parent folders. A disk error
+    (DISK_ERRORS) raises ResultsUnwritable, with the temporary file removed."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     # Same folder: os.replace is atomic only within one filesystem. A random name: concurrent writers
     # of one path never share a temporary file. Mode "x" creates it with the usual permissions.
     tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
     try:
+        path.parent.mkdir(parents=True, exist_ok=True)
         with open(tmp, "xb") as f:
             write(f)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as error:
         tmp.unlink(missing_ok=True)
+        if is_disk_error(error):
+            raise unwritable(path, error) from error
         raise
 
 
@@ -71,6 +101,20 @@ def write_text(path: str | Path, text: str) -> None:
 def write_json(path: str | Path, data: dict) -> None:
     """Write ``data`` as JSON to ``path`` atomically (strict JSON: no NaN)."""
     write_text(path, json.dumps(data, indent=2, allow_nan=False))
+
+
+def without_non_finite(data, key: str = "", found: list[str] | None = None) -> tuple[object, list[str]]:
+    """A copy of ``data`` with each NaN or ±inf float as None (strict JSON holds neither), and the
+    dotted keys of those replaced, each with its value: ``["metrics.final_eval_loss: nan"]``."""
+    found = [] if found is None else found
+    if isinstance(data, float) and not math.isfinite(data):
+        found.append(f"{key}: {data}")
+        return None, found
+    if isinstance(data, dict):
+        return {k: without_non_finite(v, f"{key}.{k}" if key else str(k), found)[0] for k, v in data.items()}, found
+    if isinstance(data, (list, tuple)):
+        return [without_non_finite(v, f"{key}[{i}]", found)[0] for i, v in enumerate(data)], found
+    return data, found
 
 
 def progress_summary(record: dict) -> dict:

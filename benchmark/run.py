@@ -32,21 +32,13 @@ from emergence_bench.model import SequenceModel
 from emergence_bench.module import EmergenceModule
 from emergence_bench.training import Diverged
 from emergence_bench.mixers.init import WeightInit
-<<<<<<< HEAD
 from emergence_bench.machine.devices import accelerator_device, describe_device
-from emergence_bench.results import (CONFIG_FILE, FINISHED, LOCKS_DIR, RESULT_FILE, SCHEMA_VERSION, TENSORBOARD_DIR,
-=======
-from emergence_bench.machine.devices import accelerator_device, describe_device
-from emergence_bench.results import (CONFIG_FILE, FINISHED, LOCKS_DIR, RESULT_FILE, SCHEMA_VERSION, provenance,
->>>>>>> issue-27
-                                     read_result, versions, write_json, write_text)
+from emergence_bench.results import (CONFIG_FILE, FINISHED, LOCKS_DIR, RESULT_FILE, SCHEMA_VERSION, ResultsUnwritable,
+                                     is_disk_error, provenance, read_result, unwritable, versions, without_non_finite,
+                                     write_json, write_text)
 from emergence_bench.trainer import build_logger, build_trainer, quiet_lightning
 from emergence_bench.tasks.base import SyntheticTask
-<<<<<<< HEAD
-from emergence_bench.machine.threads import choose_threads, step_flops
-=======
 from emergence_bench.machine.threads import choose_threads, cpu_share, step_flops
->>>>>>> issue-27
 
 
 def build_task(config: RunConfig) -> SyntheticTask:
@@ -129,13 +121,27 @@ class RunLock:
             self.file.close()  # closing the file drops the lock
 
 
+def new_row(config: RunConfig, status: str = "ok", error: str | None = None) -> dict:
+    """A run's result row as far as it is known before it trains."""
+    return {
+        "schema_version": SCHEMA_VERSION, "run_id": config.run_id(), "status": status, "error": error,
+        "seed": config.seed, "config": config.to_dict(), "backend": None, "device": None,
+        "threads": torch.get_num_threads(),  # intra-op threads it trains with (see apply_threads)
+        "versions": versions(), "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "provenance": provenance({"setting": config.trainer.threads, "used": torch.get_num_threads(),
+                                  "cores": cpu_share(), "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS")}),
+    }
+
+
 class RunFolder:
     """``out/<run_id>/`` of one config and the result row written there.
 
     Held under the run's lock (``RunLock``) from creation until the row is written. Created empty
     (leftovers of an interrupted attempt are removed) with the resolved config; ``finish`` completes
-    the row and writes it, once. ``unfinished_only``: raise RunBusy when the run already has a
-    finished row (another sweep on this folder finished it since this one looked).
+    the row and writes it, once. Once the folder exists every failure ends with a row: a config that
+    cannot be saved finishes it as failed at once (``done``). ``unfinished_only``: raise RunBusy when the
+    run already has a finished row (another sweep on this folder finished it since this one looked).
+    A disk error (full, no permission) raises ResultsUnwritable.
     """
 
     def __init__(self, config: RunConfig, out: str | Path, unfinished_only: bool = False):
@@ -146,20 +152,22 @@ class RunFolder:
         if unfinished_only and (read_result(self.path) or {}).get("status") in FINISHED:
             self.lock.release()
             raise RunBusy(f"run {self.run_id} in {out} was finished by another process meanwhile")
-        if self.path.exists():
-            shutil.rmtree(self.path)
-        self.path.mkdir(parents=True)
-        write_text(self.path / CONFIG_FILE, dump_yaml(config.to_dict()))
+        try:
+            if self.path.exists():
+                shutil.rmtree(self.path)
+            self.path.mkdir(parents=True)
+        except BaseException as error:
+            self.lock.release()
+            if is_disk_error(error):
+                raise unwritable(self.path, error) from error
+            raise
         self.recorder = Recorder(curve_every=config.trainer.log_every)
-        self.record = {
-            "schema_version": SCHEMA_VERSION, "run_id": self.run_id, "status": "ok", "error": None,
-            "seed": config.seed, "config": config.to_dict(), "backend": None, "device": None,
-            "threads": torch.get_num_threads(),  # intra-op threads it trains with (see apply_threads)
-            "versions": versions(), "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-            "provenance": provenance({"setting": config.trainer.threads, "used": torch.get_num_threads(),
-                                      "cores": cpu_share(), "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS")}),
-        }
+        self.record = new_row(config)
         self.done = False
+        try:
+            write_text(self.path / CONFIG_FILE, dump_yaml(config.to_dict()))
+        except Exception as error:
+            self.finish("failed", failure(error), None, None, None)
 
     def logger(self):
         """The run's Lightning logger (``trainer.logger``: see emergence_bench.trainer.build_logger)."""
@@ -178,10 +186,24 @@ class RunFolder:
 
     def finish(self, status: str, error: str | None, trainer, module, model: SequenceModel | None,
                extra: dict | None = None) -> dict:
-        """Complete the row (status, backend, device, every callback's columns) and write it."""
+        """Complete the row (status, backend, device, every callback's columns) and write it, once.
+        It is written whatever fails here: columns that cannot be read make it failed, saying why."""
         if self.done:
             return self.record
         self.done = True
+        try:
+            try:
+                self._complete(status, error, trainer, module, model, extra)
+            except Exception as problem:
+                self.record.update(status="failed", error=_joined(error, f"its columns could not be read: "
+                                                                         f"{failure(problem)}"))
+            self._write()
+        finally:
+            self.lock.release()
+        return self.record
+
+    def _complete(self, status: str, error: str | None, trainer, module, model: SequenceModel | None,
+                  extra: dict | None) -> None:
         if status != "ok":
             self.record.update(status=status, error=error)
         if model is not None:
@@ -191,11 +213,48 @@ class RunFolder:
             self.record["device"] = describe_device(accelerator_device(self.config.trainer.accelerator) or module.device)
         self.record.update(self.recorder.columns(trainer, module))
         self.record.update(extra or {})
+
+    def _write(self) -> None:
+        """Write the row. A NaN or infinite number is written as null and named in ``non_finite``; a
+        row that still cannot be written (a value JSON cannot hold) is replaced by a failed one
+        saying why. A disk error raises (ResultsUnwritable): no other row could be written either."""
+        row, non_finite = without_non_finite(self.record)
+        if non_finite:
+            row["non_finite"] = non_finite
         try:
-            write_json(self.path / RESULT_FILE, self.record)
-        finally:
-            self.lock.release()
-        return self.record
+            write_json(self.path / RESULT_FILE, row)
+        except ResultsUnwritable:
+            raise
+        except Exception as problem:
+            row = {**new_row(self.config, "failed", _joined(self.record.get("error"), "the result row could not "
+                                                            f"be written: {failure(problem)}")),
+                   "started_at": self.record["started_at"]}
+            write_json(self.path / RESULT_FILE, row)
+        self.record = row
+
+
+def _joined(first: str | None, second: str) -> str:
+    return f"{first}\n{second}" if first else second
+
+
+def record_lost(config: RunConfig, out: str | Path, reason: str) -> dict | None:
+    """The row of a run whose process died mid-run (SIGKILL, out of memory), which wrote none: a failed
+    row saying ``reason``, so the leaderboard shows it and a resumed sweep reruns it. Returns the run's
+    row (the one it has, if it finished after all), or None when it never started (no folder) or
+    another process holds it now."""
+    path = Path(out) / config.run_id()
+    try:
+        lock = RunLock(Path(out), config.run_id())
+    except RunBusy:
+        return None
+    try:
+        row = read_result(path)
+        if row is None and path.is_dir():
+            row = new_row(config, "failed", reason)
+            write_json(path / RESULT_FILE, row)
+        return row
+    finally:
+        lock.release()
 
 
 def failure(error: BaseException) -> str:
@@ -206,7 +265,8 @@ def failure(error: BaseException) -> str:
 def run(config: dict | RunConfig, out: str | Path, progress: bool = False, unfinished_only: bool = False) -> dict:
     """Train one config and write its result row under ``out/<run_id>/``; returns the row.
 
-    A NaN loss gives status ``diverged`` and any other error ``failed`` (with the traceback);
+    A NaN loss gives status ``diverged`` and any other error once the folder exists ``failed`` (with
+    the traceback), so every run that starts ends with its row;
     an interrupt (Ctrl-C) raises KeyboardInterrupt and writes nothing, so a resumed sweep runs it again.
     RunBusy when another process is training the run (or, with ``unfinished_only``, has finished it).
     """
@@ -215,6 +275,8 @@ def run(config: dict | RunConfig, out: str | Path, progress: bool = False, unfin
     keep_freed_memory(config.trainer.keep_freed_memory)
     quiet_lightning()
     folder = RunFolder(config, out, unfinished_only)
+    if folder.done:  # its config could not be saved: the row says so
+        return folder.record
     trainer = module = None
     status, error = "ok", None
     try:

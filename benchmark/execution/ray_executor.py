@@ -4,7 +4,9 @@ Each run is one Ray task (``num_cpus`` / ``num_gpus`` per run; fractional GPUs l
 share one device). The worker trains in a scratch folder and sends back the result row with the run's
 small files (config, TensorBoard logs, attention maps; not checkpoints); the driver writes them, the
 result last, so resume works exactly as with the local executor. A task whose worker dies is retried
-by Ray (``max_retries``); a run that fails is recorded by the worker like any other result.
+by Ray (``max_retries``); a run that fails is recorded by the worker like any other result. When the
+sweep is stopped (a signal: see emergence_bench.execution.sweep.stop_signals) every task still running
+is cancelled (its worker killed) and Ray shut down: a local Ray instance's processes end with the sweep.
 
 Threads follow the local executor's policy with a task's ``num_cpus`` as its share of the cores:
 ``trainer.threads: auto`` gives 1 thread to a small model and ``int(num_cpus)`` to a large one; an
@@ -15,14 +17,16 @@ threads use, so Ray never packs more threads on a node than it has cores).
 from __future__ import annotations
 
 import shutil
+import signal
 import tempfile
+import threading
 from pathlib import Path
 from typing import Callable
 
 from emergence_bench.config import ConfigError
 from emergence_bench.machine.threads import available_cpus, set_cpu_share
-from emergence_bench.results import (CHECKPOINT_DIR, RESULT_FILE, lost_summary, progress_summary, write_atomic,
-                                     write_json)
+from emergence_bench.results import (CHECKPOINT_DIR, RESULT_FILE, ResultsUnwritable, lost_summary, progress_summary,
+                                     write_atomic, write_json)
 
 MAX_FILE_BYTES = 64 * 2**20  # larger files stay on the worker
 
@@ -74,7 +78,11 @@ def run_on_ray(pending: list, report: Callable[[dict], None], address: str | Non
     check_threads_fit([config for _, config in pending], num_cpus)
     import ray
 
+    main = threading.current_thread() is threading.main_thread()
+    sigterm = signal.getsignal(signal.SIGTERM) if main else None
     ray.init(address=address, include_dashboard=False, log_to_driver=False, ignore_reinit_error=True)
+    if main and sigterm is not None:  # ray.init puts its own in place (an exit that skips the cleanup below)
+        signal.signal(signal.SIGTERM, sigterm)
     task = ray.remote(_train).options(num_cpus=num_cpus, num_gpus=num_gpus, max_retries=max_retries)
     waiting = {task.remote(config.to_dict(), num_cpus): (run_out / config.run_id(), config.run_id())
                for run_out, config in pending}
@@ -86,6 +94,8 @@ def run_on_ray(pending: list, report: Callable[[dict], None], address: str | Non
                 record, files = ray.get(ref)
                 store(run_dir, record, files)
                 report(progress_summary(record))
+            except ResultsUnwritable:  # a full disk: every later run would fail alike
+                raise
             except Exception as error:  # retries exhausted, or the row could not be stored
                 report(lost_summary(run_id, error))
     finally:

@@ -23,16 +23,19 @@ import copy
 import difflib
 import json
 import itertools
-import multiprocessing
+import signal
 import sys
+import threading
 import time
-from concurrent.futures import ProcessPoolExecutor, as_completed
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from emergence_bench.config import ConfigError, RunConfig, TrainerConfig, load_yaml, resolve, set_dotted
-from emergence_bench.results import FINISHED, busy_row, lost_summary, progress_summary, read_result
+from emergence_bench.execution.workers import Interrupted, Workers, WorkerLost
 from emergence_bench.machine.threads import available_cpus, set_cpu_share
+from emergence_bench.results import (FINISHED, ResultsUnwritable, busy_row, lost_summary, progress_summary,
+                                     read_result)
 
 PRESETS_DIR = Path(__file__).parents[1] / "presets"
 
@@ -202,13 +205,48 @@ def _grid(grid, path) -> dict[str, list]:
 
 
 # --- execution --------------------------------------------------------------------------------
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)  # a scheduler's stop, Ctrl-C, a closed terminal
+
+
+class SweepStopped(KeyboardInterrupt):
+    """A sweep stopped by a signal of STOP_SIGNALS, its workers stopped and its line printed;
+    ``exit_code`` is 128 + the signal's number (143 for SIGTERM, 130 for SIGINT, 129 for SIGHUP),
+    as a shell reports a process that signal ended."""
+
+    def __init__(self, signum: int, line: str):
+        super().__init__(line)
+        self.signum, self.exit_code = signum, 128 + signum
+
+
+@contextmanager
+def stop_signals():
+    """While the sweep runs: the first signal of STOP_SIGNALS raises KeyboardInterrupt in the driver
+    (which stops the workers), and any later one is only noted, so the stopping is not cut short.
+    Yields the list of the signals received. Off the main thread (where Python takes no signals), nothing."""
+    received: list[int] = []
+    if threading.current_thread() is not threading.main_thread():
+        yield received
+        return
+
+    def handler(signum, frame):
+        received.append(signum)
+        if len(received) == 1:
+            raise KeyboardInterrupt(signal.Signals(signum).name)
+
+    previous = {signum: signal.signal(signum, handler) for signum in STOP_SIGNALS}
+    try:
+        yield received
+    finally:
+        for signum, old in previous.items():
+            signal.signal(signum, old)
+
+
 def _init_worker(share: int) -> None:
     """A worker process: its share of the cores, which each run's thread policy stays within."""
-    import signal
-
     import torch
 
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the driver's to handle
+    for signum in STOP_SIGNALS:  # the driver's to handle: it stops the workers itself
+        signal.signal(signum, signal.SIG_IGN)
     set_cpu_share(share)
     torch.set_num_threads(share)  # until a run applies its own trainer.threads (emergence_bench.run.apply_threads)
 
@@ -226,18 +264,6 @@ def check_threads_fit(configs: list[RunConfig], share: int, workers: int) -> Non
         if threads != "auto" and threads > share:
             raise ConfigError(f"trainer.threads={threads} with {workers} worker(s) needs {threads * workers} cores; "
                               f"this machine has {available_cpus()}: use --threads {share} (or auto) or fewer --workers")
-
-
-def _stop_workers(pool: ProcessPoolExecutor) -> None:
-    """Cancel what is queued and stop the workers now (their unfinished runs leave no result)."""
-    kill = getattr(pool, "kill_workers", None)  # Python ≥ 3.14
-    if kill is not None:
-        kill()
-        return
-    processes = list((pool._processes or {}).values())  # shutdown() forgets them
-    pool.shutdown(wait=False, cancel_futures=True)
-    for process in processes:
-        process.kill()  # SIGKILL: Lightning would turn SIGTERM into a failed run
 
 
 def _run_one(config: dict, out: str) -> dict:
@@ -279,8 +305,8 @@ def _clock(seconds: float) -> str:
 class Progress:
     """The one-line status after each run: done/total, failures, ETA."""
 
-    def __init__(self, name: str, total: int, skipped: int, stream=sys.stderr):
-        self.name, self.total, self.stream = name, total, stream
+    def __init__(self, name: str, total: int, skipped: int, stream=None):
+        self.name, self.total, self.stream = name, total, stream or sys.stderr
         self.done = self.skipped = skipped
         self.counts = {"ok": 0, "diverged": 0, "failed": 0, "busy": 0}
         self.started = time.perf_counter()
@@ -300,7 +326,7 @@ class Progress:
               f"{summary['run_id']} {what}", file=self.stream, flush=True)
 
 
-def run_sweep(sweep: Sweep, out: str | Path, workers: int = 1, stream=sys.stderr, executor: str = "local",
+def run_sweep(sweep: Sweep, out: str | Path, workers: int = 1, stream=None, executor: str = "local",
               ray_options: dict | None = None, seed_parallel: int = 1, batching: str = "auto") -> dict:
     """Run every unfinished run of ``sweep`` under ``out``; returns counts by status.
 
@@ -309,12 +335,18 @@ def run_sweep(sweep: Sweep, out: str | Path, workers: int = 1, stream=sys.stderr
     With ``seed_parallel`` K > 1 (local only), runs that differ only in their seed train K at a time
     as one batched model, each still with its own result row; with ``batching="auto"`` (the default)
     a group is batched only where a short probe measures that it pays (``run_seed_parallel``).
+
+    Faults (docs/faults.md): SIGTERM, SIGINT or SIGHUP stops every worker (local or Ray), keeps the
+    finished results, leaves the running runs unfinished (rerun on resume), prints one line saying so
+    and raises SweepStopped. A local worker killed mid-run loses that run only: it gets a failed row
+    saying so and the sweep goes on. A results folder that cannot be written (a full disk) stops the
+    sweep with ResultsUnwritable.
     """
     if not isinstance(workers, int) or workers < 1:
         raise ConfigError(f"--workers must be a whole number ≥ 1, got {workers}")
     if not isinstance(seed_parallel, int) or seed_parallel < 1:
         raise ConfigError(f"--seed-parallel must be a whole number ≥ 1, got {seed_parallel}")
-    out = Path(out)
+    out, stream = Path(out), stream or sys.stderr  # stderr as it is now (a test may have replaced it)
     runs = sweep.runs()
     pending = [(out / group, config) for group, config in runs
                if (read_result(out / group / config.run_id()) or {}).get("status") not in FINISHED]
@@ -330,36 +362,68 @@ def run_sweep(sweep: Sweep, out: str | Path, workers: int = 1, stream=sys.stderr
         raise ConfigError(f"executor must be local or ray, got {executor!r}")
     if executor == "ray" and seed_parallel > 1:
         raise ConfigError("--seed-parallel runs with the local executor only (Ray runs one task per run)")
-    # A job is (function, arguments, the run ids it covers): one run, or a group of seeds.
+    # A job is (function, arguments, the runs it covers as [(folder, config)]): one run, or a group of seeds.
     if seed_parallel > 1:
-        jobs = [(_run_group, ([c.to_dict() for c in configs], str(run_out), batching), [c.run_id() for c in configs])
+        jobs = [(_run_group, ([c.to_dict() for c in configs], str(run_out), batching), [(run_out, c) for c in configs])
                 for run_out, configs in seed_groups(pending, seed_parallel)]
     else:
-        jobs = [(_run_one, (c.to_dict(), str(run_out)), [c.run_id()]) for run_out, c in pending]
+        jobs = [(_run_one, (c.to_dict(), str(run_out)), [(run_out, c)]) for run_out, c in pending]
 
     def report(results) -> None:
         for result in results if isinstance(results, list) else [results]:
             progress.update(result)
 
-    if executor == "ray":
-        from emergence_bench.execution.ray_executor import run_on_ray
-
-        run_on_ray(pending, progress.update, **(ray_options or {}))
-    elif workers <= 1:
-        for function, args, _ in jobs:
-            report(function(*args))
-    else:
-        pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"),
-                                   initializer=_init_worker, initargs=(share,))
+    with stop_signals() as received:
         try:
-            futures = {pool.submit(function, *args): run_ids for function, args, run_ids in jobs}
-            for future in as_completed(futures):
-                try:
-                    report(future.result())
-                except Exception as error:  # the worker died or the results could not be written
-                    report([lost_summary(run_id, error) for run_id in futures[future]])
-        except BaseException:
-            _stop_workers(pool)
-            raise
-        pool.shutdown()
+            if executor == "ray":
+                from emergence_bench.execution.ray_executor import run_on_ray
+
+                run_on_ray(pending, progress.update, **(ray_options or {}))
+            elif workers <= 1:
+                for function, args, _ in jobs:
+                    report(function(*args))
+            else:
+                _run_local(jobs, workers, share, report)
+        except KeyboardInterrupt:
+            signum = received[0] if received else signal.SIGINT
+            finished = sum((read_result(out / group / c.run_id()) or {}).get("status") in FINISHED for group, c in runs)
+            line = (f"[{sweep.name}] stopped by {signal.Signals(signum).name}: {finished} of {len(runs)} runs finished, "
+                    f"their results kept in {out}; the other {len(runs) - finished} (those that were running among "
+                    f"them) are left unfinished: rerun the same command to resume")
+            print(line, file=stream, flush=True)
+            raise SweepStopped(signum, line) from None
     return {"total": len(runs), "skipped": skipped, **progress.counts}
+
+
+def _run_local(jobs: list, workers: int, share: int, report) -> None:
+    """``jobs`` on ``workers`` local processes (see emergence_bench.execution.workers), each result
+    reported as it comes. A job whose worker died is reported lost (its started runs get a failed row
+    saying so) and the rest go on; a results folder that cannot be written stops them all."""
+    pool = Workers(workers, _init_worker, (share,))
+    try:
+        for index, result in pool.results([(function, args) for function, args, _ in jobs]):
+            if isinstance(result, ResultsUnwritable):
+                raise result
+            if isinstance(result, BaseException):
+                report(_lost(jobs[index][2], result))
+            else:
+                report(result)
+    finally:
+        pool.stop()
+
+
+def _lost(runs: list[tuple[Path, RunConfig]], error: BaseException) -> list[dict]:
+    """The summaries of a job's runs that ended without their own report: a run whose worker died
+    mid-run gets a failed row saying so (``record_lost``); a run that finished keeps its row, and a run
+    interrupted by a signal to its worker (or failed by an error outside it) none."""
+    from emergence_bench.run import record_lost
+
+    summaries = []
+    for run_out, config in runs:
+        row = None
+        if isinstance(error, WorkerLost):
+            row = record_lost(config, run_out, f"WorkerLost: {error}; rerun the sweep to train it again")
+        elif not isinstance(error, Interrupted):
+            row = read_result(run_out / config.run_id())
+        summaries.append(progress_summary(row) if row else lost_summary(config.run_id(), error))
+    return summaries
