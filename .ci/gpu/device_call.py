@@ -1,12 +1,12 @@
-"""Print the exact `device` tool call of a GPU lease (docs/gpu.md), checked against the tool's limits.
+"""Print the exact `device` tool calls of a GPU lease (docs/gpu.md), checked against the tool's limits.
 
-The call runs .ci/gpu-check on the device's bare image and carries the wheels it lacks (.whl/,
-`make gpu-wheels`). Checked here, before any device time is spent: the command is at most 2,000
+The first call runs all of .ci/gpu-check on the device's bare image and carries the wheels it lacks
+(.whl/, `make gpu-wheels`); two shorter reruns follow it, for when a phase failed or ran out of time. Checked here, before any device time is spent: the command is at most 2,000
 characters; at most 8 carried paths, each present; .whl/ holds exactly the wheels of
 .ci/gpu/wheels.txt, one version each; what travels (tracked and untracked files that git does not
 ignore, shared/ if the checkout has one, and the carried paths) is at most 64 MiB; timeout_s is
-within the tool's 600 s and leaves the script's own budget room to write its summary; the script
-declares at most 8 output files (the tool brings back 8).
+within the tool's 600 s, MARGIN_S past the script's own budget so that its summary is written; the
+script declares at most 8 output files (the tool brings back 8).
 Exits 2 with an ``error:`` line when one of these fails.
 
 usage: python .ci/gpu/device_call.py [REPO_ROOT]
@@ -16,14 +16,19 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
 import subprocess
 import sys
 from pathlib import Path
 
-BUDGET_S = 450  # .ci/gpu-check stops each phase so that it is done by then
-TIMEOUT_S = 480  # the call's limit: the budget plus time to start the command and write the summary
 CARRY = [".whl"]
-COMMAND = f"GPU_CHECK_BUDGET_S={BUDGET_S} bash .ci/gpu-check"
+MARGIN_S = 30  # a call's timeout_s beyond the script's budget (GPU_CHECK_BUDGET_S): start and summary
+CALLS = {  # what each call is for -> the environment .ci/gpu-check runs with
+    "the check (the first call: 8 minutes at most)": {"GPU_CHECK_BUDGET_S": "450"},
+    "rerun: the gpu tests only": {"GPU_CHECK_PHASES": "tests", "GPU_CHECK_BUDGET_S": "270"},
+    "rerun: speed only, shorter": {"GPU_CHECK_PHASES": "speed", "GPU_CHECK_BUDGET_S": "210",
+                                   "GPU_CHECK_SPEED_ARGS": "--lengths 256 --steps 10 --repeats 5 --seeds 16,64,256"},
+}
 LIMITS = {"command_chars": 2000, "carry_paths": 8, "travel_bytes": 64 * 2**20, "timeout_s": 600, "outputs": 8}
 
 
@@ -74,16 +79,26 @@ def declared_outputs(root: Path) -> list[str]:
     return found.group(1).split() if found else []
 
 
+def device_call(env: dict[str, str]) -> dict:
+    """The tool's `run` arguments for .ci/gpu-check under ``env``."""
+    command = " ".join(f"{key}={shlex.quote(value)}" for key, value in env.items()) + " bash .ci/gpu-check"
+    return {"command": command, "carry": CARRY, "timeout_s": int(env["GPU_CHECK_BUDGET_S"]) + MARGIN_S}
+
+
 def main(argv: list[str]) -> int:
     root = Path(argv[0] if argv else ".").resolve()
+    calls = {name: device_call(env) for name, env in CALLS.items()}
     problems = []
     missing = [p for p in CARRY if not (root / p).exists()]
     problems += [f"carried path {p} is missing: run `make gpu-wheels`" for p in missing]
     if not missing:
         problems += wheel_problems(root)
     travel = tree_bytes(root) + sum(size(root / p) for p in CARRY if p not in missing)
-    if len(COMMAND) > LIMITS["command_chars"]:
-        problems.append(f"the command has {len(COMMAND)} characters, over {LIMITS['command_chars']}")
+    for name, call in calls.items():
+        if len(call["command"]) > LIMITS["command_chars"]:
+            problems.append(f"{name}: the command has {len(call['command'])} characters, over {LIMITS['command_chars']}")
+        if call["timeout_s"] > LIMITS["timeout_s"]:
+            problems.append(f"{name}: timeout_s {call['timeout_s']} is over the tool's {LIMITS['timeout_s']} s")
     if len(CARRY) > LIMITS["carry_paths"]:
         problems.append(f"{len(CARRY)} carried paths, over {LIMITS['carry_paths']}")
     if travel > LIMITS["travel_bytes"]:
@@ -91,17 +106,18 @@ def main(argv: list[str]) -> int:
     outputs = declared_outputs(root)
     if not 0 < len(outputs) <= LIMITS["outputs"]:
         problems.append(f".ci/gpu-check declares {len(outputs)} output files (OUTPUTS=...), not 1 to {LIMITS['outputs']}")
-    if not BUDGET_S + 20 <= TIMEOUT_S <= LIMITS["timeout_s"]:
-        problems.append(f"timeout_s {TIMEOUT_S} must be within {LIMITS['timeout_s']} s and leave the {BUDGET_S} s budget room")
     if problems:
         for problem in problems:
             print(f"error: {problem}", file=sys.stderr)
         return 2
-    print("The device tool's `run` call for a GPU lease (docs/gpu.md):")
-    print(json.dumps({"command": COMMAND, "carry": CARRY, "timeout_s": TIMEOUT_S}, indent=2))
-    print(f"checked: command {len(COMMAND)}/{LIMITS['command_chars']} characters; {len(CARRY)}/8 carried paths; "
+    print("The device tool's `run` calls of a GPU lease (docs/gpu.md): the check; then at most one rerun, one\n"
+          "whose timeout_s + 120 s (a fresh machine's start) fits status's budget_left_s; give_back after the last.")
+    for name, call in calls.items():
+        print(f"\n{name}:\n{json.dumps(call)}")
+    longest = max(len(call["command"]) for call in calls.values())
+    print(f"\nchecked: commands up to {longest}/{LIMITS['command_chars']} characters; {len(CARRY)}/8 carried paths; "
           f"{travel / 2**20:.1f}/64 MiB travels (carried: {sum(size(root / p) for p in CARRY) / 2**20:.1f} MiB); "
-          f"timeout_s {TIMEOUT_S}/{LIMITS['timeout_s']} (the script's budget: {BUDGET_S} s); "
+          f"timeout_s up to {max(c['timeout_s'] for c in calls.values())}/{LIMITS['timeout_s']}; "
           f"{len(outputs)}/{LIMITS['outputs']} output files ({', '.join(outputs)})")
     return 0
 
