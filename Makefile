@@ -60,3 +60,25 @@ gpu-check:
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache
+
+# ---- The GPU lease (docs/gpu.md): what its bare image lacks travels as wheels in .whl/ (ignored).
+GPU_WHEELS := .whl
+
+# cp312 manylinux wheels of .ci/gpu/wheels.txt, fetched once (again when that list changes).
+$(GPU_WHEELS)/.complete: .ci/gpu/wheels.txt
+	rm -rf $(GPU_WHEELS) && mkdir -p $(GPU_WHEELS)
+	$(PYTHON) -m pip download --quiet --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+	    --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
+	    -d $(GPU_WHEELS) -r .ci/gpu/wheels.txt
+	touch $@
+
+.PHONY: gpu-wheels device-call gpu-check-dry
+gpu-wheels: $(GPU_WHEELS)/.complete
+
+# The exact `device` tool call that runs .ci/gpu-check there, checked against the tool's limits.
+device-call: gpu-wheels
+	$(PYTHON) .ci/gpu/device_call.py
+
+# .ci/gpu-check's steps on this CPU machine, from the same wheels, offline (CI runs it).
+gpu-check-dry: install gpu-wheels
+	GPU_CHECK_DRY=1 GPU_CHECK_BUDGET_S=900 PYTHON=$(BIN)/python OUT=runs/gpu-check-dry .ci/gpu-check
