@@ -191,7 +191,7 @@ def _run_seeds(config, args) -> int:
 
 
 def cmd_sweep(args, extra) -> int:
-    from emergence_bench.execution.sweep import load_sweep, presets, run_sweep
+    from emergence_bench.execution.sweep import clock, load_sweep, presets, run_sweep
 
     if args.list:
         for name in presets():
@@ -230,16 +230,20 @@ def cmd_sweep(args, extra) -> int:
     out = str(results_folder(args.out or Path("runs") / sweep.name))
     ray_options = {"address": args.address, "num_cpus": args.num_cpus, "num_gpus": args.num_gpus,
                    "max_retries": args.max_retries}
+    # The sweep file's own seed_parallel / batching unless the flags say otherwise (Ray trains one run a task).
+    seed_parallel = args.seed_parallel if args.seed_parallel is not None else (
+        sweep.seed_parallel if args.executor == "local" else 1)
     try:
         counts = run_sweep(sweep, out, workers=args.workers, executor=args.executor, ray_options=ray_options,
-                           seed_parallel=args.seed_parallel, batching=args.batching)
+                           seed_parallel=seed_parallel, batching=args.batching or sweep.batching)
     except KeyboardInterrupt as stop:  # a SweepStopped has printed what it kept, and carries 128 + its signal
         if not hasattr(stop, "exit_code"):
             print(f"\ninterrupted: finished results are kept in {out}; rerun the same command to resume",
                   file=sys.stderr)
         return getattr(stop, "exit_code", 130)
     print(f"[{sweep.name}] finished: {counts['ok']} ok, {counts['diverged']} diverged, {counts['failed']} failed, "
-          f"{counts['skipped']} skipped (already done)"
+          f"{counts['skipped']} skipped (already done), in {clock(counts['wall_seconds'])} of wall time with "
+          f"{args.workers} worker(s)" + (f", {seed_parallel} seeds at a time" if seed_parallel > 1 else "")
           + (f", {counts['busy']} left to another process on this folder" if counts.get("busy") else "")
           + f". Results in {out}; see `emergence-bench leaderboard {out}`", file=sys.stderr)
     return 1 if counts["failed"] else 0
@@ -396,9 +400,11 @@ def parser() -> argparse.ArgumentParser:
     sweep.add_argument("--num-cpus", type=float, default=1, help="CPUs per run on Ray (default 1)")
     sweep.add_argument("--num-gpus", type=float, default=0, help="GPUs per run on Ray, may be fractional (default 0)")
     sweep.add_argument("--max-retries", type=int, default=3, help="Ray retries of a run whose worker died")
-    sweep.add_argument("--seed-parallel", type=int, default=1, metavar="K",
-                       help="train up to K seeds of the same config together (local executor)")
-    sweep.add_argument("--batching", choices=("auto", "always"), default="auto", help=batching_help)
+    sweep.add_argument("--seed-parallel", type=int, metavar="K",
+                       help="train up to K seeds of the same config together (local executor; default: the "
+                            "sweep file's seed_parallel, else 1)")
+    sweep.add_argument("--batching", choices=("auto", "always"), help=batching_help + " (default: the sweep "
+                                                                                    "file's batching, else auto)")
     sweep.add_argument("--group", help="run only these groups of the sweep (comma-separated)")
     sweep.add_argument("--mixers", help="train exactly these mixers (comma-separated): the sweep's own settings "
                                         "for the ones it has, defaults for others (e.g. a plugin)")

@@ -209,6 +209,9 @@ class RunFolder:
         if model is not None:
             self.record["backend"] = "+".join(sorted({getattr(m, "backend", "torch") for m in model.mixers}))
             self.record["parameters"] = sum(p.numel() for p in model.parameters())
+            # Numbers carried per sequence at inference after the whole sequence (None: a plugin that
+            # does not state it); the ranking sets it beside quality.
+            self.record["state_size"] = model.state_size(model.max_len)
         if module is not None:  # where it trained: Lightning moves the module back to the CPU at the end
             self.record["device"] = describe_device(accelerator_device(self.config.trainer.accelerator) or module.device)
         self.record.update(self.recorder.columns(trainer, module))

@@ -149,30 +149,66 @@ def test_the_report_gets_a_ranking_section_only_for_a_ladder():
     assert not ranking_section(ambiguous, Page())
 
 
-# Ladder v1, frozen: a change here is a new ladder version (new presets), never an edit, so that
+# The ladders, frozen: a change here is a new ladder version (new presets), never an edit, so that
 # scores stay comparable across releases.
 LADDER_V1 = {"linear_map": ("task.sparsity", [1, 2, 4]), "cellular_automata": ("task.state_size", [4, 8, 16]),
              "mqar": ("task.pairs", [2, 4, 8]), "dyck": ("task.max_depth", [1, 2, 4])}
+MIXERS_V1 = {"transformer", "mlp_mixer", "mamba", "gated_deltanet", "rwkv7"}
+LADDER_V2 = {"linear_map": ("task.sparsity", [1, 2, 3]), "cellular_automata": ("task.rules", [2, 3, 4]),
+             "mqar": ("task.pairs", [1, 2, 4]), "dyck": ("task.length", [16, 32, 64])}
+# Everything else a v2 cell holds fixed (the rung's own key aside): the task around each rung.
+TASKS_V2 = {"linear_map": {"state_size": 10, "trajectory_length": 2, "batch_size": 32},
+            "cellular_automata": {"state_size": 8, "colors": 2, "radius": 1, "trajectory_length": 4, "batch_size": 32},
+            "mqar": {"vocab_size": 16, "queries": 1, "batch_size": 32},
+            "dyck": {"bracket_types": 2, "max_depth": 8, "batch_size": 32}}
+BUILT_IN = {"transformer", "mlp_mixer", "mamba", "gated_deltanet", "rwkv7", "mlstm", "lru"}
 
 
-@pytest.mark.parametrize("preset", ["standard-cpu", "standard"])
-def test_standard_presets_hold_ladder_v1_for_every_mixer_and_seed(preset):
+def ladder_cells(preset: str, ladder: dict) -> tuple[dict, list[dict]]:
+    """(family, mixer, rung) -> its seeds, and the raw configs, of a preset checked against ``ladder``."""
     from emergence_bench.execution.sweep import load_sweep
 
     raw = [config for _, config in load_sweep(preset).raw_runs()]
-    records = [{"config": config, "status": "ok"} for config in raw]
-    found = rank.ladders(records)
-    assert {f: (l["axis"], l["rungs"]) for f, l in found.items()} == LADDER_V1
-    mixers = {c["mixer"]["name"] for c in raw}
-    assert mixers == {"transformer", "mlp_mixer", "mamba", "gated_deltanet", "rwkv7"}
-    widths = {c["model"]["d_model"] for c in raw}
-    assert len(widths) == 1  # matched width
+    found = rank.ladders([{"config": config, "status": "ok"} for config in raw])
+    assert {f: (l["axis"], l["rungs"]) for f, l in found.items()} == ladder
+    assert len({c["model"]["d_model"] for c in raw}) == 1  # matched width
     cells = {}
     for c in raw:
         family = c["task"]["name"]
-        cells.setdefault((family, c["mixer"]["name"], c["task"][LADDER_V1[family][0].split(".")[1]]), set()).add(c["seed"])
+        cells.setdefault((family, c["mixer"]["name"], c["task"][ladder[family][0].split(".")[1]]), set()).add(c["seed"])
+    return cells, raw
+
+
+@pytest.mark.parametrize("preset", ["standard-cpu-v1", "standard-v1"])
+def test_v1_presets_hold_ladder_v1_for_every_mixer_and_seed(preset):
+    cells, raw = ladder_cells(preset, LADDER_V1)
+    assert {c["mixer"]["name"] for c in raw} == MIXERS_V1
     assert len({len(s) for s in cells.values()}) == 1 and min(len(s) for s in cells.values()) >= 3
-    assert len(cells) == len(LADDER_V1) * 3 * len(mixers)
+    assert len(cells) == len(LADDER_V1) * 3 * len(MIXERS_V1)
+
+
+@pytest.mark.parametrize("preset", ["standard-cpu", "standard"])
+def test_standard_presets_hold_ladder_v2_for_all_seven_mixers_and_eight_seeds(preset):
+    from emergence_bench.execution.sweep import load_sweep
+
+    cells, raw = ladder_cells(preset, LADDER_V2)
+    assert {c["mixer"]["name"] for c in raw} == BUILT_IN
+    assert len(cells) == len(LADDER_V2) * 3 * len(BUILT_IN)
+    assert {len(s) for s in cells.values()} == {8 if preset == "standard-cpu" else 16}
+    for c in raw:
+        family = c["task"]["name"]
+        assert {k: c["task"][k] for k in TASKS_V2[family]} == TASKS_V2[family], family
+    sweep = load_sweep(preset)
+    assert sweep.seed_parallel == len(next(iter(cells.values())))  # a cell's seeds train as one batched model
+
+
+def test_the_two_reproducibility_seed_sets_are_disjoint_from_the_pilot_and_each_other():
+    # standard-cpu trains seeds 0-7; its reproduction, seeds 8-15 (`--grid seed=8,...,15`); the pilot
+    # that chose the rungs used seeds 100-103.
+    from emergence_bench.execution.sweep import load_sweep
+
+    seeds = {c["seed"] for _, c in load_sweep("standard-cpu").raw_runs()}
+    assert seeds == set(range(8)) and not seeds & set(range(8, 16)) and not seeds & set(range(100, 104))
 
 
 def test_the_report_compares_mixers_against_the_transformer_with_survival_forest_and_state_figures():

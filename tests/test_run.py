@@ -58,6 +58,7 @@ def test_sweep_records_failures_and_continues_then_builds_a_leaderboard(tmp_path
     sweep = Sweep("t", base=tiny_config(), grid={
         "seed": [0, 1], "mixer": [{"name": "transformer", "n_heads": 2, "head_dim": 4}, {"name": "test_broken"}]})
     counts = run_sweep(sweep, tmp_path)
+    assert counts.pop("wall_seconds") > 0
     assert counts == {"total": 4, "skipped": 0, "ok": 2, "diverged": 0, "failed": 2, "busy": 0}
     frame = load(tmp_path)
     assert len(frame) == 4 and set(frame["status"]) == {"ok", "failed"}

@@ -150,3 +150,13 @@ def test_the_model_sums_its_layers_and_says_none_when_a_layer_does_not_state_it(
     assert attention.state_size(10) is None
     with pytest.raises(ValueError, match="length"):
         attention.state_size(-1)
+
+
+def test_every_result_records_the_state_of_the_whole_sequence(tmp_path):
+    from emergence_bench.run import run
+    config = {"task": {"name": "linear_map", "state_size": 4, "sparsity": 2, "batch_size": 8},
+              "mixer": {"name": "transformer", "n_heads": 2, "head_dim": 4}, "model": {"d_model": 8, "n_layers": 2},
+              "trainer": {"max_steps": 2, "eval_every": 2, "eval_batches": 1, "accelerator": "cpu"}}
+    record = run(config, tmp_path)
+    # The linear map S=4, T=2 feeds 7 tokens (the last is only predicted): K and V of 2 heads × 4, 2 layers.
+    assert record["state_size"] == 2 * (2 * 2 * 4 * 7)

@@ -151,3 +151,18 @@ def test_no_workers_is_refused_before_anything_runs(tmp_path, workers):
     with pytest.raises(ConfigError, match="--workers must be a whole number ≥ 1"):
         run_sweep(sweep, tmp_path, workers=workers)
     assert not any(tmp_path.iterdir())
+
+
+def test_a_sweep_file_says_how_many_seeds_train_together_and_the_flag_overrides_it(tmp_path):
+    from emergence_bench.cli import main
+
+    path = write_sweep(tmp_path / "s.yaml", name="sp", base=tiny_config(trainer={"max_steps": 10}),
+                       grid={"seed": [0, 1]}, seed_parallel=2, batching="always")
+    assert load_sweep(str(path)).seed_parallel == 2
+    assert main(["sweep", str(path), "--out", str(tmp_path / "a")]) == 0
+    rows = [json.loads(p.read_text()) for p in (tmp_path / "a").glob("*/result.json")]
+    assert [r["seed_parallel"]["k"] for r in rows] == [2, 2]
+    assert main(["sweep", str(path), "--out", str(tmp_path / "b"), "--seed-parallel", "1"]) == 0
+    assert all("seed_parallel" not in json.loads(p.read_text()) for p in (tmp_path / "b").glob("*/result.json"))
+    with pytest.raises(ConfigError, match="seed_parallel must be a whole number"):
+        load_sweep(str(write_sweep(tmp_path / "bad.yaml", name="bad", base=tiny_config(), seed_parallel=0)))

@@ -70,6 +70,8 @@ class Sweep:
     description: str = ""
     groups: list[Group] = field(default_factory=list)
     advertised: int | None = None  # the `runs:` count a preset promises
+    seed_parallel: int = 1  # how a sweep file says to train it by default (the CLI flags override)
+    batching: str = "auto"
     scale: float = 1.0  # multiplies every run's trainer.max_steps and trainer.eval_every
 
     def raw_runs(self) -> list[tuple[str, dict]]:
@@ -157,7 +159,7 @@ def load_sweep(preset_or_file: str) -> Sweep:
         raise ConfigError(f"{path} must hold a mapping (name, base, grid, groups), got {type(data).__name__}")
     if data.get("base") is not None and not isinstance(data["base"], dict):
         raise ConfigError(f"base in {path} must be a run config (a mapping), got {data['base']!r}")
-    allowed = {"name", "description", "runs", "base", "grid", "groups"}
+    allowed = {"name", "description", "runs", "base", "grid", "groups", "seed_parallel", "batching"}
     for key in data:
         if key not in allowed:
             raise ConfigError(f"unknown sweep key {key!r} in {path}; valid keys: {', '.join(sorted(allowed))}")
@@ -169,7 +171,11 @@ def load_sweep(preset_or_file: str) -> Sweep:
                               f"got keys {sorted(group)}")
         groups.append(Group(group["name"], group.get("base") or {}, _grid(group.get("grid"), path)))
     sweep = Sweep(name=data.get("name", path.stem), base=data.get("base") or {}, grid=_grid(data.get("grid"), path),
-                  description=data.get("description", ""), groups=groups, advertised=data.get("runs"))
+                  description=data.get("description", ""), groups=groups, advertised=data.get("runs"),
+                  seed_parallel=data.get("seed_parallel", 1), batching=data.get("batching", "auto"))
+    if not isinstance(sweep.seed_parallel, int) or sweep.seed_parallel < 1 or sweep.batching not in ("auto", "always"):
+        raise ConfigError(f"{path}: seed_parallel must be a whole number ≥ 1 and batching auto or always; got "
+                          f"{sweep.seed_parallel!r} and {sweep.batching!r}")
     if sweep.advertised is not None and len(sweep.raw_runs()) != sweep.advertised:
         raise ConfigError(f"{path} says runs: {sweep.advertised} but expands to {len(sweep.raw_runs())}")
     return sweep
@@ -297,7 +303,7 @@ def seed_groups(pending: list, k: int) -> list[tuple[Path, list[RunConfig]]]:
     return jobs
 
 
-def _clock(seconds: float) -> str:
+def clock(seconds: float) -> str:
     seconds = int(seconds)
     return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
 
@@ -322,7 +328,7 @@ class Progress:
         if summary["error"]:
             what += f": {summary['error']}"
         print(f"[{self.name}] {self.done}/{self.total} done · failed {self.counts['failed']} · "
-              f"diverged {self.counts['diverged']} · elapsed {_clock(elapsed)} · eta {_clock(eta)} · "
+              f"diverged {self.counts['diverged']} · elapsed {clock(elapsed)} · eta {clock(eta)} · "
               f"{summary['run_id']} {what}", file=self.stream, flush=True)
 
 
@@ -392,7 +398,8 @@ def run_sweep(sweep: Sweep, out: str | Path, workers: int = 1, stream=None, exec
                     f"them) are left unfinished: rerun the same command to resume")
             print(line, file=stream, flush=True)
             raise SweepStopped(signum, line) from None
-    return {"total": len(runs), "skipped": skipped, **progress.counts}
+    return {"total": len(runs), "skipped": skipped, "wall_seconds": round(time.perf_counter() - progress.started, 1),
+            **progress.counts}
 
 
 def _run_local(jobs: list, workers: int, share: int, report) -> None:
