@@ -236,3 +236,13 @@ def test_the_report_compares_mixers_against_the_transformer_with_survival_forest
     page = Page()
     assert ranking_section([{k: v for k, v in r.items() if k != "state_size"} for r in records], page)
     assert [name for name, _ in page.missing] == ["state"]
+
+
+def test_two_rankings_disagree_only_where_one_puts_a_strictly_above_b_and_the_other_strictly_below():
+    def table(ranks: dict) -> pd.DataFrame:
+        return pd.DataFrame({"mixer": list(ranks), "rank": list(ranks.values())})
+
+    first = table({"a": 1, "b": 1, "c": 3, "d": 4})
+    assert rank.disagreements(first, table({"a": 2, "b": 1, "c": 3, "d": 3})) == []  # ties agree with anything
+    assert rank.disagreements(first, table({"a": 1, "b": 2, "c": 4, "d": 3})) == [("c", "d")]
+    assert rank.disagreements(first, table({"a": 1, "e": 2})) == []  # only mixers both rankings hold

@@ -255,6 +255,16 @@ def to_markdown(ranked: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def disagreements(first: pd.DataFrame, second: pd.DataFrame) -> list[tuple[str, str]]:
+    """The pairs (a, b) that two rankings (``overall`` tables, e.g. of disjoint seed sets) order
+    oppositely: a strictly above b in ``first`` (a better rank, not a tie) and strictly below it in
+    ``second``. Ties in either one agree with any order; mixers only one ranking has are skipped."""
+    ranks = [dict(zip(table["mixer"], table["rank"])) for table in (first, second)]
+    common = sorted(set(ranks[0]) & set(ranks[1]))
+    return [(a, b) for a in common for b in common
+            if ranks[0][a] < ranks[0][b] and ranks[1][a] > ranks[1][b]]
+
+
 DEFAULT_BASELINE = "transformer"
 
 
