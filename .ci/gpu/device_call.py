@@ -1,8 +1,9 @@
 """Print the exact `device` tool calls of a GPU lease (docs/gpu.md), checked against the tool's limits.
 
 The first call runs all of .ci/gpu-check on the device's bare image and carries the wheels it lacks
-(.whl/, `make gpu-wheels`); two shorter reruns follow it, for when a phase failed or ran out of time. Checked here, before any device time is spent: the command is at most 2,000
-characters; at most 8 carried paths, each present; .whl/ holds exactly the wheels of
+(.whl/, `make gpu-wheels`); two shorter reruns follow it, for when a phase failed or ran out of
+time. Checked here, before any device time is spent: each command is at most 2,000 characters; at
+most 8 carried paths, each present; .whl/ holds exactly the wheels of
 .ci/gpu/wheels.txt, one version each; what travels (tracked and untracked files that git does not
 ignore, shared/ if the checkout has one, and the carried paths) is at most 64 MiB; timeout_s is
 within the tool's 600 s, MARGIN_S past the script's own budget so that its summary is written; the
