@@ -54,12 +54,12 @@ report-screenshot: install-dev
 test: install-dev
 	$(BIN)/python -m pytest -q
 
-# On a CUDA machine with the `kernels` extra: every GPU check in one call (.ci/gpu-check).
+# The GPU lease's call (docs/gpu.md): every GPU check in one call, on the device image (.ci/gpu-check).
 gpu-check:
 	.ci/gpu-check
 
 clean:
-	rm -rf $(VENV) runs .pytest_cache
+	rm -rf $(VENV) runs .pytest_cache .whl .venv-torch-oldest
 
 # ---- The GPU lease (docs/gpu.md): what its bare image lacks travels as wheels in .whl/ (ignored).
 GPU_WHEELS := .whl
