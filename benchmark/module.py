@@ -54,13 +54,16 @@ class EvalTally:
         self.rows = scored_rows(task).to(device)  # [N]
         self.cells = task.output_cell.to(device).index_select(0, self.rows)  # [N] output cell of each
 
-        def per_seed(metric: Metric) -> MultioutputWrapper:
+        def per_seed(metric: Metric, dtype: torch.dtype | None = None) -> MultioutputWrapper:
             # remove_nans=False: no NaN filtering (a host sync per seed and batch); a NaN shows in the result.
-            return MultioutputWrapper(metric, seeds, output_dim=0, remove_nans=False).to(device)
+            wrapper = MultioutputWrapper(metric, seeds, output_dim=0, remove_nans=False).to(device)
+            for seed_metric in wrapper.metrics if dtype is not None else ():  # after .to(), which resets it
+                seed_metric.set_dtype(dtype)
+            return wrapper
 
-        mean = lambda: MeanMetric(nan_strategy="disable").set_dtype(torch.float64)  # noqa: E731
+        mean = lambda: per_seed(MeanMetric(nan_strategy="disable"), torch.float64)  # noqa: E731
         self.accuracy = per_seed(MulticlassAccuracy(task.vocab_size, average="micro", validate_args=False))
-        self.loss, self.p_correct, self.full_sequence = per_seed(mean()), per_seed(mean()), per_seed(mean())
+        self.loss, self.p_correct, self.full_sequence = mean(), mean(), mean()
         # Per output cell, a hand count: torchmetrics has no grouped reduction, and one MeanMetric per seed
         # and cell took 1.2-2.5 s per eval pass (K = 16 seeds, 32 cells, 4 batches of 64; 2 loaded CPU
         # cores), against 0.18 s for this whole tally.
