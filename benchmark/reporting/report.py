@@ -203,12 +203,13 @@ def loss_curves(groups: list[tuple[str, list[dict]]]):
     """Per group (the first MAX_CURVE_PANELS), two panels side by side: the train loss on a log axis
     (mean and each seed) with the plateau (0 → median plateau end) shaded and the threshold dotted, and
     the eval accuracy (mean and each seed) with the emergence threshold; emergence steps dashed on
-    both. Returns (figure, caption naming what every panel shares), or None."""
+    both. None when no run recorded a train-loss curve. (What every panel shares is in the caption:
+    ``short_titles``.)"""
     drawable = [(label, members) for label, members in groups
                 if any((m.get("curves") or {}).get("train_loss") for m in members)][:MAX_CURVE_PANELS]
     if not drawable:
         return None
-    names, shared = short_titles([label for label, _ in groups])  # what varies over all of them
+    names, _ = short_titles([label for label, _ in groups])  # what varies over all of them
     titles = [dict(zip([label for label, _ in groups], names))[label] for label, _ in drawable]
     figure, axes = _panels(2 * len(drawable), columns=4, height=2.9)
     for (loss_ax, accuracy_ax), title, (label, members) in zip(zip(axes[::2], axes[1::2]), titles, drawable):
@@ -249,7 +250,7 @@ def loss_curves(groups: list[tuple[str, list[dict]]]):
     axes[0].legend(loc="lower left")
     axes[1].legend(loc="upper left")
     figure.tight_layout()
-    return figure, shared
+    return figure
 
 
 def seed_columns(groups: list[tuple[str, list[dict]]]) -> list[tuple[str, list[int], list[int]]]:
@@ -605,12 +606,11 @@ def write(root: str | Path, out: str | Path | None = None, axes: tuple[str, str]
     titles = dict(zip([label for label, _ in groups], short_titles([label for label, _ in groups])[0]))
     if "curves" in chosen:
         shown = min(len(groups), MAX_CURVE_PANELS)
-        curves = loss_curves(groups)
-        page.place(curves and curves[0], "loss-curves", "Loss curves, and accuracy beside them",
+        page.place(loss_curves(groups), "loss-curves", "Loss curves, and accuracy beside them",
                    "Per group, left: the train loss on a log axis (blue: the mean; grey: each seed), shaded up to the "
                    "median plateau end, dotted: the plateau threshold; right: the eval accuracy (green: the mean), "
                    "dotted: the emergence threshold; dashed on both: each seed's emergence step. "
-                   + html.escape(curves[1] if curves else "")
+                   + html.escape(short_titles([label for label, _ in groups])[1])
                    + (f" The first {shown} of {len(groups)} groups (the leaderboard's order); `report DIR/<group>` "
                       "shows the others." if len(groups) > shown else ""),
                    "no run recorded a train-loss curve", name="curves")
