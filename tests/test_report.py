@@ -30,7 +30,9 @@ def test_report_from_a_small_sweep_has_every_figure(tmp_path):
     assert "<table>" in page and "mlp_mixer" in page
     # An index links every section; every figure is also a PNG and an SVG file beside the report.
     anchors = re.findall(r'<h2 id="([^"]+)">', page)
-    assert len(anchors) == 9 and all(f'href="#{a}"' in page for a in anchors)
+    assert len(anchors) == 10 and all(f'href="#{a}"' in page for a in anchors)
+    # Where the numbers come from: the code, versions, machine and command of every run.
+    assert ">Provenance</h2>" in page and "code (git commit)" in page and "(5 runs)" in page
     files = sorted(p.name for p in (tmp_path / "report_figures").iterdir())
     assert len(files) == 2 * len(images) and {"loss-curves.png", "loss-curves.svg", "heatmap.svg"} <= set(files)
     assert (tmp_path / "report_figures" / "heatmap.svg").read_text().lstrip().startswith("<?xml")

@@ -16,6 +16,8 @@ import html
 import io
 import json
 import re
+import textwrap
+from collections import Counter
 from pathlib import Path
 
 import matplotlib
@@ -23,12 +25,21 @@ import matplotlib
 matplotlib.use("Agg")  # no display; must precede pyplot
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
+from matplotlib import ticker  # noqa: E402
 import pandas as pd  # noqa: E402
 import torch  # noqa: E402
 
 from emergence_bench.config import ConfigError, scientific  # noqa: E402
 from emergence_bench.reporting import comparison, leaderboard, rank  # noqa: E402
-from emergence_bench.results import MAPS_FILE, REPORT_FILE, RESULT_FILE, load_records, write_atomic, write_text  # noqa: E402
+from emergence_bench.results import (MAPS_FILE, REPORT_FILE, RESULT_FILE, code_version, load_records,  # noqa: E402
+                                     mixed_code_note, write_atomic, write_text)
+
+# Every figure is drawn at the page's width (PAGE_INCHES at DPI: 1200 pixels, the page's max-width), so
+# it is shown at 100% and its text at the sizes below is readable without zooming.
+DPI, PAGE_INCHES = 96, 12.5
+STYLE = {"font.size": 10, "axes.titlesize": 10.5, "axes.labelsize": 10, "xtick.labelsize": 9, "ytick.labelsize": 9,
+         "legend.fontsize": 9, "figure.titlesize": 11}
+plt.rcParams.update(STYLE)  # this module only draws reports (and runs headless: Agg above)
 
 
 # What `--figures` may choose, in the page's order.
@@ -67,7 +78,7 @@ class Page:
 
     def figure(self, figure, name: str, alt: str) -> None:
         buffer = io.BytesIO()
-        figure.savefig(buffer, format="png", dpi=90, bbox_inches="tight")
+        figure.savefig(buffer, format="png", dpi=DPI, bbox_inches="tight")
         if self.folder is not None:
             write_atomic(self.folder / f"{name}.png", lambda f: f.write(buffer.getvalue()))
             write_atomic(self.folder / f"{name}.svg", lambda f: figure.savefig(f, format="svg", bbox_inches="tight"))
@@ -78,9 +89,11 @@ class Page:
     def html(self, title: str) -> str:
         index = "".join(f'<li><a href="#{anchor}">{html.escape(t)}</a></li>' for anchor, t in self.sections)
         return ("<!doctype html><html><head><meta charset='utf-8'><title>emergence-bench report</title>"
-                "<style>body{font-family:sans-serif;max-width:1200px;margin:2em auto}"
-                "table{border-collapse:collapse;font-size:12px}td,th{border:1px solid #ccc;padding:3px 6px}"
-                "img{max-width:100%;display:block;margin:1em 0}nav ul{columns:2}</style></head><body>"
+                "<style>body{font-family:sans-serif;max-width:1200px;margin:2em auto;padding:0 1em}"
+                "table{border-collapse:collapse;font-size:12px;display:block;overflow-x:auto;max-width:100%}"
+                "td,th{border:1px solid #ccc;padding:3px 6px}"
+                "img{max-width:100%;height:auto;display:block;margin:1em 0}nav ul{columns:2}"
+                ".caption{color:#444;font-size:13px}</style></head><body>"
                 f"<h1>{html.escape(title)}</h1>"
                 + (f"<nav><b>Contents</b><ul>{index}</ul></nav>" if index else "")
                 + ("<p><b>Not drawn</b> (the data these results hold does not allow it):</p><ul>"
@@ -105,14 +118,74 @@ def _groups(records: list[dict], table: pd.DataFrame, over) -> list[tuple[str, l
     return rows
 
 
-def _panels(n: int):
-    """A grid of ``n`` panels, three a row: (figure, the n axes in order); the grid's spare cells hidden."""
-    columns = min(3, n)
+def _panels(n: int, columns: int = 3, height: float = 3.2):
+    """A grid of ``n`` panels, ``columns`` a row, at the page's width: (figure, the n axes in order);
+    the grid's spare cells hidden."""
+    columns = min(columns, n)
     rows = (n + columns - 1) // columns
-    figure, axes = plt.subplots(rows, columns, figsize=(5 * columns, 3.2 * rows), squeeze=False)
+    figure, axes = plt.subplots(rows, columns, figsize=(PAGE_INCHES, height * rows), squeeze=False)
     for ax in list(axes.flat)[n:]:
         ax.axis("off")
     return figure, list(axes.flat)[:n]
+
+
+def short_titles(labels: list[str]) -> tuple[list[str], str]:
+    """Panel titles that name only what varies between ``labels`` (leaderboard row labels, "task
+    params · mixer params · setting · intervention"), and a caption with the rest: the task or mixer
+    name all rows share, and per task (per mixer) the parameters all its rows share. So a title never
+    repeats what every panel has, and long names do not overprint their neighbours."""
+    parsed = []
+    for label in labels:
+        parts = label.split(" · ")
+        task, mixer = (parts + ["", ""])[:2]
+        parsed.append((task.split(), mixer.split(), parts[2:]))
+    common: dict[tuple[int, str], set] = {}
+    for tokens in parsed:
+        for slot in (0, 1):
+            if tokens[slot]:
+                name, params = tokens[slot][0], set(tokens[slot][1:])
+                common[slot, name] = common.get((slot, name), params) & params
+    shared = [slot for slot in (0, 1) if len({t[slot][0] for t in parsed if t[slot]}) == 1 and len(parsed) > 1]
+    titles = []
+    for tokens in parsed:
+        pieces = []
+        for slot in (0, 1):
+            if not tokens[slot]:
+                continue
+            name, params = tokens[slot][0], [p for p in tokens[slot][1:] if p not in common[slot, tokens[slot][0]]]
+            pieces.append(" ".join(([] if slot in shared else [name]) + params))
+        titles.append(" · ".join(p for p in pieces + tokens[2] if p) or ("all runs" if len(parsed) > 1 else ""))
+    notes = []
+    for (slot, name), params in sorted(common.items(), key=lambda item: item[0]):
+        what = "task" if slot == 0 else "mixer"
+        if slot in shared or params:
+            notes.append(f"{what} {name}" + (f" ({' '.join(sorted(params))})" if params else ""))
+    caption = ("Every panel: " if len(parsed) > 1 else "") + "; ".join(notes) + "." if notes else ""
+    if len(parsed) == 1:
+        caption, titles = f"{labels[0]}.", [""]
+    return titles, caption
+
+
+def _title(ax, text: str, width: int = 48) -> None:
+    """A panel title wrapped to its panel (``width`` characters a line), never over its neighbour."""
+    if text:
+        ax.set_title("\n".join(textwrap.wrap(text, width)) or text)
+
+
+def _plain_log(ax, axis: str = "y") -> None:
+    """A log axis with plain tick labels (50, 100, 200; 0.001), not 2×10²."""
+    which = ax.yaxis if axis == "y" else ax.xaxis
+    (ax.set_yscale if axis == "y" else ax.set_xscale)("log")
+    which.set_major_locator(ticker.LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+    which.set_major_formatter(ticker.FuncFormatter(lambda value, _: f"{value:g}"))
+    which.set_minor_formatter(ticker.NullFormatter())
+
+
+def _line(ax, x, y, **style) -> None:
+    """A curve; with fewer than three points also its markers, so a one-point curve is still seen."""
+    if len(x) < 3:
+        style.setdefault("marker", "o")
+    ax.plot(x, y, **style)
 
 
 MAX_CURVE_PANELS = 24  # loss-curve panels on one page: a 200-run sweep's page stays a few MB
@@ -127,33 +200,56 @@ def _thin(curves: list[np.ndarray]) -> list[np.ndarray]:
 
 
 def loss_curves(groups: list[tuple[str, list[dict]]]):
-    """Mean train loss per group (the first MAX_CURVE_PANELS); plateau (0 → median plateau end)
-    shaded; emergence steps marked."""
+    """Per group (the first MAX_CURVE_PANELS), two panels side by side: the train loss on a log axis
+    (mean and each seed) with the plateau (0 → median plateau end) shaded and the threshold dotted, and
+    the eval accuracy (mean and each seed) with the emergence threshold; emergence steps dashed on
+    both. None when no run recorded a train-loss curve. (What every panel shares is in the caption:
+    ``short_titles``.)"""
     drawable = [(label, members) for label, members in groups
                 if any((m.get("curves") or {}).get("train_loss") for m in members)][:MAX_CURVE_PANELS]
     if not drawable:
         return None
-    figure, axes = _panels(len(drawable))
-    for ax, (label, members) in zip(axes, drawable):
+    names, _ = short_titles([label for label, _ in groups])  # what varies over all of them
+    titles = [dict(zip([label for label, _ in groups], names))[label] for label, _ in drawable]
+    figure, axes = _panels(2 * len(drawable), columns=4, height=2.9)
+    for (loss_ax, accuracy_ax), title, (label, members) in zip(zip(axes[::2], axes[1::2]), titles, drawable):
         curves = _thin([np.array(m["curves"]["train_loss"]) for m in members if m.get("curves", {}).get("train_loss")])
         length = min(len(c) for c in curves)
-        steps = curves[0][:length, 0]
         mean = np.mean([c[:length, 1] for c in curves], axis=0)
         for c in curves:
-            ax.plot(c[:, 0], c[:, 1], color="grey", alpha=0.25, linewidth=0.8)
-        ax.plot(steps, mean, color="C0", linewidth=1.8, label=f"mean of {len(curves)}")
+            _line(loss_ax, c[:, 0], c[:, 1], color="grey", alpha=0.3, linewidth=0.8)
+        _line(loss_ax, curves[0][:length, 0], mean, color="C0", linewidth=1.8, label=f"mean of {len(curves)}")
         plateau = leaderboard.km_time(members, "plateau", "end_step")
         end = plateau["median"] if plateau["median"] is not None else plateau["budget"]
-        ax.axvspan(0, end, color="C1", alpha=0.15, label="plateau (median)")
+        loss_ax.axvspan(0, end, color="C1", alpha=0.15, label="plateau (median)")
+        loss_ax.axhline(members[0]["plateau"]["threshold"], color="C3", linewidth=0.9, linestyle=":", label="threshold")
+        evals = [np.array(m["curves"]["eval"]) for m in members if len((m.get("curves") or {}).get("eval") or [])]
+        for e in evals:
+            _line(accuracy_ax, e[:, 0], e[:, 2], color="grey", alpha=0.3, linewidth=0.8)
+        if evals:
+            length = min(len(e) for e in evals)
+            _line(accuracy_ax, evals[0][:length, 0], np.mean([e[:length, 2] for e in evals], axis=0), color="C2",
+                  linewidth=1.8, label="mean eval accuracy")
+        threshold = (members[0].get("emergence") or {}).get("threshold")
+        if threshold is not None:
+            accuracy_ax.axhline(threshold, color="C3", linewidth=0.9, linestyle=":", label="emergence threshold")
         for m in members:
             step = (m.get("emergence") or {}).get("step")
-            if step is not None:
+            for ax in (loss_ax, accuracy_ax) if step is not None else ():
                 ax.axvline(step, color="C2", linestyle="--", linewidth=0.9)
-        ax.axhline(members[0]["plateau"]["threshold"], color="C3", linewidth=0.8, linestyle=":")
-        ax.set_title(label, fontsize=8)
-        ax.set_xlabel("step")
-        ax.set_ylabel("train loss")
-        ax.legend(fontsize=7)
+        if np.all(mean > 0):
+            _plain_log(loss_ax)
+        loss_ax.set_xlim(left=0)
+        accuracy_ax.set_xlim(loss_ax.get_xlim())  # one step axis for both: a one-eval run is a dot, not a void
+        accuracy_ax.set_ylim(-0.02, 1.02)
+        _title(loss_ax, title, width=30)
+        loss_ax.set_xlabel("step")
+        loss_ax.set_ylabel("train loss (log)")
+        accuracy_ax.set_xlabel("step")
+        accuracy_ax.set_ylabel("eval accuracy")
+    axes[0].legend(loc="lower left")
+    axes[1].legend(loc="upper left")
+    figure.tight_layout()
     return figure
 
 
@@ -177,18 +273,21 @@ def seed_scatter(groups: list[tuple[str, list[dict]]]) -> str | None:
     columns = seed_columns(groups)
     if not columns:
         return None
-    figure, ax = plt.subplots(figsize=(max(4.0, 0.9 * len(columns) + 1.5), 3.6))
+    figure, ax = plt.subplots(figsize=(PAGE_INCHES, 4.2))
     rng = np.random.default_rng(0)
     for i, (_, emerged, never) in enumerate(columns):
         ax.scatter(i + rng.uniform(-0.15, 0.15, len(emerged)), [max(1, s) for s in emerged], color="C0", s=20)
         ax.scatter(i + rng.uniform(-0.15, 0.15, len(never)), never, color="C3", marker="^", s=28)
     ax.scatter([], [], color="C0", s=20, label="emerged")
     ax.scatter([], [], color="C3", marker="^", s=28, label="never (drawn at the budget)")
-    ax.set_yscale("log")
+    _plain_log(ax)
     ax.set_xlim(-0.5, len(columns) - 0.5)
-    ax.set_xticks(range(len(columns)), [label for label, _, _ in columns], rotation=30, ha="right", fontsize=7)
+    titles, _ = short_titles([label for label, _, _ in columns])
+    many = len(columns) > 6  # then rotated, one line each: parallel labels never overprint
+    ax.set_xticks(range(len(columns)), [t if many else "\n".join(textwrap.wrap(t, 24)) for t in titles],
+                  rotation=45 if many else 0, ha="right" if many else "center", rotation_mode="anchor")
     ax.set_ylabel("emergence step (log)")
-    ax.legend(fontsize=7)
+    ax.legend()
     return figure
 
 
@@ -212,21 +311,33 @@ def staircase(groups: list[tuple[str, list[dict]]], limit: int, seed: int | None
              if (chosen := staircase_seed(members, seed)) is not None][:limit]
     if not shown:
         return None
+    names = dict(zip([label for label, _ in groups], short_titles([label for label, _ in groups])[0]))
+    titles = [names[label] for label, _ in shown]
     figure, axes = _panels(len(shown))
-    for ax, (label, record) in zip(axes, shown):
+    for ax, title, (label, record) in zip(axes, titles, shown):
         steps = np.array([step for step, _ in record["curves"]["eval_cells"]])
         losses = np.array([cells for _, cells in record["curves"]["eval_cells"]])  # [evals, cells]
         cells = losses.shape[1]
         emerged_at = (record.get("emergence") or {}).get("per_position") or [None] * cells
+        shortcut = (record.get("task_facts") or {}).get("shortcut_cells") or [False] * cells
         colours = plt.cm.viridis(np.linspace(0, 0.9, cells))
         for c in range(cells):
-            ax.plot(steps, losses[:, c], color=colours[c], linewidth=1)
+            dashed = c < len(shortcut) and shortcut[c]
+            _line(ax, steps, losses[:, c], color=colours[c], linewidth=1.2 if dashed else 1,
+                  linestyle="--" if dashed else "-")
             at = emerged_at[c] if c < len(emerged_at) else None
             if at is not None and at in steps:
                 ax.scatter([at], [losses[list(steps).index(at), c]], color=colours[c], s=16, zorder=3)
-        ax.set_title(f"{label}, seed {record['seed']}", fontsize=8)
+        if any(shortcut):
+            ax.plot([], [], color="grey", linestyle="--", label="shortcut cell")
+            ax.plot([], [], color="grey", label="pattern cell")
+            ax.legend(loc="lower left")
+        if np.all(losses > 0):
+            _plain_log(ax)
+        ax.set_xlim(0, max(float(steps.max()), 1.0) * 1.05)
+        _title(ax, f"{title + ', ' if title else ''}seed {record['seed']}", width=44)
         ax.set_xlabel("step")
-        ax.set_ylabel("eval loss per cell")
+        ax.set_ylabel("eval loss per cell (log)")
     figure.tight_layout()
     return figure
 
@@ -279,7 +390,7 @@ def axis_figure(records: list[dict], axis: str) -> str | None:
     lines = axis_lines(records, axis)
     if not lines or max(len(points) for points in lines.values()) < 2 or len(lines) > MAX_LINES:
         return None  # nothing to draw against, or too many lines to tell apart
-    figure, axes = plt.subplots(1, 2, figsize=(10, 3.6))
+    figure, axes = plt.subplots(1, 2, figsize=(PAGE_INCHES, 4.2))
     for ax, metric, title in zip(axes, ("plateau", "emergence"), ("median plateau end", "median emergence step")):
         values = []
         for i, (line, points) in enumerate(lines.items()):
@@ -290,22 +401,24 @@ def axis_figure(records: list[dict], axis: str) -> str | None:
             reached = ~np.isnan(median)
             ax.errorbar(x[reached], median[reached], yerr=[median[reached] - np.where(np.isnan(low), median, low)[reached],
                                                            high[reached] - median[reached]],
-                        marker="o", capsize=3, color=f"C{i % 10}", label=line)
+                        marker="o", capsize=3, color=f"C{i % 10}", label=line.replace("name=", ""))
             budgets = np.array([p[metric]["budget"] for p in points], dtype=float)
             ax.scatter(x[~reached], budgets[~reached], marker="^", s=60, color=f"C{i % 10}")
             values += list(median[reached]) + list(budgets[~reached])
         xs = sorted({p["value"] for points in lines.values() for p in points})
         if min(xs) > 0 and max(xs) / min(xs) > 10:
-            ax.set_xscale("log")
+            _plain_log(ax, "x")
         if len(xs) <= 12:  # the values the sweep ran, not a continuum between them
             ax.set_xticks(xs, [f"{x:g}" for x in xs])
             ax.minorticks_off()
         if values and min(values) > 0 and max(values) / min(values) > 10:
-            ax.set_yscale("log")
+            _plain_log(ax)
         ax.set_xlabel(axis)
         ax.set_ylabel(title)
-        ax.set_title(f"{title} (▲: not reached, at the budget)", fontsize=8)
-    axes[0].legend(fontsize=7)
+        ax.set_title(f"{title} (▲: not reached, at the budget)")
+    handles, labels = axes[0].get_legend_handles_labels()  # below both panels: long line names overprint nothing
+    figure.legend(handles, ["\n".join(textwrap.wrap(label, 60)) for label in labels], loc="upper center",
+                  bbox_to_anchor=(0.5, 0.0), ncol=2 if len(labels) > 1 else 1, frameon=False)
     figure.tight_layout()
     return figure
 
@@ -328,7 +441,7 @@ def heatmap(records: list[dict], axes: tuple[str, str] | None) -> tuple[str | No
             raise ValueError(f"no config key {axis!r} in these results; keys: {', '.join(sorted(flats.columns))}")
     flats["loss"] = [r["metrics"]["final_eval_loss"] for r in measured]
     grid = flats.groupby(list(axes))["loss"].mean().unstack()
-    figure, ax = plt.subplots(figsize=(1 + 0.7 * grid.shape[1], 1 + 0.5 * grid.shape[0]))
+    figure, ax = plt.subplots(figsize=(min(PAGE_INCHES, 2.5 + 0.8 * grid.shape[1]), 1.5 + 0.5 * grid.shape[0]))
     image = ax.imshow(grid.values, cmap="viridis", aspect="auto")
     ax.set_xticks(range(grid.shape[1]), [str(c) for c in grid.columns])
     ax.set_yticks(range(grid.shape[0]), [str(i) for i in grid.index])
@@ -336,7 +449,7 @@ def heatmap(records: list[dict], axes: tuple[str, str] | None) -> tuple[str | No
     ax.set_ylabel(axes[0])
     for (i, j), value in np.ndenumerate(grid.values):
         if not np.isnan(value):
-            ax.text(j, i, f"{value:.2f}", ha="center", va="center", color="white", fontsize=7)
+            ax.text(j, i, f"{value:.2f}", ha="center", va="center", color="white", fontsize=9)
     figure.colorbar(image, ax=ax, label="final eval loss")
     return figure, axes
 
@@ -350,7 +463,7 @@ def ladder_figure(ranked: dict) -> str | None:
         return None
     cells = ranked["cells"]
     mixers = sorted(cells["mixer"].unique())
-    figure, axes = plt.subplots(2, len(ladders), figsize=(4 * len(ladders), 6), squeeze=False)
+    figure, axes = plt.subplots(2, len(ladders), figsize=(PAGE_INCHES, 6.5), squeeze=False)
     for column, (family, ladder) in enumerate(sorted(ladders.items())):
         top, bottom = axes[0, column], axes[1, column]
         for i, mixer in enumerate(mixers):
@@ -369,18 +482,44 @@ def ladder_figure(ranked: dict) -> str | None:
             ax.set_xticks(range(len(ladder["rungs"])), [str(r) for r in ladder["rungs"]])
             ax.set_xlabel(ladder["axis"])
         top.set_ylim(-0.05, 1.05)
-        top.set_title(family, fontsize=9)
+        top.set_title(family)
         top.set_ylabel("success rate (emerged)")
-        bottom.set_yscale("log")
-        bottom.set_ylabel("median plateau end (▲: not reached, at budget)")
-    axes[0, 0].legend(fontsize=7)
+        _plain_log(bottom)
+        bottom.set_ylabel("median plateau end\n(▲: not reached, at budget)")
+    axes[0, 0].legend()
     figure.tight_layout()
     return figure
 
 
+def _map(ax, image: torch.Tensor, scored: torch.Tensor, scale: dict, title: str, left: bool, bottom: bool):
+    """One [L, L] attention map: the rows that are not scored greyed out, query and key positions
+    labelled on the outer panels. Returns the image (for the colour bar)."""
+    length = image.shape[-1]
+    unscored = np.repeat(~scored.numpy()[:, None], length, axis=1)
+    colours = plt.get_cmap(scale["cmap"]).with_extremes(bad="#cfcfcf")  # a row not scored: grey, whatever its weights
+    shown = ax.imshow(np.ma.masked_array(image.numpy(), mask=unscored), cmap=colours, vmin=scale["vmin"],
+                      vmax=scale["vmax"], interpolation="nearest")
+    ticks = sorted({0, length // 2, length - 1})
+    ax.set_xticks(ticks, [str(t) for t in ticks] if bottom else [])
+    ax.set_yticks(ticks, [str(t) for t in ticks] if left else [])
+    if bottom:
+        ax.set_xlabel("key position")
+    if left:
+        ax.set_ylabel("query position")
+    ax.set_title(title, fontsize=9)
+    return shown
+
+
+def _map_grid(rows: int, columns: int):
+    """A grid of square map panels at most the page's width, laid out to leave room for a colour bar."""
+    side = min(1.9, (PAGE_INCHES - 1.2) / columns)
+    return plt.subplots(rows, columns, figsize=(side * columns + 1.2, side * rows + 0.9), squeeze=False,
+                        layout="constrained")
+
+
 def attention_maps(run_dir: Path, label: str):
     """Each head's mean attention map (last eval) beside the ground truth, per probed layer, all on
-    one colour scale."""
+    one colour scale (a colour bar beside them); the rows the task does not score are grey."""
     path = run_dir / MAPS_FILE
     if not path.is_file():
         return None
@@ -389,24 +528,21 @@ def attention_maps(run_dir: Path, label: str):
     heads = max(m.shape[0] for m in maps)
     # The ground truth drawn as the attention that would follow it exactly (each row spread evenly over
     # its sources), on the heads' own colour scale: a head that found the pattern looks like it.
-    ideal = _ideal(truth)
+    ideal, scored = _ideal(truth), truth.sum(-1) > 0
     scale = {"cmap": "magma", "vmin": 0.0, "vmax": max([float(ideal.max())] + [float(m.max()) for m in maps])}
-    figure, axes = plt.subplots(len(layers), heads + 1, figsize=(1.6 * (heads + 1), 1.7 * len(layers)),
-                                squeeze=False)
+    figure, axes = _map_grid(len(layers), heads + 1)
+    shown = None
     for row, (layer, probs) in enumerate(zip(layers, maps)):
         for head in range(heads + 1):
-            ax = axes[row, head]
-            ax.set_xticks([])
-            ax.set_yticks([])
+            ax, bottom = axes[row, head], row == len(layers) - 1
             if head < probs.shape[0]:
-                ax.imshow(probs[head].numpy(), **scale)
-                ax.set_title(f"L{layer} H{head}", fontsize=7)
+                shown = _map(ax, probs[head], scored, scale, f"layer {layer} head {head}", head == 0, bottom)
             elif head == heads:
-                ax.imshow(ideal.numpy(), **scale)
-                ax.set_title("ground truth", fontsize=7)
+                _map(ax, ideal, scored, scale, "ground truth", head == 0, bottom)
             else:
                 ax.axis("off")
-    figure.suptitle(f"{label} (step {saved['step']})", fontsize=8)
+    figure.colorbar(shown, ax=axes.ravel().tolist(), shrink=0.8, label="attention weight (grey: row not scored)")
+    figure.suptitle(f"{label + ', ' if label else ''}step {saved['step']}")
     return figure
 
 
@@ -432,13 +568,12 @@ def filmstrip(run_dir: Path, record: dict, label: str):
     frames = [(f"{m['moment']} (step {m['step']})", m["maps"][index][best["head"]]) for m in moments]
     frames.append(("ground truth", _ideal(saved["ground_truth"])))
     scale = {"cmap": "magma", "vmin": 0.0, "vmax": max(float(frame.max()) for _, frame in frames)}
-    figure, axes = plt.subplots(1, len(frames), figsize=(1.9 * len(frames), 2.2), squeeze=False)
-    for ax, (title, frame) in zip(axes[0], frames):
-        ax.imshow(frame.numpy(), **scale)
-        ax.set_title(title, fontsize=7)
-        ax.set_xticks([])
-        ax.set_yticks([])
-    figure.suptitle(f"{label}, seed {record['seed']}: layer {best['layer']} head {best['head']}", fontsize=8)
+    scored = saved["ground_truth"].sum(-1) > 0
+    figure, axes = _map_grid(1, len(frames))
+    for i, (ax, (title, frame)) in enumerate(zip(axes[0], frames)):
+        shown = _map(ax, frame, scored, scale, title, i == 0, True)
+    figure.colorbar(shown, ax=axes.ravel().tolist(), shrink=0.8, label="attention weight")
+    figure.suptitle(f"{label + ', ' if label else ''}seed {record['seed']}: layer {best['layer']} head {best['head']}")
     return figure
 
 
@@ -465,18 +600,25 @@ def write(root: str | Path, out: str | Path | None = None, axes: tuple[str, str]
     page.add(f"<p>{len(records)} runs in {len(table)} groups.</p>")
     page.section("Leaderboard")
     page.add(_markdown_table_html(leaderboard.to_markdown(table.drop(columns="_key"))))
+    note = mixed_code_note(records)
+    if note:
+        page.add(f"<p><b>Note:</b> {html.escape(note)} (see Provenance below).</p>")
+    titles = dict(zip([label for label, _ in groups], short_titles([label for label, _ in groups])[0]))
     if "curves" in chosen:
         shown = min(len(groups), MAX_CURVE_PANELS)
-        page.place(loss_curves(groups), "loss-curves", "Loss curves",
-                   "Mean train loss per group (grey: each seed); shaded: the plateau up to the median plateau end; "
-                   "dashed: each seed's emergence step; dotted: the threshold."
+        page.place(loss_curves(groups), "loss-curves", "Loss curves, and accuracy beside them",
+                   "Per group, left: the train loss on a log axis (blue: the mean; grey: each seed), shaded up to the "
+                   "median plateau end, dotted: the plateau threshold; right: the eval accuracy (green: the mean), "
+                   "dotted: the emergence threshold; dashed on both: each seed's emergence step. "
+                   + html.escape(short_titles([label for label, _ in groups])[1])
                    + (f" The first {shown} of {len(groups)} groups (the leaderboard's order); `report DIR/<group>` "
                       "shows the others." if len(groups) > shown else ""),
                    "no run recorded a train-loss curve", name="curves")
     if "staircase" in chosen:
         page.place(staircase(groups, limit=max(1, maps), seed=seed), "staircase", "Per-cell eval loss (the staircase)",
                    "Each output cell's eval loss over training, one line per cell, for each group's median-emergence "
-                   "seed; a dot where that cell emerged. Cells that drop one after another are capabilities arriving "
+                   "seed (log axis); a dot where that cell emerged; dashed: a shortcut cell, predictable from earlier "
+                   "outputs without the sparse pattern. Cells that drop one after another are capabilities arriving "
                    "one at a time.", "no run kept its per-cell eval losses (curves.eval_cells: results from an older "
                    "version)")
     if "seeds" in chosen:
@@ -511,7 +653,7 @@ def write(root: str | Path, out: str | Path | None = None, axes: tuple[str, str]
         if record is None:
             continue
         run_dir = _run_dir(root, record)
-        figure = filmstrip(run_dir, record, label) if run_dir else None
+        figure = filmstrip(run_dir, record, titles[label]) if run_dir else None
         if figure:
             if shown == 0:
                 page.section("Attention over time", "The best head's map at the start, when the pattern was "
@@ -527,17 +669,52 @@ def write(root: str | Path, out: str | Path | None = None, axes: tuple[str, str]
         if shown >= maps:
             break
         run_dir = _run_dir(root, members[0])
-        figure = attention_maps(run_dir, f"{label}, seed {members[0]['seed']}") if run_dir else None
+        figure = attention_maps(run_dir, f"{titles[label] + ', ' if titles[label] else ''}seed {members[0]['seed']}") \
+            if run_dir else None
         if figure:
             if shown == 0:
                 page.section("Attention maps beside the ground truth", "Each group's last attention maps (one "
-                             "panel a head) next to the task's true sources.")
+                             "panel a head; rows: the query position, columns: the key it attends to) next to the "
+                             "task's true sources, on one colour scale; grey rows are positions the task does not "
+                             "score.")
             page.figure(figure, f"attention-{_slug(label)}", f"attention {label}")
             shown += 1
     if "maps" in chosen and not shown:
         page.absent("maps", "no run saved attention maps (mixers without attention scores, or no attention probe)")
+    page.section("Provenance", "Where these numbers come from: the code, the software, the machines and the "
+                 "commands, with the number of runs for each.")
+    page.add(provenance_html(records))
     write_text(out, page.html(f"emergence-bench report: {root}"))
     return out
+
+
+def provenance_html(records: list[dict]) -> str:
+    """A table of what the runs were computed with: commits (dirty or not), versions, devices,
+    machines, thread and allocator policies, commands; each value with its number of runs."""
+    def counted(values) -> str:
+        counts = Counter(values)
+        return "<br>".join(f"{html.escape(str(v))} ({n} run{'s' if n > 1 else ''})" for v, n in counts.most_common(8)) \
+            + (f"<br>… and {len(counts) - 8} more" if len(counts) > 8 else "")
+
+    def provenance(r: dict, *keys: str):
+        value = r.get("provenance") or {}
+        for key in keys:
+            value = (value or {}).get(key) if isinstance(value, dict) else None
+        return "not recorded" if value is None else value
+
+    versions = lambda r: ", ".join(f"{k} {v}" for k, v in (r.get("versions") or {}).items() if v) or "not recorded"
+    machine = lambda r: (f"{provenance(r, 'machine', 'host')} ({provenance(r, 'machine', 'platform')}, "
+                         f"{provenance(r, 'machine', 'cpus')} CPUs)" if r.get("provenance") else "not recorded")
+    threads = lambda r: (f"{provenance(r, 'threads', 'setting')} → {provenance(r, 'threads', 'used')} thread(s)"
+                         if r.get("provenance") else "not recorded")
+    rows = [("code (git commit)", counted(code_version(r) for r in records)),
+            ("versions", counted(versions(r) for r in records)),
+            ("device", counted(r.get("device") or "not recorded" for r in records)),
+            ("machine", counted(machine(r) for r in records)),
+            ("threads (setting → used)", counted(threads(r) for r in records)),
+            ("allocator", counted(provenance(r, "allocator") for r in records)),
+            ("command", counted(provenance(r, "command") for r in records))]
+    return "<table><tbody>" + "".join(f"<tr><th>{k}</th><td>{v}</td></tr>" for k, v in rows) + "</tbody></table>"
 
 
 def ranking_section(records: list[dict], page: Page) -> bool:
