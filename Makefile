@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 TORCH  := torch==2.13.0
 OUT    ?= runs/quick
 
-.PHONY: bench report-screenshot test install clean gpu-check
+.PHONY: bench report-screenshot test test-all install clean gpu-check
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -27,8 +27,12 @@ bench: install
 report-screenshot: install
 	$(BIN)/emergence-bench report $(OUT) --screenshot
 
+# The fast suite, for the edit-test loop: every test not marked slow. test-all: every test.
 test: install
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -m "not slow"
+
+test-all: install
+	$(BIN)/python -m pytest -q --durations=15
 
 # On a CUDA machine with the `kernels` extra: every GPU check in one call (.ci/gpu-check).
 gpu-check:
