@@ -80,6 +80,7 @@ def test_the_threads_a_run_trains_with_are_the_policy_s_and_are_recorded(tmp_pat
     assert saved["threads"] == 2 and saved["config"]["trainer"]["threads"] == 2
 
 
+@pytest.mark.slow
 def test_a_sweep_worker_s_share_bounds_auto(tmp_path, four_cores, monkeypatch, probed):
     monkeypatch.setattr(cfg, "SMALL_STEP_FLOPS", 0.0)  # the tiny model counts as large here
     cfg.set_cpu_share(sweeps.worker_share(2))  # what _init_worker does in each of 2 workers
@@ -89,6 +90,7 @@ def test_a_sweep_worker_s_share_bounds_auto(tmp_path, four_cores, monkeypatch, p
         run(probed(trainer={"threads": 3}), tmp_path)
 
 
+@pytest.mark.slow
 def test_a_two_worker_sweep_keeps_workers_times_threads_within_the_cores(tmp_path, tiny_config):
     sweep = sweeps.Sweep("t", tiny_config(trainer={"max_steps": 5, "eval_every": 5}), {"seed": [0, 1]})
     counts = sweeps.run_sweep(sweep, tmp_path, workers=2, stream=open(tmp_path / "log", "w"))
@@ -98,6 +100,7 @@ def test_a_two_worker_sweep_keeps_workers_times_threads_within_the_cores(tmp_pat
 
 
 # --- the CLI flag -----------------------------------------------------------------------------
+@pytest.mark.slow
 def test_threads_flag_overrides_the_config_for_run_and_sweep(tmp_path, capsys, tiny_config):
     config_file = tmp_path / "c.yaml"
     config_file.write_text(yaml.safe_dump(tiny_config(trainer={"threads": 1})))
