@@ -13,7 +13,7 @@ TORCH_VERSION := 2.13.0
 TORCH_CPU_INDEX := https://download.pytorch.org/whl/cpu
 PIP := $(BIN)/pip install --quiet --no-compile
 
-.PHONY: bench report-screenshot test install install-dev clean gpu-check
+.PHONY: bench report-screenshot test test-slow test-all install install-dev clean gpu-check
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -51,8 +51,15 @@ bench: install
 report-screenshot: install-dev
 	$(BIN)/emergence-bench report $(OUT) --screenshot
 
+# The fast suite, for a newcomer and the edit-test loop: every test not marked slow. test-slow: the
+# rest; test-all: both (CI runs test and test-slow, so every test once).
 test: install-dev
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -m "not slow" --durations=15
+
+test-slow: install-dev
+	$(BIN)/python -m pytest -q -m slow --durations=15
+
+test-all: test test-slow
 
 # The GPU lease's call (docs/gpu.md): every GPU check in one call, on the device image (.ci/gpu-check).
 gpu-check:

@@ -1,4 +1,9 @@
-"""Shared helpers: tiny configs that train in seconds, and test-only mixers."""
+"""Shared helpers (tiny configs that train in seconds, the CLI as a user runs it, oracle comparisons),
+offered to the tests as fixtures of their own names; test-only mixers; the GPU markers.
+
+A test takes a helper by naming it as an argument (``def test_x(tmp_path, tiny_config): ...``):
+nothing imports this file, which pytest loads by itself and discourages importing.
+"""
 
 from __future__ import annotations
 
@@ -87,6 +92,7 @@ class Broken(TokenMixer):
         raise RuntimeError("this mixer is broken on purpose")
 
 
+@pytest.hookimpl(tryfirst=True)  # before `-m` selects on the gpu marker this adds
 def pytest_collection_modifyitems(config, items):
     """The GPU markers, in one place: ``gpu`` skips without CUDA; ``requires_kernel(module)`` is a gpu
     test that also skips when the kernel package ``module`` does not import."""
@@ -158,3 +164,31 @@ def assert_kernel_matches_reference(mixer, x: torch.Tensor, upstream: torch.Tens
     assert relative_error(dx_k, dx_r) < tolerance
     for name in grads_r:
         assert relative_error(grads_k[name], grads_r[name]) < tolerance, name
+
+
+# ---- the helpers above, as fixtures ----------------------------------------------------------------
+
+
+def _offer(helper):
+    """``helper`` as a session-scoped fixture of its own name, whose value is the helper itself."""
+    def fixture():
+        return helper
+    fixture.__doc__ = helper.__doc__
+    return pytest.fixture(scope="session", name=helper.__name__)(fixture)
+
+
+tiny_config_fixture = _offer(tiny_config)
+assert_causal_fixture = _offer(assert_causal)
+cli_fixture = _offer(cli)
+fake_distribution_fixture = _offer(fake_distribution)
+output_and_grads_fixture = _offer(output_and_grads)
+assert_outputs_and_grads_close_fixture = _offer(assert_outputs_and_grads_close)
+assert_close_scaled_fixture = _offer(assert_close_scaled)
+relative_error_fixture = _offer(relative_error)
+assert_kernel_matches_reference_fixture = _offer(assert_kernel_matches_reference)
+
+
+@pytest.fixture(scope="session")
+def cli_executable() -> str:
+    """The path of this environment's `emergence-bench` command."""
+    return CLI

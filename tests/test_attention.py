@@ -2,7 +2,6 @@ import pytest
 import torch
 
 from emergence_bench.model import SequenceModel
-from conftest import assert_causal
 from emergence_bench.mixers.attention import CausalSelfAttention
 from emergence_bench.mixers.base import MixerContext
 
@@ -19,7 +18,7 @@ def test_shapes_with_width_independent_of_d_model():
 
 
 @pytest.mark.parametrize("capture", [False, True])
-def test_causal(capture):
+def test_causal(capture, assert_causal):
     """Perturbing token t leaves every output before t unchanged (fast and explicit paths)."""
     mixer = make()
     assert_causal(lambda x: mixer(x, MixerContext(capture=capture)), torch.randn(2, 10, 16), 6)

@@ -6,7 +6,6 @@ import torch
 from emergence_bench.model import SequenceModel
 from emergence_bench.run import run
 from emergence_bench.callbacks.attention_bias import AttentionBias
-from conftest import tiny_config
 from emergence_bench.mixers.base import MixerContext
 from emergence_bench.tasks.linear_map import LinearMap
 
@@ -73,7 +72,7 @@ def test_bad_selections_are_rejected():
         setup_bias(layers=[2])
 
 
-def test_mixer_without_attention_scores_is_reported_not_applicable(tmp_path):
+def test_mixer_without_attention_scores_is_reported_not_applicable(tmp_path, tiny_config):
     config = tiny_config(mixer={"name": "mlp_mixer"}, callbacks={"attention_bias": {"strength": 5.0}})
     record = run(config, tmp_path)
     assert record["status"] == "ok"
@@ -134,7 +133,7 @@ def test_a_pattern_per_head_and_bad_patterns_are_rejected():
 
 
 @pytest.mark.parametrize("bias", [{"layers": [3]}, {"heads": [8]}])
-def test_a_bias_naming_a_missing_layer_or_head_fails_before_training(bias, tmp_path):
+def test_a_bias_naming_a_missing_layer_or_head_fails_before_training(bias, tmp_path, tiny_config):
     from emergence_bench.run import check
 
     config = tiny_config(callbacks={"attention_bias": {"strength": 1.0, **bias}})

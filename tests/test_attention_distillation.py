@@ -7,13 +7,12 @@ from emergence_bench.config import ConfigError
 from emergence_bench.model import SequenceModel
 from emergence_bench.run import check, run
 from emergence_bench.callbacks.attention_distillation import AttentionDistillation
-from conftest import tiny_config
 
 TASK = {"name": "linear_map", "state_size": 4, "sparsity": 1, "batch_size": 64}
 
 
 @pytest.fixture(scope="module")
-def teacher(tmp_path_factory):
+def teacher(tmp_path_factory, tiny_config):
     """A teacher that has learned the pattern (its attention maps are saved by the probe)."""
     out = tmp_path_factory.mktemp("teacher")
     record = run(tiny_config(task=TASK, trainer={"max_steps": 200, "eval_every": 50}, optim={"lr": 3e-3}), out)
@@ -40,7 +39,7 @@ def test_the_bias_is_the_teachers_strongest_head_per_key(teacher):
     assert truth[rows].gather(1, expected[rows].argmax(-1, keepdim=True)).float().mean() >= 0.75
 
 
-def test_a_student_trains_with_the_teachers_pattern(teacher, tmp_path):
+def test_a_student_trains_with_the_teachers_pattern(teacher, tmp_path, tiny_config):
     config = tiny_config(task=TASK, trainer={"max_steps": 100, "eval_every": 50}, optim={"lr": 3e-3},
                          callbacks={"attention_distillation": {"teacher": str(teacher), "strength": 5.0}})
     record = run(config, tmp_path)
@@ -49,7 +48,7 @@ def test_a_student_trains_with_the_teachers_pattern(teacher, tmp_path):
     assert report["applicable"] and report["teacher"] == str(teacher) and report["steps_applied"] == 100
 
 
-def test_bad_teachers_are_rejected_before_training(tmp_path):
+def test_bad_teachers_are_rejected_before_training(tmp_path, tiny_config):
     with pytest.raises(ConfigError, match="attention_distillation.teacher is required"):
         check(tiny_config(callbacks={"attention_distillation": {}}))
     with pytest.raises(ValueError, match="must be a run folder holding attention_maps.pt"):

@@ -5,7 +5,6 @@ import torch
 
 from emergence_bench.run import run
 from emergence_bench.callbacks.attention_probe import attention_stats
-from conftest import tiny_config
 from emergence_bench.tasks.linear_map import LinearMap
 
 
@@ -34,7 +33,7 @@ def test_probe_keys_of_a_state_trajectory_are_the_previous_state():
     assert (task.ground_truth_attention().bool() <= keys).all()  # the truth lies within the probed keys
 
 
-def test_probe_in_a_run_reports_every_head_and_the_pattern_found_step(tmp_path):
+def test_probe_in_a_run_reports_every_head_and_the_pattern_found_step(tmp_path, tiny_config):
     config = tiny_config(task={"name": "linear_map", "state_size": 4, "sparsity": 1, "batch_size": 64},
                          trainer={"max_steps": 200, "eval_every": 20},
                          optim={"lr": 3e-3})
@@ -53,7 +52,7 @@ def test_probe_in_a_run_reports_every_head_and_the_pattern_found_step(tmp_path):
     assert any((tmp_path / record["run_id"] / "tensorboard").glob("events.out.tfevents.*"))
 
 
-def test_probe_saves_the_filmstrips_moments_in_order(tmp_path):
+def test_probe_saves_the_filmstrips_moments_in_order(tmp_path, tiny_config):
     config = tiny_config(task={"name": "linear_map", "state_size": 4, "sparsity": 1, "batch_size": 64},
                          trainer={"max_steps": 200, "eval_every": 20}, optim={"lr": 3e-3})
     record = run(config, tmp_path)

@@ -7,12 +7,11 @@ import pytest
 from emergence_bench.reporting import report
 from emergence_bench.reporting.browser import check_page, find_browser
 from emergence_bench.run import run
-from conftest import cli, tiny_config
 
 pytestmark = pytest.mark.skipif(find_browser() is None, reason="no headless browser installed (apt-get install chromium)")
 
 
-def test_every_figure_loads_nothing_logs_an_error_and_the_page_is_captured(tmp_path):
+def test_every_figure_loads_nothing_logs_an_error_and_the_page_is_captured(tmp_path, tiny_config):
     for sparsity in (1, 2):
         run(tiny_config(task={"name": "linear_map", "state_size": 4, "sparsity": sparsity, "batch_size": 32}), tmp_path)
     page = report.write(tmp_path)
@@ -34,7 +33,7 @@ def test_a_broken_figure_and_a_logged_error_are_caught(tmp_path):
     assert any("something went wrong" in e for e in check.errors)
 
 
-def test_report_screenshot_flag(tmp_path):
+def test_report_screenshot_flag(tmp_path, cli, tiny_config):
     run(tiny_config(), tmp_path)
     done = cli("report", tmp_path, "--screenshot")
     assert done.returncode == 0, done.stderr

@@ -5,7 +5,6 @@ import math
 import lightning as L
 import pytest
 
-from conftest import tiny_config
 from emergence_bench.registry import register_callback
 from emergence_bench.callbacks.emergence import Emergence
 from emergence_bench.callbacks.plateau import Plateau
@@ -121,10 +120,9 @@ def test_emergence_threshold_is_relative_to_the_reachable_accuracy():
     assert relative.report()["max_accuracy"] == 0.9 and relative.report()["relative"] is True
 
 
-def test_emergence_can_end_the_run_where_it_emerged(tmp_path):
+def test_emergence_can_end_the_run_where_it_emerged(tmp_path, tiny_config):
     from emergence_bench.run import run
     from emergence_bench.execution.seed_parallel import run_seed_parallel
-    from conftest import tiny_config
 
     config = tiny_config(task={"sparsity": 1, "batch_size": 64}, optim={"lr": 3e-3},
                          trainer={"max_steps": 400, "eval_every": 20}, callbacks={"emergence": {"stop": True}})
@@ -153,7 +151,7 @@ class LossLog(L.Callback):
 
 
 @pytest.mark.parametrize("stop", [None, 0.5])
-def test_every_steps_loss_reaches_the_callbacks_once_in_order_though_read_every_log_every(stop, tmp_path):
+def test_every_steps_loss_reaches_the_callbacks_once_in_order_though_read_every_log_every(stop, tmp_path, tiny_config):
     """Losses are read back every 7 steps here; a run stopped by emergence between reads (stop) still
     hands on its last ones, and both engines hand on the same."""
     from emergence_bench.execution.seed_parallel import run_seed_parallel

@@ -7,7 +7,6 @@ from torch import nn
 from emergence_bench import cli, mixer_check
 from emergence_bench.mixers.base import TokenMixer
 from emergence_bench.registry import register_mixer
-from conftest import cli as run_cli, fake_distribution
 
 CHEAP = ("learns", "speed")  # the two slow checks, run once (on the correct mixer) in this file
 
@@ -142,10 +141,10 @@ class PrefixMix(nn.Module):
 '''
 
 
-def test_the_command_on_an_installed_plugin_prints_the_table_and_exits_zero(tmp_path):
+def test_the_command_on_an_installed_plugin_prints_the_table_and_exits_zero(tmp_path, cli, fake_distribution):
     site = fake_distribution(tmp_path / "site", PLUGIN, "[emergence_bench.mixers]\nprefix_mix = fake_mixers:PrefixMix\n")
-    result = run_cli("check-mixer", "prefix_mix", "--mixer.width", "4", "--skip", "speed",
-                     env={"PYTHONPATH": str(site), "OMP_NUM_THREADS": "1"})
+    result = cli("check-mixer", "prefix_mix", "--mixer.width", "4", "--skip", "speed",
+                 env={"PYTHONPATH": str(site), "OMP_NUM_THREADS": "1"})
     assert result.returncode == 0, result.stdout + result.stderr
     lines = result.stdout.splitlines()
     assert lines[0] == "check-mixer prefix_mix (fake_mixers.PrefixMix)"

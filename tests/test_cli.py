@@ -7,9 +7,8 @@ import subprocess
 import time
 from pathlib import Path
 
+import pytest
 import yaml
-
-from conftest import CLI, cli, fake_distribution, tiny_config
 
 PLUGIN_MODULE = '''
 import torch
@@ -30,12 +29,16 @@ class ShiftMixer(nn.Module):
 '''
 
 
-def write_config(path: Path, **sections) -> Path:
-    path.write_text(yaml.safe_dump(tiny_config(**sections)))
-    return path
+@pytest.fixture
+def write_config(tiny_config):
+    """write_config(path, **sections) -> path, holding ``tiny_config(**sections)`` as YAML."""
+    def write(path: Path, **sections) -> Path:
+        path.write_text(yaml.safe_dump(tiny_config(**sections)))
+        return path
+    return write
 
 
-def test_list_shows_mixers_tasks_parameters_and_presets():
+def test_list_shows_mixers_tasks_parameters_and_presets(cli):
     result = cli("list")
     assert result.returncode == 0, result.stderr
     out = result.stdout
@@ -44,7 +47,7 @@ def test_list_shows_mixers_tasks_parameters_and_presets():
     assert "plateau" in out and "emergence" in out and "quick" in out
 
 
-def test_plugin_mixer_is_listed_and_trains_and_a_broken_plugin_is_named(tmp_path):
+def test_plugin_mixer_is_listed_and_trains_and_a_broken_plugin_is_named(tmp_path, cli, fake_distribution, write_config):
     site = fake_distribution(tmp_path / "site", PLUGIN_MODULE, "[emergence_bench.mixers]\nshift = fake_mixers:ShiftMixer\n"
                              "broken = fake_mixers_missing:Nothing\n")
     env = {"PYTHONPATH": str(site)}
@@ -61,7 +64,7 @@ def test_plugin_mixer_is_listed_and_trains_and_a_broken_plugin_is_named(tmp_path
     assert record["status"] == "ok" and record["config"]["mixer"] == {"name": "shift", "shift": 2}
 
 
-def test_run_with_flags_writes_the_result(tmp_path):
+def test_run_with_flags_writes_the_result(tmp_path, cli, write_config):
     config = write_config(tmp_path / "c.yaml")
     result = cli("run", "--config", config, "--out", tmp_path, "--task.state_size", "5", "--seed=3")
     assert result.returncode == 0, result.stderr
@@ -71,7 +74,8 @@ def test_run_with_flags_writes_the_result(tmp_path):
     assert record["seed"] == 3 and record["config"]["task"]["state_size"] == 5
 
 
-def test_bad_input_exits_non_zero_with_a_clear_message(tmp_path):
+@pytest.mark.slow
+def test_bad_input_exits_non_zero_with_a_clear_message(tmp_path, cli, write_config):
     config = write_config(tmp_path / "c.yaml")
     cases = [
         (["--mixer.name", "transfomer"], "Did you mean 'transformer'"),
@@ -89,12 +93,14 @@ def test_bad_input_exits_non_zero_with_a_clear_message(tmp_path):
     assert result.returncode == 2 and "Did you mean 'quick'" in result.stderr
 
 
-def test_sweep_killed_after_first_result_resumes_without_repeating_or_losing_runs(tmp_path):
+@pytest.mark.slow
+def test_sweep_killed_after_first_result_resumes_without_repeating_or_losing_runs(tmp_path, cli, cli_executable,
+                                                                                  tiny_config):
     sweep_file = tmp_path / "s.yaml"
     base = tiny_config(trainer={"max_steps": 40})
     sweep_file.write_text(yaml.safe_dump({"name": "kill", "base": base, "grid": {"seed": [0, 1, 2, 3]}}))
     out = tmp_path / "out"
-    process = subprocess.Popen([CLI, "sweep", str(sweep_file), "--out", str(out)], stdout=subprocess.PIPE,
+    process = subprocess.Popen([cli_executable, "sweep", str(sweep_file), "--out", str(out)], stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE, start_new_session=True)
     deadline = time.time() + 120
     while not list(out.glob("*/result.json")) and time.time() < deadline:
@@ -118,7 +124,8 @@ def test_sweep_killed_after_first_result_resumes_without_repeating_or_losing_run
     assert (out / "leaderboard.md").is_file() and (out / "leaderboard.csv").is_file()
 
 
-def test_sweep_with_two_workers_and_dry_run(tmp_path):
+@pytest.mark.slow
+def test_sweep_with_two_workers_and_dry_run(tmp_path, cli, tiny_config):
     sweep_file = tmp_path / "s.yaml"
     sweep_file.write_text(yaml.safe_dump({"name": "two", "base": tiny_config(), "grid": {"seed": [0, 1],
                                                                                          "task.sparsity": [1, 2]}}))
@@ -130,13 +137,13 @@ def test_sweep_with_two_workers_and_dry_run(tmp_path):
     assert len(list((tmp_path / "out").glob("*/result.json"))) == 4
 
 
-def test_quick_preset_expands_to_its_runs():
+def test_quick_preset_expands_to_its_runs(cli):
     result = cli("sweep", "quick", "--dry-run")
     assert result.returncode == 0, result.stderr
     assert len(result.stdout.split()) == 8
 
 
-def test_speed_command_prints_every_mixer_and_writes_json(tmp_path):
+def test_speed_command_prints_every_mixer_and_writes_json(tmp_path, cli):
     from emergence_bench import registry
 
     out = tmp_path / "speed.json"
@@ -151,6 +158,6 @@ def test_speed_command_prints_every_mixer_and_writes_json(tmp_path):
     assert transformer["vs_transformer"] > 0 and transformer["step_ms"] > 0
 
 
-def test_analyze_is_wired_into_the_command(tmp_path):
+def test_analyze_is_wired_into_the_command(tmp_path, cli):
     result = cli("analyze", "emergence", tmp_path / "missing")
     assert result.returncode == 2 and "missing" in result.stderr

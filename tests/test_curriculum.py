@@ -5,22 +5,26 @@ from emergence_bench.config import ConfigError, resolve
 from emergence_bench.curriculum import pretrain
 from emergence_bench.module import EmergenceModule
 from emergence_bench.run import build_model, build_task, check, run
-from conftest import tiny_config
 
 DYCK = {"name": "dyck", "length": 8, "bracket_types": 2, "max_depth": 2, "batch_size": 16}
 SMALL_MAP = {"name": "linear_map", "state_size": 3, "sparsity": 1, "batch_size": 16}
 
 
-def pretrained(tmp_path, **stage):
-    config = check(tiny_config(curriculum=[{"steps": 6, **stage}]))
-    task = build_task(config)
-    model = build_model(config, task)
-    before = {k: v.clone() for k, v in model.state_dict().items()}
-    carried, report = pretrain(config, model, task, tmp_path)
-    return config, task, model, before, carried, report
+@pytest.fixture
+def pretrained(tiny_config):
+    """pretrained(tmp_path, **stage) -> (config, task, model, state before, carried, report) of a
+    6-step first stage."""
+    def pretrain_stage(tmp_path, **stage):
+        config = check(tiny_config(curriculum=[{"steps": 6, **stage}]))
+        task = build_task(config)
+        model = build_model(config, task)
+        before = {k: v.clone() for k, v in model.state_dict().items()}
+        carried, report = pretrain(config, model, task, tmp_path)
+        return config, task, model, before, carried, report
+    return pretrain_stage
 
 
-def test_vocabulary_change_at_the_stage_switch(tmp_path):
+def test_vocabulary_change_at_the_stage_switch(tmp_path, pretrained):
     _, task, model, before, _, report = pretrained(tmp_path, task=DYCK, vocab="resize")
     assert report[0]["task"] == "dyck" and report[0]["steps"] == 6
     assert before["token_embedding.weight"].shape[0] == 4  # dyck-2: 4 tokens
@@ -30,7 +34,7 @@ def test_vocabulary_change_at_the_stage_switch(tmp_path):
 
 
 @pytest.mark.parametrize("mode", ["reinit", "resize"])
-def test_set_vocab_reinitialises_or_keeps_the_shared_rows(mode):
+def test_set_vocab_reinitialises_or_keeps_the_shared_rows(mode, tiny_config):
     config = check(tiny_config())
     model = build_model(config, build_task(config))
     old_embedding, old_head = model.token_embedding.weight.clone(), model.head.weight.clone()
@@ -41,7 +45,7 @@ def test_set_vocab_reinitialises_or_keeps_the_shared_rows(mode):
     assert kept == (mode == "resize")
 
 
-def test_optimizer_state_carries_over_only_when_asked(tmp_path):
+def test_optimizer_state_carries_over_only_when_asked(tmp_path, pretrained):
     _, task, model, _, carried, _ = pretrained(tmp_path / "keep", task=SMALL_MAP, reset_optimizer=False)
     assert carried is not None
     module = EmergenceModule(model, task, resolve({}).optim, 10, initial_optimizer_state=carried)
@@ -53,7 +57,7 @@ def test_optimizer_state_carries_over_only_when_asked(tmp_path):
     assert reset is None
 
 
-def test_final_stage_is_measured_from_step_zero(tmp_path):
+def test_final_stage_is_measured_from_step_zero(tmp_path, tiny_config):
     record = run(tiny_config(curriculum=[{"task": DYCK, "steps": 15}]), tmp_path)
     assert record["status"] == "ok"
     assert record["curriculum"][0]["steps"] == 15
@@ -63,7 +67,7 @@ def test_final_stage_is_measured_from_step_zero(tmp_path):
     assert (tmp_path / record["run_id"] / "tensorboard" / "stage0").is_dir()
 
 
-def test_bad_curricula_fail_before_training():
+def test_bad_curricula_fail_before_training(tiny_config):
     with pytest.raises(ConfigError, match=r"curriculum\[0\] must be a mapping with task and steps"):
         resolve({"curriculum": [{"task": DYCK}]})
     with pytest.raises(ConfigError, match=r"unknown config key 'curriculum\[0\].stepz'"):

@@ -6,7 +6,6 @@ import torch
 
 import emergence_bench.mixers.gated_deltanet
 from emergence_bench.run import run
-from conftest import assert_causal, assert_kernel_matches_reference, tiny_config
 from emergence_bench.mixers.backend import ENV
 from emergence_bench.mixers.base import MixerContext
 from emergence_bench.mixers.gated_deltanet import KERNEL_MODULE, GatedDeltaNet
@@ -48,7 +47,7 @@ def test_decay_init_follows_fla():
 
 
 @pytest.mark.parametrize("L, t", [(24, 0), (24, 9), (24, 23), (7, 3), (1, 0)])
-def test_causal(L, t):
+def test_causal(L, t, assert_causal):
     """Perturbing position t leaves every output before t unchanged and changes some at/after t."""
     mixer = make()
     assert_causal(lambda x: mixer(x, MixerContext()), torch.randn(2, L, 16), t)
@@ -95,7 +94,7 @@ def test_invalid_hparams_name_the_parameter(hparams, name):
         make(**hparams)
 
 
-def test_trains_end_to_end(tmp_path, monkeypatch):
+def test_trains_end_to_end(tmp_path, monkeypatch, tiny_config):
     monkeypatch.delenv(ENV, raising=False)
     mixer = {"name": "gated_deltanet", "n_heads": 2, "head_dim": 4, "expand_v": 2, "conv_size": 3}
     record = run(tiny_config(mixer=mixer), tmp_path)
@@ -113,7 +112,8 @@ GPU_REL_TOL = 5e-3
 
 @pytest.mark.requires_kernel(KERNEL_MODULE)
 @pytest.mark.parametrize("head_dim, expand_v, L", [(16, 2, 100), (32, 1, 256), (8, 2, 70)])
-def test_kernel_matches_reference_forward_and_gradients(monkeypatch, head_dim, expand_v, L):
+def test_kernel_matches_reference_forward_and_gradients(monkeypatch, head_dim, expand_v, L,
+                                                        assert_kernel_matches_reference):
     torch.manual_seed(0)
     mixer = GatedDeltaNet(d_model=64, max_len=L, layer_idx=0, n_heads=4, head_dim=head_dim,
                           expand_v=expand_v).cuda()

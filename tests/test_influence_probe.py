@@ -5,7 +5,6 @@ from emergence_bench.model import SequenceModel
 from emergence_bench.registry import register_mixer
 from emergence_bench.run import run
 from emergence_bench.callbacks.influence_probe import influence_maps
-from conftest import tiny_config
 from emergence_bench.mixers.base import TokenMixer
 
 
@@ -29,7 +28,7 @@ def test_influence_of_a_fixed_shift_is_the_shift():
     assert torch.allclose(first, shift, atol=1e-4) and torch.allclose(second, shift, atol=1e-4)
 
 
-def test_influence_agrees_with_attention_on_a_trained_transformer_and_runs_for_any_mixer(tmp_path):
+def test_influence_agrees_with_attention_on_a_trained_transformer_and_runs_for_any_mixer(tmp_path, tiny_config):
     task = {"name": "linear_map", "state_size": 4, "sparsity": 1, "batch_size": 64}
     config = tiny_config(task=task, trainer={"max_steps": 200, "eval_every": 50}, optim={"lr": 3e-3},
                          callbacks={"influence_probe": {"probe_size": 8, "found_mass": 0.4}})

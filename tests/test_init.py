@@ -11,7 +11,6 @@ from emergence_bench.config import ConfigError, resolve
 from emergence_bench.model import SequenceModel
 from emergence_bench.registry import register_mixer
 from emergence_bench.run import build_model, build_task, run
-from conftest import tiny_config
 from emergence_bench.mixers.base import TokenMixer
 from emergence_bench.mixers.init import WeightInit
 
@@ -91,7 +90,7 @@ def test_built_in_mixers_keep_their_architecture_specific_init():
     assert torch.equal(rwkv.mixers[0].key, plain.mixers[0].key)
 
 
-def test_the_init_is_recorded_and_different_inits_are_different_leaderboard_rows(tmp_path):
+def test_the_init_is_recorded_and_different_inits_are_different_leaderboard_rows(tmp_path, tiny_config):
     records = [run(tiny_config(seed=seed, model={"init": init}, trainer={"max_steps": 5, "eval_every": 5}),
                    tmp_path) for init in ("lecun_normal", "torch_default") for seed in (0, 1)]
     assert [r["config"]["model"]["init"] for r in records] == ["lecun_normal"] * 2 + ["torch_default"] * 2

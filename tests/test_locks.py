@@ -11,10 +11,9 @@ import yaml
 
 from emergence_bench.config import resolve
 from emergence_bench.run import RunBusy, RunFolder, RunLock, run
-from conftest import tiny_config
 
 
-def test_a_held_run_is_refused_and_released_once_its_row_is_written(tmp_path):
+def test_a_held_run_is_refused_and_released_once_its_row_is_written(tmp_path, tiny_config):
     config = resolve(tiny_config())
     held = RunLock(tmp_path, config.run_id())
     with pytest.raises(RunBusy, match=f"process {os.getpid()}"):
@@ -26,7 +25,8 @@ def test_a_held_run_is_refused_and_released_once_its_row_is_written(tmp_path):
         RunFolder(config, tmp_path, unfinished_only=True)
 
 
-def test_two_sweeps_on_one_folder_train_each_run_once(tmp_path):
+@pytest.mark.slow
+def test_two_sweeps_on_one_folder_train_each_run_once(tmp_path, tiny_config):
     sweep = tmp_path / "sweep.yaml"
     sweep.write_text(yaml.safe_dump({"name": "twice", "base": tiny_config(trainer={"max_steps": 40}),
                                      "grid": {"seed": list(range(6))}}))

@@ -8,7 +8,6 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from conftest import tiny_config
 from emergence_bench.execution.seed_parallel import seed_parallel_supported
 from emergence_bench.mixers.base import MixerContext
 from emergence_bench.mixers.init import WeightInit
@@ -121,7 +120,7 @@ def test_invalid_hparams_name_the_parameter(hparams, name):
 SMALL = {"name": "lru", **LRU.small}
 
 
-def test_seed_parallel_batches_it():
+def test_seed_parallel_batches_it(tiny_config):
     supported, reason = seed_parallel_supported(tiny_config(mixer=SMALL))
     assert supported, reason
 

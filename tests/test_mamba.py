@@ -10,7 +10,6 @@ from torch.func import functional_call, vmap
 
 from emergence_bench.model import SequenceModel
 from emergence_bench.run import run
-from conftest import assert_causal, assert_close_scaled, tiny_config
 from emergence_bench.mixers import backend
 from emergence_bench.mixers.base import MixerContext
 from emergence_bench.mixers.mamba import KERNEL_MODULE, Mamba
@@ -86,7 +85,7 @@ def test_block_wiring_matches_the_equations():
 
 
 @pytest.mark.parametrize("L, t", [(12, 0), (12, 5), (12, 11), (5, 2), (1, 0)])
-def test_causal(L, t):
+def test_causal(L, t, assert_causal):
     """Perturbing position t leaves every output before t unchanged and changes some at/after t."""
     mixer = make()
     with torch.no_grad():
@@ -101,7 +100,7 @@ def test_every_parameter_gets_a_nonzero_gradient():
         assert p.grad is not None and p.grad.abs().sum() > 0, name
 
 
-def test_vmap_over_two_stacked_parameter_sets_equals_two_separate_calls():
+def test_vmap_over_two_stacked_parameter_sets_equals_two_separate_calls(assert_close_scaled):
     """Seed-parallel's form: functional_call of one template under vmap over two mixers' stacked
     parameters (and two batches), autograd outside the vmap. Output and every parameter's gradient
     equal each mixer's own forward and backward (float64, to rounding)."""
@@ -150,7 +149,7 @@ def test_backend_choice_on_cpu(monkeypatch):
     assert mixer.backend == "reference"
 
 
-def test_trains_end_to_end(tmp_path):
+def test_trains_end_to_end(tmp_path, tiny_config):
     record = run(tiny_config(mixer={"name": "mamba", **Mamba.small}), tmp_path)
     assert record["status"] == "ok", record["error"]
     assert record["config"]["mixer"]["name"] == "mamba"
@@ -162,7 +161,7 @@ def test_trains_end_to_end(tmp_path):
 
 
 @pytest.mark.requires_kernel(KERNEL_MODULE)
-def test_kernel_block_matches_reference_on_gpu(monkeypatch):
+def test_kernel_block_matches_reference_on_gpu(monkeypatch, assert_close_scaled):
     """The whole block on each backend, same parameters: output, input and parameter gradients."""
     mixer = make(d_model=32, d_state=16).cuda()
     x = torch.randn(2, 64, 32, device="cuda")

@@ -6,7 +6,6 @@ plugin author runs and what these tests assert cannot drift apart.
 
 import pytest
 
-from conftest import tiny_config
 from emergence_bench import mixer_check, registry
 from emergence_bench.run import run
 
@@ -58,7 +57,7 @@ def test_a_short_run_learns_a_one_sparse_map(name):
 
 @pytest.mark.parametrize("name", [m for m in MIXERS if not getattr(registry.mixers.get(m.split(":")[0]),
                                                                   "exposes_attention", False)])
-def test_a_mixer_without_attention_is_measured_by_the_influence_probe(name, tmp_path):
+def test_a_mixer_without_attention_is_measured_by_the_influence_probe(name, tmp_path, tiny_config):
     mixer = {"name": name.split(":")[0], **SMALL.get(name, {})}
     record = run(tiny_config(mixer=mixer, callbacks={"influence_probe": {"probe_size": 4}}), tmp_path)
     assert record["status"] == "ok", record["error"]

@@ -7,7 +7,6 @@ import torch.nn.functional as F
 from emergence_bench.model import SequenceModel
 from emergence_bench.registry import mixers
 from emergence_bench.run import run
-from conftest import assert_causal, tiny_config
 from emergence_bench.mixers.base import MixerContext
 from emergence_bench.mixers.mlp_mixer import CausalMLPMixer
 from emergence_bench.tasks.linear_map import LinearMap
@@ -43,7 +42,7 @@ def test_bad_token_mixing_names_the_valid_values():
 
 @pytest.mark.parametrize("token_mixing", FORMS)
 @pytest.mark.parametrize("L, t", [(12, 0), (12, 7), (12, 11), (7, 3), (1, 0)])
-def test_causal_at_full_and_shorter_length(token_mixing, L, t):
+def test_causal_at_full_and_shorter_length(token_mixing, L, t, assert_causal):
     """Perturbing position t leaves every output before t unchanged and changes some at/after t."""
     mixer = make(max_len=12, token_mixing=token_mixing)
     perturb_parameters(mixer)
@@ -119,7 +118,7 @@ def test_static_reset_parameters_restores_the_init():
     assert (mixer.value.bias.abs() <= 1 / math.sqrt(mixer.d_model)).all()  # nn.Linear's own default
 
 
-def test_static_causal_even_after_masked_weights_are_changed():
+def test_static_causal_even_after_masked_weights_are_changed(assert_causal):
     mixer = make(token_mixing="static")
     with torch.no_grad():  # as if an optimiser (e.g. weight decay) touched the masked entries
         mixer.mixing.add_(1.0)
@@ -217,7 +216,7 @@ def test_invalid_sizes_name_the_parameter(bad):
 
 
 @pytest.mark.parametrize("token_mixing", FORMS)
-def test_trains_end_to_end(token_mixing, tmp_path):
+def test_trains_end_to_end(token_mixing, tmp_path, tiny_config):
     record = run(tiny_config(mixer={"name": "mlp_mixer", "token_mixing": token_mixing, "expansion": 2}), tmp_path)
     assert record["status"] == "ok", record["error"]
     assert record["config"]["mixer"] == {"name": "mlp_mixer", "token_mixing": token_mixing,

@@ -5,7 +5,6 @@ import pytest
 import torch
 
 import emergence_bench.mixers.mlstm
-from conftest import assert_causal, assert_kernel_matches_reference, tiny_config
 from emergence_bench.execution.seed_parallel import seed_parallel_supported
 from emergence_bench.mixers.backend import ENV
 from emergence_bench.mixers.base import MixerContext
@@ -63,7 +62,7 @@ def test_model_init_reaches_the_projections_and_not_the_gates():
 
 @pytest.mark.parametrize("L, t", [(24, 0), (24, 9), (24, 23), (7, 3), (1, 0)])
 @pytest.mark.parametrize("forget_gate", ["sigmoid", "exp"])
-def test_causal(L, t, forget_gate):
+def test_causal(L, t, forget_gate, assert_causal):
     mixer = make(forget_gate=forget_gate)
     assert_causal(lambda x: mixer(x, MixerContext()), torch.randn(2, L, 16), t)
 
@@ -120,7 +119,7 @@ SMALL = {"name": "mlstm", **MLSTM.small}
 
 
 @pytest.mark.parametrize("forget_gate", ["sigmoid", "exp"])
-def test_seed_parallel_batches_it(forget_gate):
+def test_seed_parallel_batches_it(forget_gate, tiny_config):
     supported, reason = seed_parallel_supported(tiny_config(mixer={**SMALL, "forget_gate": forget_gate}))
     assert supported, reason
 
@@ -138,7 +137,8 @@ GPU_REL_TOL = 1e-2
 
 @pytest.mark.requires_kernel(KERNEL_MODULE)
 @pytest.mark.parametrize("d_model, n_heads, L", [(64, 4, 100), (128, 4, 256), (32, 2, 20)])
-def test_kernel_matches_reference_forward_and_gradients(monkeypatch, d_model, n_heads, L):
+def test_kernel_matches_reference_forward_and_gradients(monkeypatch, d_model, n_heads, L,
+                                                        assert_kernel_matches_reference):
     torch.manual_seed(0)
     mixer = MLSTM(d_model=d_model, max_len=L, layer_idx=0, n_heads=n_heads).cuda()
     with torch.no_grad():  # gates that depend on the input, as after training

@@ -11,7 +11,6 @@ from emergence_bench.model import SequenceModel
 from emergence_bench.module import EmergenceModule
 from emergence_bench.run import run
 from emergence_bench.execution.seed_parallel import run_seed_parallel
-from conftest import tiny_config
 from emergence_bench.tasks.linear_map import LinearMap
 
 
@@ -49,7 +48,7 @@ def test_a_bad_train_on_is_rejected():
         module_for(LinearMap(4, 1), "x1")
 
 
-def test_blank_outputs_reach_the_model_and_seed_parallel_matches_a_run_alone(tmp_path):
+def test_blank_outputs_reach_the_model_and_seed_parallel_matches_a_run_alone(tmp_path, tiny_config):
     config = tiny_config(task={"blank_outputs": True}, trainer={"train_on": "all", "max_steps": 10})
     alone = run(config, tmp_path / "alone")
     assert alone["status"] == "ok" and alone["task_facts"]["shortcut_cells"] == [False] * 4

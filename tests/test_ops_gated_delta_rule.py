@@ -7,7 +7,6 @@ import warnings
 import pytest
 import torch
 
-from conftest import assert_outputs_and_grads_close, output_and_grads, relative_error
 from emergence_bench.mixers.ops.gated_delta_rule import (
     KERNEL_MODULE,
     gated_delta_rule_chunked,
@@ -34,10 +33,6 @@ def core_inputs(B=2, T=37, H=3, K=8, V=6, dtype=torch.float32, seed=0, strong_de
     return [x.requires_grad_() for x in (q, k, v, g, beta)]
 
 
-def assert_close_all(ours, theirs, atol, rtol):
-    assert_outputs_and_grads_close(ours, theirs, GRAD_NAMES, atol, rtol)
-
-
 # float32 tolerances against fla's naive functions (which compute in float32 themselves): outputs
 # and gradients are O(1), and the two orders of summation differ by a few ulps per step.
 F32_ATOL, F32_RTOL = 2e-5, 1e-4
@@ -45,7 +40,8 @@ F32_ATOL, F32_RTOL = 2e-5, 1e-4
 
 @pytest.mark.parametrize("T, chunk_size", [(37, 16), (20, 64), (64, 32)])
 @pytest.mark.parametrize("oracle", ["recurrent", "chunk"])
-def test_chunked_reference_matches_fla_naive_forward_and_gradients(T, chunk_size, oracle):
+def test_chunked_reference_matches_fla_naive_forward_and_gradients(T, chunk_size, oracle, output_and_grads,
+                                                                   assert_outputs_and_grads_close):
     """Several chunks with a padded tail, one chunk longer than T, and an exact multiple."""
     inputs = core_inputs(T=T)
     upstream = torch.randn(2, T, 3, 6, generator=torch.Generator().manual_seed(1))
@@ -56,31 +52,33 @@ def test_chunked_reference_matches_fla_naive_forward_and_gradients(T, chunk_size
         return naive_chunk_gated_delta_rule(q, k, v, g, beta, chunk_size=16)[0]
 
     ours = output_and_grads(lambda *x: gated_delta_rule_chunked(*x, chunk_size=chunk_size), inputs, upstream)
-    assert_close_all(ours, output_and_grads(naive, inputs, upstream), atol=F32_ATOL, rtol=F32_RTOL)
+    theirs = output_and_grads(naive, inputs, upstream)
+    assert_outputs_and_grads_close(ours, theirs, GRAD_NAMES, atol=F32_ATOL, rtol=F32_RTOL)
 
 
-def test_step_by_step_form_matches_fla_naive_recurrent():
+def test_step_by_step_form_matches_fla_naive_recurrent(output_and_grads, assert_outputs_and_grads_close):
     inputs = core_inputs(T=11)
     upstream = torch.randn(2, 11, 3, 6, generator=torch.Generator().manual_seed(1))
     ours = output_and_grads(gated_delta_rule_recurrent, inputs, upstream)
     theirs = output_and_grads(lambda q, k, v, g, b: naive_recurrent_gated_delta_rule(q, k, v, b, g)[0],
                               inputs, upstream)
-    assert_close_all(ours, theirs, atol=F32_ATOL, rtol=F32_RTOL)
+    assert_outputs_and_grads_close(ours, theirs, GRAD_NAMES, atol=F32_ATOL, rtol=F32_RTOL)
 
 
 @pytest.mark.parametrize("T, chunk_size", [(1, 32), (23, 4), (23, 8), (40, 64)])
 @pytest.mark.parametrize("strong_decay", [False, True])
-def test_chunked_matches_step_by_step_in_float64(T, chunk_size, strong_decay):
+def test_chunked_matches_step_by_step_in_float64(T, chunk_size, strong_decay, output_and_grads,
+                                                 assert_outputs_and_grads_close):
     """Tight agreement in float64, also with decays down to exp(-30) per step (in-chunk cumulative
     log-decays far below float range if they were exponentiated on their own)."""
     inputs = core_inputs(T=T, dtype=torch.float64, strong_decay=strong_decay)
     upstream = torch.randn(2, T, 3, 6, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
     ours = output_and_grads(lambda *x: gated_delta_rule_chunked(*x, chunk_size=chunk_size), inputs, upstream)
     theirs = output_and_grads(gated_delta_rule_recurrent, inputs, upstream)
-    assert_close_all(ours, theirs, atol=1e-10, rtol=1e-10)
+    assert_outputs_and_grads_close(ours, theirs, GRAD_NAMES, atol=1e-10, rtol=1e-10)
 
 
-def test_chunked_is_finite_and_accurate_in_float32_under_strong_decay():
+def test_chunked_is_finite_and_accurate_in_float32_under_strong_decay(output_and_grads, assert_outputs_and_grads_close):
     inputs = core_inputs(T=70, strong_decay=True)
     with torch.no_grad():
         inputs[3][:, 10:40] = -80.0  # exp(-80 · 30) underflows to 0 in any dtype
@@ -88,7 +86,7 @@ def test_chunked_is_finite_and_accurate_in_float32_under_strong_decay():
     ours = output_and_grads(lambda *x: gated_delta_rule_chunked(*x, chunk_size=64), inputs, upstream)
     assert torch.isfinite(ours[0]).all() and all(torch.isfinite(g).all() for g in ours[1])
     theirs = output_and_grads(gated_delta_rule_recurrent, inputs, upstream)
-    assert_close_all(ours, theirs, atol=F32_ATOL, rtol=F32_RTOL)
+    assert_outputs_and_grads_close(ours, theirs, GRAD_NAMES, atol=F32_ATOL, rtol=F32_RTOL)
 
 
 def test_chunked_keeps_input_dtype_and_scale_argument():
@@ -110,7 +108,7 @@ GPU_REL_TOL = 5e-3
 
 
 @pytest.mark.requires_kernel(KERNEL_MODULE)
-def test_kernel_core_matches_reference_core():
+def test_kernel_core_matches_reference_core(output_and_grads, relative_error):
     """The core op alone, with gradients w.r.t. q, k, v, g and beta."""
     inputs = [x.detach().cuda().requires_grad_() for x in core_inputs(B=2, T=150, H=4, K=16, V=32)]
     upstream = torch.randn(2, 150, 4, 32, device="cuda")

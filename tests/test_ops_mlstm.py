@@ -8,7 +8,6 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from conftest import assert_outputs_and_grads_close, output_and_grads, relative_error
 from emergence_bench.mixers.ops.mlstm import EPS, KERNEL_MODULE, mlstm_kernel, mlstm_parallel, mlstm_recurrent
 
 
@@ -34,10 +33,6 @@ def core_inputs(B=2, T=29, H=3, K=8, V=6, dtype=torch.float32, seed=0):
     return [x.requires_grad_() for x in (q, k, v, i, f)]
 
 
-def assert_close_all(ours, theirs, atol, rtol):
-    assert_outputs_and_grads_close(ours, theirs, GRAD_NAMES, atol, rtol)
-
-
 def ours_sigmoid(core, eps=EPS):
     """Our core op with the sigmoid forget gate, taking f̃ as mlstm-kernels does."""
     return lambda q, k, v, i, f: core(q, k, v, i, F.logsigmoid(f), eps=eps)
@@ -55,17 +50,19 @@ def upstream_for(T, H=3, V=6, dtype=torch.float32):
 @needs_oracle
 @pytest.mark.parametrize("dtype, tol", [(torch.float32, 2e-5), (torch.float64, 1e-12)])
 @pytest.mark.parametrize("T", [1, 29, 64])
-def test_parallel_form_matches_mlstm_kernels_parallel_forward_and_gradients(T, dtype, tol):
+def test_parallel_form_matches_mlstm_kernels_parallel_forward_and_gradients(T, dtype, tol, output_and_grads,
+                                                                            assert_outputs_and_grads_close):
     inputs = core_inputs(T=T, dtype=dtype)
     upstream = upstream_for(T, dtype=dtype)
     oracle = heads_first(lambda q, k, v, i, f: mlstm_parallel__native_stablef_autograd(q, k, v, i, f, eps=EPS))
     ours = output_and_grads(ours_sigmoid(mlstm_parallel), inputs, upstream)
-    assert_close_all(ours, output_and_grads(oracle, inputs, upstream), atol=tol, rtol=tol)
+    theirs = output_and_grads(oracle, inputs, upstream)
+    assert_outputs_and_grads_close(ours, theirs, GRAD_NAMES, atol=tol, rtol=tol)
 
 
 @needs_oracle
 @pytest.mark.parametrize("T", [1, 17, 40])
-def test_parallel_form_matches_mlstm_kernels_recurrent_sequence(T):
+def test_parallel_form_matches_mlstm_kernels_recurrent_sequence(T, output_and_grads, assert_outputs_and_grads_close):
     """Their loop starts its stabiliser at m = 0, ours at the row maximum; h does not depend on m
     except through eps, so with eps = 0 the two agree to float64 rounding."""
     inputs = core_inputs(T=T, dtype=torch.float64)
@@ -75,12 +72,14 @@ def test_parallel_form_matches_mlstm_kernels_recurrent_sequence(T):
         return mlstm_recurrent_sequence__native_fw(q, k, v, i, f, eps=0.0, dtype_state=torch.float64)
 
     ours = output_and_grads(ours_sigmoid(mlstm_parallel, eps=0.0), inputs, upstream)
-    assert_close_all(ours, output_and_grads(heads_first(oracle), inputs, upstream), atol=1e-10, rtol=1e-10)
+    theirs = output_and_grads(heads_first(oracle), inputs, upstream)
+    assert_outputs_and_grads_close(ours, theirs, GRAD_NAMES, atol=1e-10, rtol=1e-10)
 
 
 @pytest.mark.parametrize("forget_gate", ["sigmoid", "exp"])
 @pytest.mark.parametrize("T", [1, 17, 40])
-def test_parallel_form_matches_step_by_step_in_float64(T, forget_gate):
+def test_parallel_form_matches_step_by_step_in_float64(T, forget_gate, output_and_grads,
+                                                       assert_outputs_and_grads_close):
     """Both forget gates; the exp gate with f > 1 on some steps (a memory that grows)."""
     inputs = core_inputs(T=T, dtype=torch.float64)
     upstream = upstream_for(T, dtype=torch.float64)
@@ -92,10 +91,11 @@ def test_parallel_form_matches_step_by_step_in_float64(T, forget_gate):
         return fn
 
     ours = output_and_grads(with_gate(mlstm_parallel), inputs, upstream)
-    assert_close_all(ours, output_and_grads(with_gate(mlstm_recurrent), inputs, upstream), atol=1e-10, rtol=1e-10)
+    theirs = output_and_grads(with_gate(mlstm_recurrent), inputs, upstream)
+    assert_outputs_and_grads_close(ours, theirs, GRAD_NAMES, atol=1e-10, rtol=1e-10)
 
 
-def test_stabiliser_keeps_overflowing_gates_exact_in_float32():
+def test_stabiliser_keeps_overflowing_gates_exact_in_float32(output_and_grads, relative_error):
     """ĩ near 150 (exp(ĩ) overflows float32 at 88) and an exp forget gate at e^1 per step over 120
     steps (e^120 of growth): the float32 forward and gradients are finite and agree with float64."""
     q, k, v, i, f = (x.detach() for x in core_inputs(T=120))
@@ -129,7 +129,8 @@ def test_normaliser_floor_is_one_and_output_keeps_input_dtype():
 
 @needs_oracle
 @pytest.mark.parametrize("T, K, V", [(5, 8, 6), (37, 16, 16), (100, 12, 20), (128, 32, 64)])
-def test_kernel_wrapper_gives_the_kernel_valid_shapes_and_our_numbers(monkeypatch, T, K, V):
+def test_kernel_wrapper_gives_the_kernel_valid_shapes_and_our_numbers(monkeypatch, T, K, V, output_and_grads,
+                                                                      relative_error):
     """The GPU path's padding and q rescaling, on CPU: the Triton kernel is stood in for by
     mlstm-kernels' native parallel function, which has the kernel's contract ([B, H, T, *], f̃ through
     logsigmoid, q·k scaled by the padded K^-0.5), after checking the shapes the kernel accepts."""
@@ -164,7 +165,7 @@ GPU_REL_TOL = 1e-2
 
 @pytest.mark.requires_kernel(KERNEL_MODULE)
 @pytest.mark.parametrize("T, K, V", [(64, 16, 16), (37, 8, 6), (300, 32, 64)])
-def test_kernel_core_matches_reference_core(T, K, V):
+def test_kernel_core_matches_reference_core(T, K, V, output_and_grads, relative_error):
     """The core op with gradients; lengths and head sizes the kernel pads (37, 300; 8, 6) or not.
     eps = 0: the kernel starts its stabiliser at m = 0, we at the row maximum, which changes only
     how much eps weighs, and these gates (up to e^±9) would make that visible."""

@@ -6,7 +6,6 @@ import torch
 import torch.nn.functional as F
 from torch.func import grad, vmap
 
-from conftest import assert_close_scaled
 from emergence_bench.mixers.ops.selective_scan import KERNEL_MODULE, selective_scan, selective_scan_recurrent
 
 # float64: the chunked scan and the loop agree to rounding (~1e-15 seen). float32 against the
@@ -53,7 +52,7 @@ NAMES = ["u", "delta", "A", "B", "C", "D"]
 
 
 @pytest.mark.parametrize("L", [1, 4, 13, 16, 37])
-def test_selective_scan_matches_oracle_float64(L):
+def test_selective_scan_matches_oracle_float64(L, assert_close_scaled):
     """Forward and the gradients w.r.t. u, delta, A, B, C, D, to rounding."""
     inputs = scan_inputs(L=L)
     weight = torch.randn(2, L, 5, dtype=torch.float64)
@@ -65,7 +64,7 @@ def test_selective_scan_matches_oracle_float64(L):
 
 
 @pytest.mark.parametrize("L, delta_scale", [(40, 1.0), (120, 4.0), (30, 1e-3)])
-def test_selective_scan_float32_matches_float64_oracle(L, delta_scale):
+def test_selective_scan_float32_matches_float64_oracle(L, delta_scale, assert_close_scaled):
     """float32 reference vs the float64 loop on the same numbers, with fast, strong decays
     (delta·|A| up to ~50 per step) and with nearly no decay at all."""
     inputs64 = scan_inputs(L=L, delta_scale=delta_scale)
@@ -81,7 +80,7 @@ def test_selective_scan_float32_matches_float64_oracle(L, delta_scale):
 
 
 @pytest.mark.parametrize("L", [1, 10, 25])
-def test_chunked_form_matches_module_step_by_step_form(L):
+def test_chunked_form_matches_module_step_by_step_form(L, assert_close_scaled):
     inputs = scan_inputs(L=L, batch=3, d=4, n=6, seed=1)
     weight = torch.randn(3, L, 4, dtype=torch.float64)
     y, grads = outputs_and_grads(selective_scan, inputs, weight)
@@ -108,7 +107,7 @@ IN_DIMS = [(0,) * 6, (0, 0, None, 0, 0, None), (None, 0, 0, None, 0, 0)]
 
 
 @pytest.mark.parametrize("in_dims", IN_DIMS)
-def test_vmapped_selective_scan_equals_separate_calls(in_dims):
+def test_vmapped_selective_scan_equals_separate_calls(in_dims, assert_close_scaled):
     """vmap over stacked inputs (how seed-parallel training calls it), then autograd outside the
     vmap: values and gradients equal one call per slice; a shared input gets the summed gradient."""
     stacked = stacked_scan_inputs(L=11)
@@ -127,7 +126,7 @@ def test_vmapped_selective_scan_equals_separate_calls(in_dims):
             assert_close_scaled(g, separate[0][1][i] + separate[1][1][i], TOL64, f"d{name} (shared)")
 
 
-def test_selective_scan_under_func_grad_vmap_of_grad_and_nested_vmap():
+def test_selective_scan_under_func_grad_vmap_of_grad_and_nested_vmap(assert_close_scaled):
     """torch.func.grad of one call equals autograd; vmap of grad (per-slice gradients: the backward
     itself vmapped) and vmap of vmap equal a loop over the slices."""
     inputs = [x.detach() for x in stacked_scan_inputs(k=6, L=9)]
@@ -157,7 +156,7 @@ def test_selective_scan_runs_half_precision_inputs_in_float32():
 
 
 @pytest.mark.requires_kernel(KERNEL_MODULE)
-def test_kernel_core_op_matches_reference_on_gpu():
+def test_kernel_core_op_matches_reference_on_gpu(assert_close_scaled):
     """mamba-ssm's selective_scan_fn (channel-first) against our reference (channel-last), float32."""
     from mamba_ssm.ops.selective_scan_interface import selective_scan_fn
 

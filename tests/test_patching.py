@@ -13,14 +13,13 @@ from emergence_bench.model import SequenceModel
 from emergence_bench.analysis.patching import attention_layers, capture, ground_truth_maps, patch_models
 from emergence_bench.run import run
 from emergence_bench.callbacks.checkpoints import saved_checkpoints
-from conftest import tiny_config
 from emergence_bench.tasks.linear_map import LinearMap
 
 HEADS, HEAD_DIM = 4, 8
 
 
 @pytest.fixture(scope="module")
-def trained(tmp_path_factory):
+def trained(tmp_path_factory, tiny_config):
     """A linear map S=4, s=1 that emerges within ~25 steps at lr 3e-3, with checkpoints (~3 s).
 
     Small initial weights (N(0, 0.02)): at this tiny size a larger init lets the model solve the

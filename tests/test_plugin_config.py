@@ -12,7 +12,6 @@ from emergence_bench.execution.sweep import load_sweep
 from emergence_bench.model import SequenceModel
 from emergence_bench.mixers.base import TokenMixer
 from emergence_bench.registry import register_mixer
-from conftest import cli, tiny_config
 
 
 @register_mixer("test_kwargs_only")
@@ -94,7 +93,7 @@ def test_renaming_the_task_over_another_tasks_keys_says_whose_they_are():
         set_dotted(data, "task.name", "cellular_automata")
 
 
-def test_a_sweep_flag_renaming_the_mixer_names_the_keys(tmp_path):
+def test_a_sweep_flag_renaming_the_mixer_names_the_keys(tmp_path, tiny_config):
     sweep_file = tmp_path / "s.yaml"
     sweep_file.write_text(yaml.safe_dump({"name": "s", "base": tiny_config(), "grid": {"seed": [0, 1]}}))
     sweep = load_sweep(sweep_file)
@@ -102,7 +101,7 @@ def test_a_sweep_flag_renaming_the_mixer_names_the_keys(tmp_path):
         sweep.override({"mixer.name": "mamba"})
 
 
-def test_the_command_line_names_the_keys_before_anything_runs(tmp_path):
+def test_the_command_line_names_the_keys_before_anything_runs(tmp_path, cli, tiny_config):
     config = tmp_path / "c.yaml"
     config.write_text(yaml.safe_dump(tiny_config()))
     result = cli("run", "--config", config, "--out", tmp_path / "runs", "--mixer.name", "mamba")

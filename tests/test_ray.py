@@ -12,7 +12,6 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import CLI, cli, tiny_config
 
 ray = pytest.importorskip("ray")
 RAY = str(Path(sys.executable).parent / "ray")
@@ -42,12 +41,12 @@ def cluster(tmp_path_factory):
 
 
 @pytest.mark.slow
-def test_ray_sweep_killed_midway_resumes_without_repeats_or_losses(cluster, tmp_path):
+def test_ray_sweep_killed_midway_resumes_without_repeats_or_losses(cluster, tmp_path, cli, cli_executable, tiny_config):
     sweep_file = tmp_path / "s.yaml"
     sweep_file.write_text(yaml.safe_dump({"name": "ray", "base": tiny_config(trainer={"max_steps": 150}),
                                           "grid": {"seed": [0, 1, 2, 3, 4, 5]}}))
     out = tmp_path / "out"
-    args = [CLI, "sweep", str(sweep_file), "--out", str(out), "--executor", "ray", "--address", cluster]
+    args = [cli_executable, "sweep", str(sweep_file), "--out", str(out), "--executor", "ray", "--address", cluster]
     driver = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
                               env={**os.environ, **RAY_ENV})
     deadline = time.time() + 240

@@ -5,10 +5,9 @@ import pytest
 
 from emergence_bench.reporting import report
 from emergence_bench.run import run
-from conftest import cli, tiny_config
 
 
-def test_report_from_a_small_sweep_has_every_figure(tmp_path):
+def test_report_from_a_small_sweep_has_every_figure(tmp_path, tiny_config):
     for state_size in (4, 5):
         for sparsity in (1, 2):
             run(tiny_config(task={"name": "linear_map", "state_size": state_size, "sparsity": sparsity,
@@ -45,7 +44,8 @@ def test_report_from_a_small_sweep_has_every_figure(tmp_path):
         report.write(tmp_path, figures=("curvs",))
 
 
-def test_report_command(tmp_path):
+@pytest.mark.slow
+def test_report_command(tmp_path, cli, tiny_config):
     run(tiny_config(), tmp_path)
     result = cli("report", tmp_path, "--out", tmp_path / "r.html")
     assert result.returncode == 0, result.stderr

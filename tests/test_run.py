@@ -8,11 +8,10 @@ from emergence_bench.reporting import leaderboard
 from emergence_bench.results import load
 from emergence_bench.run import run
 from emergence_bench.execution.sweep import Sweep, run_sweep
-from conftest import tiny_config
 from emergence_bench.tasks.linear_map import LinearMap
 
 
-def test_result_schema_and_files(tmp_path):
+def test_result_schema_and_files(tmp_path, tiny_config):
     record = run(tiny_config(), tmp_path)
     run_dir = tmp_path / record["run_id"]
     assert json.loads((run_dir / "result.json").read_text()) == record
@@ -35,7 +34,7 @@ def test_result_schema_and_files(tmp_path):
     assert torch.equal(maps["ground_truth"], LinearMap(4, 2).ground_truth_attention())
 
 
-def test_same_seed_same_numbers_other_seed_other_numbers(tmp_path):
+def test_same_seed_same_numbers_other_seed_other_numbers(tmp_path, tiny_config):
     a = run(tiny_config(), tmp_path / "a")
     b = run(tiny_config(), tmp_path / "b")
     c = run(tiny_config(seed=1), tmp_path / "c")
@@ -45,7 +44,7 @@ def test_same_seed_same_numbers_other_seed_other_numbers(tmp_path):
 
 
 @pytest.mark.parametrize("log_every, stopped_at", [(10, 9), (1, 5), (4, 7)])
-def test_nan_loss_is_recorded_as_diverged_naming_its_step(log_every, stopped_at, tmp_path):
+def test_nan_loss_is_recorded_as_diverged_naming_its_step(log_every, stopped_at, tmp_path, tiny_config):
     """Losses are read back every log_every steps: the error names the step whose loss became NaN
     (step 5), and the run ends at the first read that sees it."""
     record = run(tiny_config(mixer={"name": "test_nan_after", "steps": 5}, trainer={"log_every": log_every}), tmp_path)
@@ -54,7 +53,7 @@ def test_nan_loss_is_recorded_as_diverged_naming_its_step(log_every, stopped_at,
     assert json.loads((tmp_path / record["run_id"] / "result.json").read_text())["status"] == "diverged"
 
 
-def test_sweep_records_failures_and_continues_then_builds_a_leaderboard(tmp_path):
+def test_sweep_records_failures_and_continues_then_builds_a_leaderboard(tmp_path, tiny_config):
     sweep = Sweep("t", base=tiny_config(), grid={
         "seed": [0, 1], "mixer": [{"name": "transformer", "n_heads": 2, "head_dim": 4}, {"name": "test_broken"}]})
     counts = run_sweep(sweep, tmp_path)
@@ -76,7 +75,7 @@ def test_sweep_records_failures_and_continues_then_builds_a_leaderboard(tmp_path
     assert "2 failed" in markdown
 
 
-def test_checkpoints_on_a_schedule(tmp_path):
+def test_checkpoints_on_a_schedule(tmp_path, tiny_config):
     from emergence_bench.callbacks.checkpoints import saved_checkpoints, schedule
 
     assert schedule(20, every=8, log_spaced=True) == [0, 1, 2, 4, 8, 16, 20]

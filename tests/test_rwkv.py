@@ -9,7 +9,6 @@ import torch
 
 from emergence_bench.model import SequenceModel
 from emergence_bench.run import run
-from conftest import assert_causal, tiny_config
 from emergence_bench.mixers.base import MixerContext
 from emergence_bench.mixers.ops.rwkv7 import KERNEL_MODULE
 from emergence_bench.mixers.rwkv import RWKV7TimeMix
@@ -109,7 +108,7 @@ def test_shapes_heads_and_invalid_sizes():
 
 
 @pytest.mark.parametrize("L, t", [(24, 0), (24, 9), (24, 23), (19, 16)])
-def test_causal(L, t):
+def test_causal(L, t, assert_causal):
     """Perturbing position t (through both layers) leaves every output before t unchanged."""
     layers = [make(layer_idx=i, seed=i, randomise=True) for i in range(2)]
 
@@ -167,7 +166,7 @@ def test_backend_env(monkeypatch):
         mixer(x, MixerContext())
 
 
-def test_trains_end_to_end(tmp_path):
+def test_trains_end_to_end(tmp_path, tiny_config):
     mixer = {"name": "rwkv7", "head_dim": 4, "decay_lora": 4, "a_lora": 4, "v_lora": 4, "gate_lora": 4}
     record = run(tiny_config(mixer=mixer, model={"n_layers": 2}), tmp_path)
     assert record["status"] == "ok", record["error"]

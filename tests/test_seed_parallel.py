@@ -21,7 +21,6 @@ from emergence_bench.execution.batching import register_flash_rule
 from emergence_bench.execution.seed_parallel import (EnsembleModule, clip_per_seed_, run_seed_parallel,
                                                      seed_parallel_supported)
 from emergence_bench.callbacks.checkpoints import saved_checkpoints
-from conftest import cli, fake_distribution, tiny_config
 from emergence_bench.mixers.base import TokenMixer
 
 # Small hyperparameters per built-in mixer; a mixer not listed runs with its defaults.
@@ -130,8 +129,9 @@ def seeds_where(config: dict, predicate, count: int = 2) -> list[int]:
 
 
 # --- equality with sequential runs -----------------------------------------------------------
+@pytest.mark.slow
 @pytest.mark.parametrize("mixer", MIXERS)
-def test_each_mixer_matches_sequential_runs_or_falls_back(mixer, tmp_path):
+def test_each_mixer_matches_sequential_runs_or_falls_back(mixer, tmp_path, tiny_config):
     configs = [tiny_config(seed=seed, mixer={"name": mixer, **SMALL.get(mixer, {})},
                            trainer={"log_every": 5}, callbacks=MEASURED) for seed in (0, 1)]
     supported, reason = seed_parallel_supported(configs[0])
@@ -149,13 +149,13 @@ def test_each_mixer_matches_sequential_runs_or_falls_back(mixer, tmp_path):
         assert_same_row(row, run(config, tmp_path / "sequential"))
 
 
-def test_mamba_reference_is_vmappable_on_cpu():
+def test_mamba_reference_is_vmappable_on_cpu(tiny_config):
     # Its reference selective scan has vmap rules; only mamba-ssm's CUDA kernel lacks one.
     supported, reason = seed_parallel_supported(tiny_config(mixer={"name": "mamba", "d_state": 4}))
     assert supported, reason
 
 
-def test_interventions_checkpoints_probe_and_tensorboard_match(tmp_path):
+def test_interventions_checkpoints_probe_and_tensorboard_match(tmp_path, tiny_config):
     extra = {"attention_bias": {"strength": 3.0, "until_step": 12, "heads": [1]}, **MEASURED}
     # Small weights (N(0, 0.02)): the key biases' gradients are exactly zero in exact arithmetic, and
     # AdamW turns the float noise there into lr-sized steps, which a larger init makes visible.
@@ -182,7 +182,7 @@ def test_interventions_checkpoints_probe_and_tensorboard_match(tmp_path):
         torch.testing.assert_close(maps["maps"][0], reference["maps"][0], rtol=1e-4, atol=1e-5)
 
 
-def test_seed_specific_buffers_are_batched(tmp_path):
+def test_seed_specific_buffers_are_batched(tmp_path, tiny_config):
     configs = [tiny_config(seed=seed, mixer={"name": "test_random_buffer"}) for seed in (0, 1)]
     rows = run_seed_parallel(configs, tmp_path / "parallel")
     assert rows[0]["seed_parallel"]["k"] == 2
@@ -191,7 +191,7 @@ def test_seed_specific_buffers_are_batched(tmp_path):
 
 
 # --- NaN -----------------------------------------------------------------------------------------
-def test_a_diverging_seed_ends_alone_and_the_others_match(tmp_path):
+def test_a_diverging_seed_ends_alone_and_the_others_match(tmp_path, tiny_config):
     base = tiny_config(mixer={"name": "test_nan_if_drawn", "steps": 3})
     bad = seeds_where(base, lambda m: float(m.blocks[0].mixer.flag.detach()) > 0, 1)
     good = seeds_where(base, lambda m: float(m.blocks[0].mixer.flag.detach()) <= 0, 2)
@@ -205,7 +205,7 @@ def test_a_diverging_seed_ends_alone_and_the_others_match(tmp_path):
         assert_same_row(row, run(config, tmp_path / "sequential"))
 
 
-def test_every_seed_diverging_ends_the_group(tmp_path):
+def test_every_seed_diverging_ends_the_group(tmp_path, tiny_config):
     configs = [tiny_config(seed=s, mixer={"name": "test_nan_after", "steps": 5}) for s in (0, 1)]
     rows = run_seed_parallel(configs, tmp_path)
     assert [r["status"] for r in rows] == ["diverged", "diverged"]
@@ -236,7 +236,7 @@ def test_clipping_uses_each_seeds_own_norm():
     assert all(torch.equal(g[2], u[2]) for g, u in zip(grads, unclipped))  # seed 2 untouched
 
 
-def test_a_seed_with_huge_gradients_is_clipped_without_touching_the_others(tmp_path):
+def test_a_seed_with_huge_gradients_is_clipped_without_touching_the_others(tmp_path, tiny_config):
     base = tiny_config(mixer={"name": "test_gain"}, optim={"grad_clip": 0.5}, model={"init": "normal"})
     high = seeds_where(base, lambda m: float(m.blocks[0].mixer.gain.detach()) > 1, 1)
     low = seeds_where(base, lambda m: float(m.blocks[0].mixer.gain.detach()) == 1, 1)
@@ -258,7 +258,7 @@ def test_a_seed_with_huge_gradients_is_clipped_without_touching_the_others(tmp_p
         assert_same_row(row, run(config, tmp_path / "sequential"))
 
 
-def test_optimiser_state_and_clipping_are_per_seed():
+def test_optimiser_state_and_clipping_are_per_seed(tiny_config):
     """The ensemble's update (its backward, per-seed clipping, one AdamW over the stack, as the
     Trainer calls them) = each seed's own AdamW and clip_grad_norm_, given the same gradients."""
     from emergence_bench.module import EmergenceModule
@@ -331,7 +331,7 @@ def test_flash_attention_rule_equals_a_loop_over_seeds(mask):
         torch.testing.assert_close(g, e)
 
 
-def test_configs_must_differ_only_in_seed(tmp_path):
+def test_configs_must_differ_only_in_seed(tmp_path, tiny_config):
     with pytest.raises(ValueError, match="identical except for seed"):
         run_seed_parallel([tiny_config(seed=0), tiny_config(seed=1, optim={"lr": 0.01})], tmp_path)
     with pytest.raises(ValueError, match="distinct seeds"):
@@ -339,7 +339,7 @@ def test_configs_must_differ_only_in_seed(tmp_path):
     assert run_seed_parallel([], tmp_path) == []
 
 
-def test_support_check_leaves_the_random_state_alone():
+def test_support_check_leaves_the_random_state_alone(tiny_config):
     torch.manual_seed(123)
     expected = torch.rand(3)
     torch.manual_seed(123)
@@ -382,7 +382,8 @@ for _name, _value in vars(L.Callback).items():
 '''
 
 
-def test_a_plugin_callback_sees_every_hook_per_seed_as_in_a_single_run(tmp_path):
+@pytest.mark.slow
+def test_a_plugin_callback_sees_every_hook_per_seed_as_in_a_single_run(tmp_path, cli, fake_distribution, tiny_config):
     site = fake_distribution(tmp_path / "site", HOOK_COUNTER,
                              "[emergence_bench.callbacks]\nhook_counter = fake_mixers:HookCounter\n")
     config = tmp_path / "c.yaml"
@@ -435,9 +436,10 @@ class FailIfDrawn(L.Callback):
             raise RuntimeError("this seed's callback fails on purpose")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("callback", [{"test_stop_early": {}}, {"test_stop_early": {"at_eval": True}},
                                       {"test_fail_if_drawn": {}}])
-def test_a_callback_that_stops_or_fails_ends_its_seed_alone(callback, tmp_path):
+def test_a_callback_that_stops_or_fails_ends_its_seed_alone(callback, tmp_path, tiny_config):
     configs = [tiny_config(seed=seed, callbacks={**MEASURED, **callback}, trainer={"eval_every": 4})
                for seed in range(4)]
     rows = run_seed_parallel(configs, tmp_path / "parallel")
@@ -448,7 +450,7 @@ def test_a_callback_that_stops_or_fails_ends_its_seed_alone(callback, tmp_path):
 
 
 @pytest.mark.parametrize("measured", [0.6, 3.0])
-def test_auto_batches_only_where_its_probe_says_it_pays(measured, tmp_path, monkeypatch):
+def test_auto_batches_only_where_its_probe_says_it_pays(measured, tmp_path, monkeypatch, tiny_config):
     from emergence_bench.execution import seed_parallel
     from emergence_bench.execution.seed_parallel import group
 
@@ -462,7 +464,7 @@ def test_auto_batches_only_where_its_probe_says_it_pays(measured, tmp_path, monk
         assert note["k"] == 1 and note["fallback"].startswith("auto: batching 2 seeds measured 0.60×")
 
 
-def test_the_probe_measures_a_positive_speedup_and_leaves_the_random_state_alone():
+def test_the_probe_measures_a_positive_speedup_and_leaves_the_random_state_alone(tiny_config):
     from emergence_bench.execution.seed_parallel import batching_speedup
 
     torch.manual_seed(7)

@@ -7,7 +7,6 @@ import dataclasses
 
 import pytest
 import torch
-from conftest import tiny_config
 
 from emergence_bench import training
 from emergence_bench.config import resolve
@@ -76,7 +75,7 @@ def test_repeats_below_the_minimum_are_refused_before_anything_runs(tmp_path):
 
 # --- the loops do the suite's work -----------------------------------------------------------------
 @pytest.mark.parametrize("train_on", ["scored", "all"])
-def test_bare_loop_starts_from_the_suites_loss(tmp_path, train_on):
+def test_bare_loop_starts_from_the_suites_loss(tmp_path, train_on, tiny_config):
     """Same config and seed: the bare loop's first loss is the suite's step-0 loss (same init, data, rows)."""
     config = resolve(tiny_config(seed=3, trainer={"max_steps": 1, "eval_every": 1, "train_on": train_on},
                                  callbacks={}))
@@ -92,7 +91,7 @@ def test_bare_loop_starts_from_the_suites_loss(tmp_path, train_on):
         assert float(other.module.losses(other.batches(0))[pick]) != pytest.approx(suite, rel=1e-5)
 
 
-def test_batched_seed_steps_equal_k_bare_loops():
+def test_batched_seed_steps_equal_k_bare_loops(tiny_config):
     """Two steps of the K-seed batched step = two steps of each seed's own bare loop: losses and
     parameters within float tolerance (decay, a warmup schedule and tight clipping all shape them)."""
     config = resolve(tiny_config(seed=5, optim={"weight_decay": 0.1, "grad_clip": 0.05, "warmup_steps": 3},
@@ -122,7 +121,7 @@ def test_batched_seed_steps_equal_k_bare_loops():
     assert any(moved)
 
 
-def test_speed_and_a_run_execute_the_same_training_step(tmp_path, monkeypatch):
+def test_speed_and_a_run_execute_the_same_training_step(tmp_path, monkeypatch, tiny_config):
     """The step `speed` times is the step runs train with: ``training.step``, patched, is what a run, a
     seed-parallel group and every loop `speed` times call, once per step."""
     calls, original = [], training.step
@@ -150,7 +149,7 @@ def test_speed_and_a_run_execute_the_same_training_step(tmp_path, monkeypatch):
     assert calls.count(("EmergenceModule", 0)) == 2  # the suite run's first step and the bare loop's
 
 
-def test_suite_clock_interleaves_bare_and_suite_blocks_in_one_run():
+def test_suite_clock_interleaves_bare_and_suite_blocks_in_one_run(tiny_config):
     """R suite blocks between R + 1 bare blocks, each of the given steps, after the warm-up."""
     raw = tiny_config(callbacks={})
     bare, bare_s, suite_s = speed.suite_vs_bare(raw, steps=2, repeats=3, warmup=1)

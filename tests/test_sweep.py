@@ -5,7 +5,6 @@ import yaml
 
 from emergence_bench.config import ConfigError
 from emergence_bench.execution.sweep import Group, Sweep, load_sweep, merge, presets, run_sweep
-from conftest import tiny_config
 
 
 def test_merge_deep_merges_and_replaces_a_renamed_task():
@@ -23,7 +22,7 @@ def write_sweep(path, **data):
     return path
 
 
-def test_groups_expand_merge_and_select(tmp_path):
+def test_groups_expand_merge_and_select(tmp_path, tiny_config):
     path = write_sweep(tmp_path / "s.yaml", name="g", base=tiny_config(), grid={"seed": [0, 1]}, groups=[
         {"name": "lm", "grid": {"task.sparsity": [1, 2]}},
         {"name": "ca", "base": {"task": {"name": "cellular_automata", "state_size": 4, "trajectory_length": 3,
@@ -41,7 +40,7 @@ def test_groups_expand_merge_and_select(tmp_path):
         sweep.select(["nope"])
 
 
-def test_group_runs_are_written_under_the_group_folder_and_resume(tmp_path):
+def test_group_runs_are_written_under_the_group_folder_and_resume(tmp_path, tiny_config):
     path = write_sweep(tmp_path / "s.yaml", name="g", base=tiny_config(trainer={"max_steps": 10}),
                        groups=[{"name": "a", "grid": {"seed": [0, 1]}}, {"name": "b"}])
     sweep = load_sweep(str(path))
@@ -60,6 +59,7 @@ def test_bad_sweep_files_are_named(tmp_path):
         load_sweep(str(write_sweep(tmp_path / "c.yaml", base={}, groups=[{"grid": {}}])))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(presets()))
 def test_every_preset_resolves(name):
     sweep = load_sweep(name)
@@ -83,7 +83,7 @@ def test_advertised_count_is_checked_and_scale_shrinks_every_run(tmp_path):
     assert config.trainer.max_steps == 100 and config.trainer.eval_every == 4
 
 
-def test_seed_parallel_sweep_groups_seeds_of_one_config(tmp_path):
+def test_seed_parallel_sweep_groups_seeds_of_one_config(tmp_path, tiny_config):
     from emergence_bench.execution.sweep import seed_groups
 
     path = write_sweep(tmp_path / "s.yaml", name="sp", base=tiny_config(),

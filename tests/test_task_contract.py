@@ -10,7 +10,6 @@ import torch
 from emergence_bench import registry
 from emergence_bench.run import run
 from emergence_bench.tasks.base import SyntheticTask, TrainStream
-from conftest import tiny_config
 
 # Small parameters per task so the contract runs fast; a task not listed is built with its defaults.
 # A task with several forms is checked in each ("name:form" -> its name and parameters).
@@ -266,7 +265,7 @@ def test_invalid_parameters_name_the_parameter_and_what_was_given(name, kwargs, 
 
 
 @pytest.mark.parametrize("form", TASKS)
-def test_a_run_records_the_task_facts_and_a_cell_per_output_cell(form, tmp_path):
+def test_a_run_records_the_task_facts_and_a_cell_per_output_cell(form, tmp_path, tiny_config):
     """The task's facts reach the result row, and per-position columns have one entry per cell."""
     task = build(form)
     config = tiny_config(task={"name": form.split(":")[0], **SMALL.get(form, {})},

@@ -8,7 +8,6 @@ import pytest
 import torch
 import yaml
 
-from conftest import tiny_config
 from emergence_bench.machine import threads as cfg
 from emergence_bench.cli import main
 from emergence_bench.config import ConfigError, resolve, scientific
@@ -32,8 +31,10 @@ class ThreadProbe(L.Callback):
         return {"seen": sorted(self.seen)}
 
 
-def probed(**sections) -> dict:
-    return tiny_config(callbacks={"test_thread_probe": {}}, **sections)
+@pytest.fixture
+def probed(tiny_config):
+    """probed(**sections) -> a tiny config with the thread probe callback."""
+    return lambda **sections: tiny_config(callbacks={"test_thread_probe": {}}, **sections)
 
 
 @pytest.fixture
@@ -69,7 +70,7 @@ def test_size_estimate_puts_quick_below_the_threshold_and_a_wide_model_above(fou
 
 
 # --- applied and recorded ---------------------------------------------------------------------
-def test_the_threads_a_run_trains_with_are_the_policy_s_and_are_recorded(tmp_path, four_cores):
+def test_the_threads_a_run_trains_with_are_the_policy_s_and_are_recorded(tmp_path, four_cores, probed):
     torch.set_num_threads(3)
     row = run(probed(), tmp_path)  # auto, a tiny model: 1 thread whatever was set before
     assert row["status"] == "ok" and row["test_thread_probe"]["seen"] == [1] and row["threads"] == 1
@@ -79,7 +80,8 @@ def test_the_threads_a_run_trains_with_are_the_policy_s_and_are_recorded(tmp_pat
     assert saved["threads"] == 2 and saved["config"]["trainer"]["threads"] == 2
 
 
-def test_a_sweep_worker_s_share_bounds_auto(tmp_path, four_cores, monkeypatch):
+@pytest.mark.slow
+def test_a_sweep_worker_s_share_bounds_auto(tmp_path, four_cores, monkeypatch, probed):
     monkeypatch.setattr(cfg, "SMALL_STEP_FLOPS", 0.0)  # the tiny model counts as large here
     cfg.set_cpu_share(sweeps.worker_share(2))  # what _init_worker does in each of 2 workers
     row = run(probed(), tmp_path)
@@ -88,7 +90,8 @@ def test_a_sweep_worker_s_share_bounds_auto(tmp_path, four_cores, monkeypatch):
         run(probed(trainer={"threads": 3}), tmp_path)
 
 
-def test_a_two_worker_sweep_keeps_workers_times_threads_within_the_cores(tmp_path):
+@pytest.mark.slow
+def test_a_two_worker_sweep_keeps_workers_times_threads_within_the_cores(tmp_path, tiny_config):
     sweep = sweeps.Sweep("t", tiny_config(trainer={"max_steps": 5, "eval_every": 5}), {"seed": [0, 1]})
     counts = sweeps.run_sweep(sweep, tmp_path, workers=2, stream=open(tmp_path / "log", "w"))
     assert counts["ok"] == 2
@@ -97,7 +100,8 @@ def test_a_two_worker_sweep_keeps_workers_times_threads_within_the_cores(tmp_pat
 
 
 # --- the CLI flag -----------------------------------------------------------------------------
-def test_threads_flag_overrides_the_config_for_run_and_sweep(tmp_path, capsys):
+@pytest.mark.slow
+def test_threads_flag_overrides_the_config_for_run_and_sweep(tmp_path, capsys, tiny_config):
     config_file = tmp_path / "c.yaml"
     config_file.write_text(yaml.safe_dump(tiny_config(trainer={"threads": 1})))
     assert main(["run", "--config", str(config_file), "--threads", "2", "--out", str(tmp_path / "r")]) == 0
@@ -116,12 +120,12 @@ def test_threads_flag_overrides_the_config_for_run_and_sweep(tmp_path, capsys):
 
 # --- invalid values ---------------------------------------------------------------------------
 @pytest.mark.parametrize("bad", [0, -1, 1.5, True, "many"])
-def test_invalid_thread_counts_are_rejected_naming_the_key(bad):
+def test_invalid_thread_counts_are_rejected_naming_the_key(bad, tiny_config):
     with pytest.raises(ConfigError, match="trainer.threads"):
         resolve(tiny_config(trainer={"threads": bad}))
 
 
-def test_more_threads_than_cores_is_rejected_before_anything_runs(tmp_path, four_cores, capsys):
+def test_more_threads_than_cores_is_rejected_before_anything_runs(tmp_path, four_cores, capsys, tiny_config):
     with pytest.raises(ConfigError, match="trainer.threads=5 is more than the 4 core"):
         choose_threads(5, 0.0)
     with pytest.raises(ConfigError, match="trainer.threads=5"):
@@ -135,7 +139,7 @@ def test_more_threads_than_cores_is_rejected_before_anything_runs(tmp_path, four
     assert not list((tmp_path / "sweep").glob("*/result.json"))
 
 
-def test_ray_tasks_reserve_the_cpus_their_threads_use():
+def test_ray_tasks_reserve_the_cpus_their_threads_use(tiny_config):
     configs = [resolve(tiny_config(trainer={"threads": 2}))]
     ray_executor.check_threads_fit(configs, num_cpus=2)
     ray_executor.check_threads_fit([resolve(tiny_config())], num_cpus=0.5)  # auto fits any task
@@ -145,7 +149,7 @@ def test_ray_tasks_reserve_the_cpus_their_threads_use():
 
 
 # --- run ids ----------------------------------------------------------------------------------
-def test_threads_leave_run_ids_as_they_were():
+def test_threads_leave_run_ids_as_they_were(tiny_config):
     # The ids these configs had before trainer.threads existed: old results still resume.
     assert resolve({}).run_id() == "linear_map-transformer-seed0-1b9f2f82cf"
     assert resolve(tiny_config()).run_id() == "linear_map-transformer-seed0-710f8e6071"
@@ -153,7 +157,7 @@ def test_threads_leave_run_ids_as_they_were():
     assert resolve(tiny_config(trainer={"max_steps": 21})).run_id() != resolve(tiny_config()).run_id()
 
 
-def test_scientific_drops_only_the_unhashed_keys():
+def test_scientific_drops_only_the_unhashed_keys(tiny_config):
     data = resolve(tiny_config(trainer={"threads": 2})).to_dict()
     kept = scientific(data)
     assert "threads" not in kept["trainer"] and data["trainer"]["threads"] == 2  # a copy
