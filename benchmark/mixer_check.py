@@ -339,9 +339,9 @@ def check_learns(s: Subject):
 @register_check("speed")
 def check_speed(s: Subject):
     from emergence_bench.perf.loops import step_seconds
-    from emergence_bench.perf.speed import WIDTH_MATCHED
+    from emergence_bench.perf.speed import width_matched
 
-    reference = {"name": "transformer", **WIDTH_MATCHED["transformer"]}
+    reference = width_matched("transformer")
     parts = []
     for length in SPEED_LENGTHS:
         base = step_seconds(reference, length, SPEED_BATCH, SPEED_D_MODEL, "cpu", SPEED_REPEATS)

@@ -41,16 +41,10 @@ from emergence_bench.results import write_json
 from emergence_bench.training import StepLoop
 from emergence_bench.mixers.backend import ENV
 
-# Each mixer at the Transformer's width (d_model 64, 4 heads × 16).
-WIDTH_MATCHED = {
-    "transformer": {"n_heads": 4, "head_dim": 16},
-    "mlp_mixer": {},
-    "mamba": {},
-    "gated_deltanet": {"n_heads": 4, "head_dim": 16},
-    "rwkv7": {"head_dim": 16},
-    "mlstm": {},  # its defaults are width-matched already (4 heads over an inner width of 2 · d_model)
-    "lru": {},
-}
+def width_matched(name: str) -> dict:
+    """A mixer's spec at the Transformer's width (d_model 64, 4 heads × 16), as it registers it
+    beside itself (``TokenMixer.width_matched``)."""
+    return {"name": name, **getattr(registry.mixers.get(name), "width_matched", {})}
 
 
 @contextmanager
@@ -83,10 +77,10 @@ def mixer_ratios(lengths=(64, 256), batch: int = 8, d_model: int = 64, repeats: 
     names = builtin_mixers()
     for length in lengths:
         with backend("reference"):
-            base = step_seconds({"name": "transformer", **WIDTH_MATCHED["transformer"]}, length, batch,
+            base = step_seconds(width_matched("transformer"), length, batch,
                                 d_model, device, repeats)
         for name in names:
-            spec = {"name": name, **WIDTH_MATCHED.get(name, {})}
+            spec = width_matched(name)
             with backend("reference"):
                 seconds = step_seconds(spec, length, batch, d_model, device, repeats)
             row = {"mixer": name, "length": length, "device": device, "step_ms": seconds * 1e3,

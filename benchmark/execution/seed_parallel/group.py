@@ -41,7 +41,8 @@ def run_seed_parallel(configs: list[dict | RunConfig], out: str | Path, progress
     if not configs:
         return []
     _check_group(configs)
-    keep_freed_memory()  # K seeds' activations are large blocks: reused, not page-faulted afresh each step
+    # K seeds' activations are large blocks: reused, not page-faulted afresh each step (unless opted out)
+    keep_freed_memory(configs[0].trainer.keep_freed_memory)
     supported, reason = seed_parallel_supported(configs[0])
     probe = {}
     if supported and batching == "auto" and len(configs) > 1:
