@@ -3,25 +3,28 @@
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
-
-from conftest import tiny_config
 
 # A fresh process per case: the policy is decided once per process.
 PROBE = """
 import json, sys
 from emergence_bench.run import run
-from conftest import tiny_config
-record = run(tiny_config(trainer={"keep_freed_memory": sys.argv[2] == "keep"}), sys.argv[1])
+config = {  # conftest's tiny_config(trainer={"keep_freed_memory": ...}): a subprocess takes no fixtures
+    "seed": 0,
+    "task": {"name": "linear_map", "state_size": 4, "sparsity": 2, "batch_size": 32},
+    "mixer": {"name": "transformer", "n_heads": 2, "head_dim": 4},
+    "model": {"d_model": 16, "n_layers": 1, "mlp_ratio": 2},
+    "trainer": {"max_steps": 20, "eval_every": 10, "eval_batches": 1, "accelerator": "cpu",
+                "keep_freed_memory": sys.argv[2] == "keep"},
+}
+record = run(config, sys.argv[1])
 print(json.dumps(record["provenance"]["allocator"]))
 """
 
 
 def policy(tmp_path, config: str, env_value: str | None) -> tuple[int, str]:
     env = {k: v for k, v in os.environ.items() if k != "EMERGENCE_BENCH_KEEP_FREED_MEMORY"}
-    env["PYTHONPATH"] = str(Path(__file__).parent)
     if env_value is not None:
         env["EMERGENCE_BENCH_KEEP_FREED_MEMORY"] = env_value
     done = subprocess.run([sys.executable, "-c", PROBE, str(tmp_path), config], capture_output=True, text=True,
@@ -47,7 +50,7 @@ def test_a_bad_environment_value_is_named(monkeypatch):
         allocator.keep_freed_memory()
 
 
-def test_the_key_is_not_part_of_the_run_id():
+def test_the_key_is_not_part_of_the_run_id(tiny_config):
     from emergence_bench.config import resolve
 
     assert resolve(tiny_config(trainer={"keep_freed_memory": False})).run_id() == resolve(tiny_config()).run_id()

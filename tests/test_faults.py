@@ -26,7 +26,6 @@ from emergence_bench.module import EmergenceModule
 from emergence_bench.registry import register_mixer
 from emergence_bench.reporting import leaderboard
 from emergence_bench.run import RunFolder, RunLock, run
-from conftest import tiny_config
 
 
 @register_mixer("test_faults_open_ended")
@@ -54,7 +53,7 @@ def test_a_non_finite_flag_is_refused_before_anything_is_made(flag, value, tmp_p
 
 
 @pytest.mark.filterwarnings("ignore:mixer.gain passes unchecked")
-def test_non_finite_numbers_are_refused_in_yaml_plugin_keys_and_sweep_grids(tmp_path, capsys):
+def test_non_finite_numbers_are_refused_in_yaml_plugin_keys_and_sweep_grids(tmp_path, capsys, tiny_config):
     config = tmp_path / "c.yaml"
     config.write_text("optim: {lr: .nan}\n")
     assert main(["run", "--config", str(config), "--out", str(tmp_path / "runs")]) == 2
@@ -105,7 +104,7 @@ STAGES = ["config save", "logger", "first step", "eval", "columns", "result writ
 
 
 @pytest.mark.parametrize("stage", STAGES)
-def test_a_failure_at_each_stage_leaves_a_failed_row_the_leaderboard_shows(stage, tmp_path, monkeypatch):
+def test_a_failure_at_each_stage_leaves_a_failed_row_the_leaderboard_shows(stage, tmp_path, monkeypatch, tiny_config):
     inject(monkeypatch, stage)
     config = resolve(tiny_config())
     returned = run(config, tmp_path)
@@ -119,7 +118,7 @@ def test_a_failure_at_each_stage_leaves_a_failed_row_the_leaderboard_shows(stage
     assert table["failed"].sum() == 1 and "1 failed" in markdown
 
 
-def test_a_non_finite_value_in_a_row_is_written_as_null_naming_it(tmp_path, monkeypatch):
+def test_a_non_finite_value_in_a_row_is_written_as_null_naming_it(tmp_path, monkeypatch, tiny_config):
     from emergence_bench.callbacks.recorder import Recorder
 
     columns = Recorder.columns
@@ -160,7 +159,8 @@ class HalfWritten:
 
 
 @pytest.mark.parametrize("code", [errno.ENOSPC, errno.EACCES])
-def test_a_full_disk_mid_sweep_is_named_in_one_line_and_leaves_no_half_file(code, tmp_path, monkeypatch, capsys):
+def test_a_full_disk_mid_sweep_is_named_in_one_line_and_leaves_no_half_file(code, tmp_path, monkeypatch, capsys,
+                                                                             tiny_config):
     sweep = tmp_path / "s.yaml"
     sweep.write_text(yaml.safe_dump({"name": "full", "base": tiny_config(), "grid": {"seed": [0, 1, 2]}}))
     rows = []

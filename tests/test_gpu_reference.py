@@ -10,7 +10,6 @@ import copy
 import pytest
 import torch
 
-from conftest import relative_error
 from emergence_bench import registry
 from emergence_bench.mixers.backend import ENV
 from emergence_bench.model import SequenceModel
@@ -38,7 +37,7 @@ def loss_and_grads(model: SequenceModel, tokens: torch.Tensor) -> tuple[torch.Te
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 @pytest.mark.parametrize("name", builtin_mixers())
-def test_reference_on_gpu_matches_cpu(name, monkeypatch):
+def test_reference_on_gpu_matches_cpu(name, monkeypatch, relative_error):
     monkeypatch.setenv(ENV, "reference")
     monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", False)
     monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", False)

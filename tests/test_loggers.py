@@ -5,12 +5,11 @@ import csv
 
 import pytest
 
-from conftest import tiny_config
 from emergence_bench.config import ConfigError, resolve
 from emergence_bench.run import run
 
 
-def test_a_csv_logger_run_writes_metrics_csv(tmp_path):
+def test_a_csv_logger_run_writes_metrics_csv(tmp_path, tiny_config):
     record = run(tiny_config(trainer={"logger": "csv"}), tmp_path)
     assert record["status"] == "ok"
     run_dir = tmp_path / record["run_id"]
@@ -21,13 +20,13 @@ def test_a_csv_logger_run_writes_metrics_csv(tmp_path):
     assert not (run_dir / "tensorboard").exists()
 
 
-def test_the_tensorboard_logger_writes_event_files_and_the_logger_is_not_in_the_run_id(tmp_path):
+def test_the_tensorboard_logger_writes_event_files_and_the_logger_is_not_in_the_run_id(tmp_path, tiny_config):
     record = run(tiny_config(), tmp_path)
     assert record["status"] == "ok" and record["config"]["trainer"]["logger"] == "tensorboard"
     assert list((tmp_path / record["run_id"] / "tensorboard").glob("events.out.tfevents.*"))
     assert resolve(tiny_config(trainer={"logger": "csv"})).run_id() == record["run_id"]
 
 
-def test_an_unknown_logger_is_named():
+def test_an_unknown_logger_is_named(tiny_config):
     with pytest.raises(ConfigError, match="trainer.logger must be one of tensorboard, csv, wandb"):
         resolve(tiny_config(trainer={"logger": "mlflow"}))

@@ -9,11 +9,10 @@ from pathlib import Path
 
 import yaml
 
-from conftest import cli, tiny_config
 from emergence_bench.results import code_version, git_state, mixed_code_note
 
 
-def test_a_result_records_the_commit_the_command_and_the_policies(tmp_path):
+def test_a_result_records_the_commit_the_command_and_the_policies(tmp_path, cli, tiny_config):
     config = tmp_path / "c.yaml"
     config.write_text(yaml.safe_dump(tiny_config()))
     result = cli("run", "--config", config, "--out", tmp_path / "runs", "--seed", "1")
@@ -68,7 +67,7 @@ def test_results_from_different_code_are_flagged():
         == "not a git checkout"
 
 
-def test_the_leaderboard_says_when_results_come_from_different_commits(tmp_path):
+def test_the_leaderboard_says_when_results_come_from_different_commits(tmp_path, cli, tiny_config):
     config = tmp_path / "c.yaml"
     config.write_text(yaml.safe_dump(tiny_config(trainer={"max_steps": 10, "eval_every": 5})))
     for seed in (0, 1):

@@ -10,22 +10,20 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import CLI, cli, tiny_config
-
 RUNS = 4
 START = 600  # seconds a sweep may take to start training (spawned workers import torch; a loaded CI is slow)
 
 
-def sweep_file(tmp_path: Path, steps: int) -> Path:
+def sweep_file(tmp_path: Path, tiny_config, steps: int) -> Path:
     path = tmp_path / "s.yaml"
     path.write_text(yaml.safe_dump({"name": "sig", "base": tiny_config(trainer={"max_steps": steps}),
                                     "grid": {"seed": list(range(RUNS))}}))
     return path
 
 
-def start(path: Path, out: Path, *flags: str, workers: int = 2) -> subprocess.Popen:
+def start(cli_executable: str, path: Path, out: Path, *flags: str, workers: int = 2) -> subprocess.Popen:
     """The sweep in a session of its own, so every process it starts can be found by its session id."""
-    return subprocess.Popen([CLI, "sweep", str(path), "--out", str(out), "--workers", str(workers), *flags],
+    return subprocess.Popen([cli_executable, "sweep", str(path), "--out", str(out), "--workers", str(workers), *flags],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
                             env={**os.environ, "OMP_NUM_THREADS": "1"})
 
@@ -71,9 +69,10 @@ def training(out: Path) -> list[tuple[str, int]]:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("signum, code", [(signal.SIGTERM, 143), (signal.SIGINT, 130), (signal.SIGHUP, 129)])
-def test_a_signal_stops_the_sweep_and_every_process_it_started(signum, code, tmp_path):
-    path, out = sweep_file(tmp_path, steps=150), tmp_path / "out"
-    driver = start(path, out)
+def test_a_signal_stops_the_sweep_and_every_process_it_started(signum, code, tmp_path, cli, cli_executable,
+                                                                tiny_config):
+    path, out = sweep_file(tmp_path, tiny_config, steps=150), tmp_path / "out"
+    driver = start(cli_executable, path, out)
     wait_for(lambda: len(training(out)) == 2 or driver.poll() is not None, START, "two runs training")
     assert driver.poll() is None, driver.communicate()
     assert len(session(driver.pid)) >= 3  # the driver and its two workers
@@ -97,9 +96,9 @@ def test_a_signal_stops_the_sweep_and_every_process_it_started(signum, code, tmp
 
 
 @pytest.mark.slow
-def test_a_worker_killed_mid_run_is_reported_lost_and_the_sweep_goes_on(tmp_path):
-    path, out = sweep_file(tmp_path, steps=150), tmp_path / "out"
-    driver = start(path, out)
+def test_a_worker_killed_mid_run_is_reported_lost_and_the_sweep_goes_on(tmp_path, cli, cli_executable, tiny_config):
+    path, out = sweep_file(tmp_path, tiny_config, steps=150), tmp_path / "out"
+    driver = start(cli_executable, path, out)
     wait_for(lambda: training(out) or driver.poll() is not None, START, "a run training")
     assert driver.poll() is None, driver.communicate()
     run_id, pid = training(out)[0]
@@ -119,9 +118,9 @@ def test_a_worker_killed_mid_run_is_reported_lost_and_the_sweep_goes_on(tmp_path
 
 
 @pytest.mark.slow
-def test_seed_parallel_groups_stop_cleanly_too(tmp_path):
-    path, out = sweep_file(tmp_path, steps=150), tmp_path / "out"
-    driver = start(path, out, "--seed-parallel", "2", "--batching", "always")
+def test_seed_parallel_groups_stop_cleanly_too(tmp_path, cli_executable, tiny_config):
+    path, out = sweep_file(tmp_path, tiny_config, steps=150), tmp_path / "out"
+    driver = start(cli_executable, path, out, "--seed-parallel", "2", "--batching", "always")
     wait_for(lambda: len(training(out)) >= 2 or driver.poll() is not None, START, "a group training")
     assert driver.poll() is None, driver.communicate()
     os.kill(driver.pid, signal.SIGTERM)
@@ -132,10 +131,10 @@ def test_seed_parallel_groups_stop_cleanly_too(tmp_path):
 
 
 @pytest.mark.slow
-def test_a_sweep_without_worker_processes_stops_the_same_way(tmp_path):
+def test_a_sweep_without_worker_processes_stops_the_same_way(tmp_path, cli_executable, tiny_config):
     """--workers 1 trains in the driver itself: the signal reaches it inside Lightning's fit."""
-    path, out = sweep_file(tmp_path, steps=150), tmp_path / "out"
-    driver = start(path, out, workers=1)
+    path, out = sweep_file(tmp_path, tiny_config, steps=150), tmp_path / "out"
+    driver = start(cli_executable, path, out, workers=1)
     wait_for(lambda: training(out) or driver.poll() is not None, START, "a run training")
     assert driver.poll() is None, driver.communicate()
     os.kill(driver.pid, signal.SIGTERM)

@@ -5,13 +5,12 @@ import json
 
 import yaml
 
-from conftest import cli, tiny_config
 from emergence_bench.cli import _grid_axis
 from emergence_bench.config import load_yaml_text, parse_value, resolve
 from emergence_bench.execution.sweep import load_sweep
 
 
-def test_print_config_fed_back_gives_the_same_run_id(tmp_path):
+def test_print_config_fed_back_gives_the_same_run_id(tmp_path, cli, tiny_config):
     config = tmp_path / "c.yaml"
     config.write_text(yaml.safe_dump(tiny_config()))
     printed = cli("run", "--config", config, "--optim.lr", "3e-4", "--seed", "2", "--print-config")
@@ -28,7 +27,7 @@ def test_print_config_fed_back_gives_the_same_run_id(tmp_path):
     assert json.loads(result.read_text())["config"] == resolved
 
 
-def test_list_shows_every_section_with_types_and_defaults():
+def test_list_shows_every_section_with_types_and_defaults(cli):
     listing = cli("list")
     assert listing.returncode == 0, listing.stderr
     out = listing.stdout
@@ -41,7 +40,7 @@ def test_list_shows_every_section_with_types_and_defaults():
         assert key in out, key
 
 
-def test_version():
+def test_version(cli):
     result = cli("--version")
     assert result.returncode == 0 and result.stdout.startswith("emergence-bench 0.")
 
@@ -52,7 +51,7 @@ def test_exponent_floats_without_a_dot_are_floats_everywhere():
     assert yaml.safe_load("1e-3") == "1e-3"  # PyYAML itself is left as it is
 
 
-def test_a_sweep_grid_of_learning_rates_written_1e_3_runs_both_values(tmp_path):
+def test_a_sweep_grid_of_learning_rates_written_1e_3_runs_both_values(tmp_path, cli, tiny_config):
     sweep_file = tmp_path / "lrs.yaml"
     base = tiny_config(trainer={"max_steps": 10, "eval_every": 5})
     sweep_file.write_text(yaml.safe_dump({"name": "lrs", "base": base}) + "grid: {optim.lr: [1e-3, 3e-3]}\n")
@@ -63,7 +62,7 @@ def test_a_sweep_grid_of_learning_rates_written_1e_3_runs_both_values(tmp_path):
     assert sorted(r["config"]["optim"]["lr"] for r in rows) == [1e-3, 3e-3] and {r["status"] for r in rows} == {"ok"}
 
 
-def test_a_grid_axis_from_the_command_line(tmp_path):
+def test_a_grid_axis_from_the_command_line(tmp_path, cli, tiny_config):
     assert _grid_axis("optim.lr=1e-3,3e-3") == ("optim.lr", [1e-3, 3e-3])
     assert _grid_axis("mixer={name: mamba},{name: lru}") == ("mixer", [{"name": "mamba"}, {"name": "lru"}])
     sweep_file = tmp_path / "s.yaml"
