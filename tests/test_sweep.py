@@ -153,7 +153,7 @@ def test_no_workers_is_refused_before_anything_runs(tmp_path, workers):
     assert not any(tmp_path.iterdir())
 
 
-def test_a_sweep_file_says_how_many_seeds_train_together_and_the_flag_overrides_it(tmp_path):
+def test_a_sweep_file_says_how_many_seeds_train_together_and_the_flag_overrides_it(tmp_path, tiny_config):
     from emergence_bench.cli import main
 
     path = write_sweep(tmp_path / "s.yaml", name="sp", base=tiny_config(trainer={"max_steps": 10}),
