@@ -87,5 +87,5 @@ device-call: gpu-wheels
 	$(PYTHON) .ci/gpu/device_call.py
 
 # .ci/gpu-check's steps on this CPU machine, from the same wheels, offline (CI runs it).
-gpu-check-dry: install gpu-wheels
+gpu-check-dry: install-dev gpu-wheels  # the dry run collects the gpu tests: pytest (dev)
 	GPU_CHECK_DRY=1 GPU_CHECK_BUDGET_S=900 PYTHON=$(BIN)/python OUT=runs/gpu-check-dry .ci/gpu-check
