@@ -51,6 +51,14 @@ def outputs_and_grads(fn, inputs, weight):
 NAMES = ["u", "delta", "A", "B", "C", "D"]
 
 
+def assert_same_outputs_and_grads(close, y, grads, y_ref, grads_ref, tol):
+    """y and every input's gradient against the reference's, each to ``tol`` (``close`` is the
+    assert_close_scaled fixture)."""
+    close(y, y_ref, tol, "y")
+    for name, grad, grad_ref in zip(NAMES, grads, grads_ref):
+        close(grad, grad_ref, tol, f"d{name}")
+
+
 @pytest.mark.parametrize("L", [1, 4, 13, 16, 37])
 def test_selective_scan_matches_oracle_float64(L, assert_close_scaled):
     """Forward and the gradients w.r.t. u, delta, A, B, C, D, to rounding."""
@@ -58,9 +66,7 @@ def test_selective_scan_matches_oracle_float64(L, assert_close_scaled):
     weight = torch.randn(2, L, 5, dtype=torch.float64)
     y, grads = outputs_and_grads(selective_scan, inputs, weight)
     y_ref, grads_ref = outputs_and_grads(oracle_selective_scan, inputs, weight)
-    assert_close_scaled(y, y_ref, TOL64, "y")
-    for name, grad, grad_ref in zip(NAMES, grads, grads_ref):
-        assert_close_scaled(grad, grad_ref, TOL64, f"d{name}")
+    assert_same_outputs_and_grads(assert_close_scaled, y, grads, y_ref, grads_ref, TOL64)
 
 
 @pytest.mark.parametrize("L, delta_scale", [(40, 1.0), (120, 4.0), (30, 1e-3)])
@@ -85,9 +91,7 @@ def test_chunked_form_matches_module_step_by_step_form(L, assert_close_scaled):
     weight = torch.randn(3, L, 4, dtype=torch.float64)
     y, grads = outputs_and_grads(selective_scan, inputs, weight)
     y_rec, grads_rec = outputs_and_grads(selective_scan_recurrent, inputs, weight)
-    assert_close_scaled(y, y_rec, TOL64, "y")
-    for name, grad, grad_rec in zip(NAMES, grads, grads_rec):
-        assert_close_scaled(grad, grad_rec, TOL64, f"d{name}")
+    assert_same_outputs_and_grads(assert_close_scaled, y, grads, y_rec, grads_rec, TOL64)
 
 
 def test_selective_scan_gradcheck():
