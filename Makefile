@@ -54,10 +54,10 @@ report-screenshot: install-dev
 # The fast suite, for a newcomer and the edit-test loop: every test not marked slow. test-slow: the
 # rest; test-all: both (CI runs test and test-slow, so every test once).
 test: install-dev
-	$(BIN)/python -m pytest -q -m "not slow" --durations=15
+	$(BIN)/python -m pytest -q -m "not slow" --durations=25
 
 test-slow: install-dev
-	$(BIN)/python -m pytest -q -m slow --durations=15
+	$(BIN)/python -m pytest -q -m slow --durations=25
 
 test-all: test test-slow
 

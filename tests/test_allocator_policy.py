@@ -32,6 +32,7 @@ def policy(tmp_path, config: str, env_value: str | None) -> tuple[int, str]:
     return done.returncode, (done.stdout.strip().splitlines() or [""])[-1] + done.stderr[-300:]
 
 
+@pytest.mark.slow
 def test_opt_out_by_config_and_by_environment_and_the_result_says_which(tmp_path):
     code, kept = policy(tmp_path / "a", "keep", None)
     assert code == 0 and ("glibc: freed memory kept" in kept or "allocator defaults (no glibc" in kept), kept

@@ -33,6 +33,7 @@ def test_a_broken_figure_and_a_logged_error_are_caught(tmp_path):
     assert any("something went wrong" in e for e in check.errors)
 
 
+@pytest.mark.slow
 def test_report_screenshot_flag(tmp_path, cli, tiny_config):
     run(tiny_config(), tmp_path)
     done = cli("report", tmp_path, "--screenshot")

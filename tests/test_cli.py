@@ -47,6 +47,7 @@ def test_list_shows_mixers_tasks_parameters_and_presets(cli):
     assert "plateau" in out and "emergence" in out and "quick" in out
 
 
+@pytest.mark.slow
 def test_plugin_mixer_is_listed_and_trains_and_a_broken_plugin_is_named(tmp_path, cli, fake_distribution, write_config):
     site = fake_distribution(tmp_path / "site", PLUGIN_MODULE, "[emergence_bench.mixers]\nshift = fake_mixers:ShiftMixer\n"
                              "broken = fake_mixers_missing:Nothing\n")
@@ -137,12 +138,14 @@ def test_sweep_with_two_workers_and_dry_run(tmp_path, cli, tiny_config):
     assert len(list((tmp_path / "out").glob("*/result.json"))) == 4
 
 
+@pytest.mark.slow
 def test_quick_preset_expands_to_its_runs(cli):
     result = cli("sweep", "quick", "--dry-run")
     assert result.returncode == 0, result.stderr
     assert len(result.stdout.split()) == 8
 
 
+@pytest.mark.slow
 def test_speed_command_prints_every_mixer_and_writes_json(tmp_path, cli):
     from emergence_bench import registry
 
@@ -158,6 +161,7 @@ def test_speed_command_prints_every_mixer_and_writes_json(tmp_path, cli):
     assert transformer["vs_transformer"] > 0 and transformer["step_ms"] > 0
 
 
+@pytest.mark.slow
 def test_analyze_is_wired_into_the_command(tmp_path, cli):
     result = cli("analyze", "emergence", tmp_path / "missing")
     assert result.returncode == 2 and "missing" in result.stderr

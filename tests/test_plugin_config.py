@@ -101,6 +101,7 @@ def test_a_sweep_flag_renaming_the_mixer_names_the_keys(tmp_path, tiny_config):
         sweep.override({"mixer.name": "mamba"})
 
 
+@pytest.mark.slow
 def test_the_command_line_names_the_keys_before_anything_runs(tmp_path, cli, tiny_config):
     config = tmp_path / "c.yaml"
     config.write_text(yaml.safe_dump(tiny_config()))

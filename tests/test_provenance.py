@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 
 from emergence_bench.results import code_version, git_state, mixed_code_note
@@ -67,6 +68,7 @@ def test_results_from_different_code_are_flagged():
         == "not a git checkout"
 
 
+@pytest.mark.slow
 def test_the_leaderboard_says_when_results_come_from_different_commits(tmp_path, cli, tiny_config):
     config = tmp_path / "c.yaml"
     config.write_text(yaml.safe_dump(tiny_config(trainer={"max_steps": 10, "eval_every": 5})))
