@@ -31,7 +31,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from emergence_bench.config import ConfigError, RunConfig, TrainerConfig, load_yaml, resolve, set_dotted
+from emergence_bench.config import Batching, ConfigError, RunConfig, TrainerConfig, check_choices, load_yaml, resolve, set_dotted
 from emergence_bench.execution.workers import Interrupted, Workers, WorkerLost
 from emergence_bench.machine.threads import available_cpus, set_cpu_share
 from emergence_bench.results import (FINISHED, ResultsUnwritable, busy_row, lost_summary, progress_summary,
@@ -71,7 +71,7 @@ class Sweep:
     groups: list[Group] = field(default_factory=list)
     advertised: int | None = None  # the `runs:` count a preset promises
     seed_parallel: int = 1  # how a sweep file says to train it by default (the CLI flags override)
-    batching: str = "auto"
+    batching: Batching = "auto"
     scale: float = 1.0  # multiplies every run's trainer.max_steps and trainer.eval_every
 
     def raw_runs(self) -> list[tuple[str, dict]]:
@@ -173,9 +173,9 @@ def load_sweep(preset_or_file: str) -> Sweep:
     sweep = Sweep(name=data.get("name", path.stem), base=data.get("base") or {}, grid=_grid(data.get("grid"), path),
                   description=data.get("description", ""), groups=groups, advertised=data.get("runs"),
                   seed_parallel=data.get("seed_parallel", 1), batching=data.get("batching", "auto"))
-    if not isinstance(sweep.seed_parallel, int) or sweep.seed_parallel < 1 or sweep.batching not in ("auto", "always"):
-        raise ConfigError(f"{path}: seed_parallel must be a whole number ≥ 1 and batching auto or always; got "
-                          f"{sweep.seed_parallel!r} and {sweep.batching!r}")
+    if not isinstance(sweep.seed_parallel, int) or sweep.seed_parallel < 1:
+        raise ConfigError(f"{path}: seed_parallel must be a whole number ≥ 1, got {sweep.seed_parallel!r}")
+    check_choices(sweep, f"{path}: ")
     if sweep.advertised is not None and len(sweep.raw_runs()) != sweep.advertised:
         raise ConfigError(f"{path} says runs: {sweep.advertised} but expands to {len(sweep.raw_runs())}")
     return sweep

@@ -4,8 +4,9 @@ the probe says it pays), else one seed after another through ``run()``."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import get_args
 
-from emergence_bench.config import RunConfig
+from emergence_bench.config import Batching, RunConfig
 from emergence_bench.execution.seed_parallel.ensemble import EnsembleModule, SeedBatches
 from emergence_bench.execution.seed_parallel.probe import batching_speedup, seed_parallel_supported
 from emergence_bench.execution.seed_parallel.seeds import Seed, SeedCallbacks
@@ -15,12 +16,12 @@ from emergence_bench.run import RunBusy, apply_threads, check, failure, run
 from emergence_bench.trainer import build_trainer, quiet_lightning
 
 
-BATCHING = ("always", "auto")
+BATCHING: tuple[str, ...] = get_args(Batching)
 PAYS = 1.1  # auto batches a group when its probe measures it at least this much faster than one by one
 
 
 def run_seed_parallel(configs: list[dict | RunConfig], out: str | Path, progress: bool = False,
-                      batching: str = "always", unfinished_only: bool = False) -> list[dict]:
+                      batching: Batching = "always", unfinished_only: bool = False) -> list[dict]:
     """Train the seeds of ``configs`` (identical but for ``seed``) together; returns their rows.
 
     Each seed's row is written to ``out/<run_id>/result.json`` with the run id and schema of
