@@ -16,8 +16,11 @@ import traceback
 import warnings
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
+from typing import get_args
 
 from emergence_bench.analysis import analyze
+from emergence_bench.config import Batching
+from emergence_bench.result_row import emergence_step, section
 
 EXIT_BAD_INPUT = 2  # a mistake in what was asked: one line on stderr names it (see expected_errors)
 EXIT_BUG = 70  # sysexits' EX_SOFTWARE: an unexpected error, printed with its traceback
@@ -157,7 +160,7 @@ def cmd_run(args, extra) -> int:
         return _run_seeds(config, args)
     print(f"run {config.run_id()} → {Path(args.out) / config.run_id()}", file=sys.stderr)
     record = run(config, args.out, progress=True)
-    e, p, m = record.get("emergence") or {}, record.get("plateau") or {}, record.get("metrics") or {}
+    e, p, m = section(record, "emergence"), section(record, "plateau"), section(record, "metrics")
     print(f"status {record['status']}" + (f": {record['error'].splitlines()[0]}" if record["error"] else ""))
     if record["status"] != "failed":
         print(f"emergence step {e.get('step')} (accuracy ≥ {e.get('threshold')})  "
@@ -182,9 +185,8 @@ def _run_seeds(config, args) -> int:
     print(f"run seeds {configs[0].seed}..{configs[-1].seed} together → {args.out}", file=sys.stderr)
     records = run_seed_parallel(configs, args.out, progress=True, batching=args.batching)
     for record in records:
-        e = record.get("emergence") or {}
-        note = record.get("seed_parallel") or {}
-        print(f"seed {record['seed']}: status {record['status']}  emergence step {e.get('step')}  "
+        note = section(record, "seed_parallel")
+        print(f"seed {record['seed']}: status {record['status']}  emergence step {emergence_step(record)}  "
               f"({'batched, k=' + str(note.get('k')) if not note.get('fallback') else 'sequential: ' + note['fallback']})"
               f"  result: {Path(args.out) / record['run_id'] / RESULT_FILE}")
     return 1 if any(r["status"] == "failed" for r in records) else 0
@@ -380,7 +382,7 @@ def parser() -> argparse.ArgumentParser:
                      help="train seeds s..s+K-1 together as one batched model (one result each)")
     batching_help = ("with --seed-parallel: auto (default) batches a group only where a short probe measures "
                      "it faster than one seed at a time; always batches")
-    run.add_argument("--batching", choices=("auto", "always"), default="auto", help=batching_help)
+    run.add_argument("--batching", choices=get_args(Batching), default="auto", help=batching_help)
     threads_help = ("torch threads per run: auto (default: 1 for small models, else the cores a run has) "
                     "or N (= --trainer.threads N; not part of the run id)")
     run.add_argument("--threads", type=_threads, metavar="N|auto", help=threads_help)
@@ -403,7 +405,7 @@ def parser() -> argparse.ArgumentParser:
     sweep.add_argument("--seed-parallel", type=int, metavar="K",
                        help="train up to K seeds of the same config together (local executor; default: the "
                             "sweep file's seed_parallel, else 1)")
-    sweep.add_argument("--batching", choices=("auto", "always"), help=batching_help + " (default: the sweep "
+    sweep.add_argument("--batching", choices=get_args(Batching), help=batching_help + " (default: the sweep "
                                                                                     "file's batching, else auto)")
     sweep.add_argument("--group", help="run only these groups of the sweep (comma-separated)")
     sweep.add_argument("--mixers", help="train exactly these mixers (comma-separated): the sweep's own settings "
