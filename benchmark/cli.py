@@ -16,7 +16,7 @@ import traceback
 import warnings
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
-from typing import get_args
+from typing import Callable, get_args
 
 from emergence_bench.analysis import analyze
 from emergence_bench.config import Batching
@@ -71,7 +71,7 @@ def _key(name: str, annotation, default) -> str:
 
 def _wrapped(keys: list[str], indent: str = "      ", width: int = 110) -> list[str]:
     """``keys`` on lines of at most ``width`` characters, never breaking one key."""
-    lines = []
+    lines: list[str] = []
     for key in keys:
         if lines and len(lines[-1]) + 3 + len(key) <= width:
             lines[-1] += "   " + key
@@ -462,7 +462,7 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
-COMMANDS = {"list": cmd_list, "run": cmd_run, "sweep": cmd_sweep, "leaderboard": cmd_leaderboard,
+COMMANDS: dict[str, Callable[..., int]] = {"list": cmd_list, "run": cmd_run, "sweep": cmd_sweep, "leaderboard": cmd_leaderboard,
             "rank": cmd_rank, "report": cmd_report, "speed": cmd_speed, "analyze": analyze.main}
 COMMANDS["check-mixer"] = cmd_check_mixer
 

@@ -105,7 +105,7 @@ class CheckpointConfig(Section):
 
 TRAIN_ON: tuple[str, ...] = get_args(TrainOn)
 DEFAULT_TASK, DEFAULT_MIXER = "linear_map", "transformer"
-DEFAULT_CALLBACKS = {"plateau": {}, "emergence": {}, "attention_probe": {}}
+DEFAULT_CALLBACKS: dict[str, dict[str, Any]] = {"plateau": {}, "emergence": {}, "attention_probe": {}}
 
 
 @dataclass
@@ -169,7 +169,7 @@ def _no_parameters(key: str, reg: registry.Registry, name: str) -> ConfigError:
 def takes_kwargs(cls: type) -> bool:
     """Whether ``cls(...)`` takes ``**kwargs``: then config keys it does not name pass through to it."""
     try:
-        parameters = inspect.signature(cls.__init__).parameters.values()
+        parameters = inspect.signature(getattr(cls, "__init__")).parameters.values()
     except (TypeError, ValueError):  # no signature to read
         return False
     return any(p.kind is p.VAR_KEYWORD for p in parameters)

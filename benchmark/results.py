@@ -20,7 +20,7 @@ import sys
 from collections import Counter
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
-from typing import BinaryIO, Callable, TypeGuard, cast
+from typing import Any, BinaryIO, Callable, TypeGuard, cast
 
 import pandas as pd
 
@@ -105,7 +105,7 @@ def write_json(path: str | Path, data: dict) -> None:
     write_text(path, json.dumps(data, indent=2, allow_nan=False))
 
 
-def without_non_finite(data, key: str = "", found: list[str] | None = None) -> tuple[object, list[str]]:
+def without_non_finite(data: Any, key: str = "", found: list[str] | None = None) -> tuple[Any, list[str]]:
     """A copy of ``data`` with each NaN or ±inf float as None (strict JSON holds neither), and the
     dotted keys of those replaced, each with its value: ``["metrics.final_eval_loss: nan"]``."""
     found = [] if found is None else found
@@ -207,9 +207,10 @@ def code_version(record: ResultRow) -> str:
     git = section(record, "provenance").get("git")
     if not git:
         return "not recorded"
-    if not git.get("commit"):
+    commit = git.get("commit")
+    if not commit:
         return git.get("note") or NOT_A_CHECKOUT
-    return git["commit"][:10] + (" (dirty)" if git.get("dirty") else "")
+    return commit[:10] + (" (dirty)" if git.get("dirty") else "")
 
 
 def mixed_code_note(records: list[ResultRow]) -> str | None:
@@ -261,6 +262,12 @@ def read_result(run_dir: str | Path) -> ResultRow | None:
     except UnreadableResult as error:
         _warn(error)
         return None
+
+
+def is_finished(run_dir: str | Path) -> bool:
+    """Whether ``run_dir`` holds a finished row (ok or diverged: a sweep does not run it again)."""
+    row = read_result(run_dir)
+    return row is not None and row["status"] in FINISHED
 
 
 def result_paths(root: str | Path) -> list[Path]:

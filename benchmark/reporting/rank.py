@@ -24,6 +24,7 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
@@ -77,7 +78,8 @@ def ladders(records: list[ResultRow], axes: dict[str, str] | None = None) -> dic
         elif axis not in varying:
             raise ConfigError(f"--rung {family}={axis}: {axis} does not vary among the {family} runs "
                               f"(varying: {', '.join(varying) or 'none'})")
-        found[family] = {"axis": axis, "rungs": sorted({f.get(axis) for f in flats}) if axis else [None]}
+        rungs: set[Any] = {f.get(axis) for f in flats} if axis else {None}
+        found[family] = {"axis": axis, "rungs": sorted(rungs)}
     return found
 
 
@@ -105,7 +107,7 @@ def cells(records: list[ResultRow], axes: dict[str, str] | None = None) -> tuple
         emergence = km_time(measured, "emergence", "step")
         ends = [plateau_end(r) for r in measured]
         params = [r["parameters"] for r in members if r.get("parameters")]
-        states = [r["state_size"] for r in members if r.get("state_size")]
+        states = [size for r in members if (size := r.get("state_size"))]
         rows.append({"mixer": mixer, "family": family, "axis": ladder[family]["axis"], "rung": json.loads(rung),
                      "rung_index": ladder[family]["rungs"].index(json.loads(rung)),
                      "seeds": len(members), "failed": len(members) - len(measured), "emerged": emerged,
@@ -170,7 +172,9 @@ def overall(scores: pd.DataFrame, cell_rows: pd.DataFrame) -> pd.DataFrame:
     table = pd.DataFrame(rows).sort_values(["score", "mixer"], ascending=[False, True], ignore_index=True)
     # A tie is with the leader of the current tie group, not with the mixer just above: chained
     # pairwise ties would let a whole ranking tie although its first and last differ clearly.
-    ranks, tied_with, leader = [], [], 0
+    ranks: list[int] = []
+    tied_with: list[str | None] = []
+    leader = 0
     for i, row in enumerate(table.itertuples()):
         if i and table.score[leader] - row.score <= Z * math.hypot(table.score_se[leader], row.score_se):
             ranks.append(ranks[leader])

@@ -45,7 +45,7 @@ from emergence_bench.results import (MAPS_FILE, REPORT_FILE, RESULT_FILE, code_v
 DPI, PAGE_INCHES = 96, 12.5
 STYLE = {"font.size": 10, "axes.titlesize": 10.5, "axes.labelsize": 10, "xtick.labelsize": 9, "ytick.labelsize": 9,
          "legend.fontsize": 9, "figure.titlesize": 11}
-plt.rcParams.update(STYLE)  # this module only draws reports (and runs headless: Agg above)
+plt.style.use(STYLE)  # this module only draws reports (and runs headless: Agg above)
 
 
 class Page:
@@ -104,7 +104,7 @@ def _slug(text: str) -> str:
 
 def _groups(records: list[ResultRow], table: pd.DataFrame, over: tuple[str, ...]) -> list[tuple[str, list[ResultRow]]]:
     """(row label, member records) per leaderboard row, in the table's order."""
-    labels = {}
+    labels: dict[str, list[ResultRow]] = {}
     for record in records:
         key = leaderboard.group_key(record, over)
         labels.setdefault(key, []).append(record)
@@ -148,8 +148,8 @@ def short_titles(labels: list[str]) -> tuple[list[str], str]:
         for slot in (0, 1):
             if not tokens[slot]:
                 continue
-            name, params = tokens[slot][0], [p for p in tokens[slot][1:] if p not in common[slot, tokens[slot][0]]]
-            pieces.append(" ".join(([] if slot in shared else [name]) + params))
+            name, own = tokens[slot][0], [p for p in tokens[slot][1:] if p not in common[slot, tokens[slot][0]]]
+            pieces.append(" ".join(([] if slot in shared else [name]) + own))
         titles.append(" · ".join(p for p in pieces + tokens[2] if p) or ("all runs" if len(parsed) > 1 else ""))
     notes = []
     for (slot, name), params in sorted(common.items(), key=lambda item: item[0]):
@@ -294,8 +294,8 @@ def staircase_seed(members: list[ResultRow], seed: int | None = None) -> ResultR
     kept = [m for m in members if section(m, "curves").get("eval_cells")]
     if seed is not None:
         return next((m for m in kept if m["seed"] == seed), None)
-    emerged = sorted((m for m in kept if emergence_step(m) is not None), key=lambda m: m["emergence"]["step"])
-    return emerged[(len(emerged) - 1) // 2] if emerged else (kept[0] if kept else None)
+    emerged = sorted(((step, m) for m in kept if (step := emergence_step(m)) is not None), key=lambda pair: pair[0])
+    return emerged[(len(emerged) - 1) // 2][1] if emerged else (kept[0] if kept else None)
 
 
 def staircase(groups: list[tuple[str, list[ResultRow]]], limit: int, seed: int | None = None) -> Figure | None:
