@@ -13,10 +13,11 @@ import os
 import shlex
 import sys
 import traceback
+import types
 import warnings
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
-from typing import Callable, get_args
+from typing import Callable, Literal, Union, get_args, get_origin, get_type_hints
 
 from emergence_bench.analysis import analyze
 from emergence_bench.config import Batching
@@ -57,12 +58,21 @@ def _threads(text: str):
         raise argparse.ArgumentTypeError(f"--threads takes auto or a number of threads, got {text!r}") from None
 
 
+def _type_name(annotation) -> str:
+    """A type as the listing shows it: a fixed choice as its values (``constant | cosine | linear``)."""
+    if get_origin(annotation) is Literal:
+        return " | ".join(str(choice) for choice in get_args(annotation))
+    if get_origin(annotation) in (Union, types.UnionType):
+        return " | ".join(_type_name(part) for part in get_args(annotation))
+    return str(annotation) if get_origin(annotation) is not None else getattr(annotation, "__name__", str(annotation))
+
+
 def _key(name: str, annotation, default) -> str:
     """``name: type = default``: the type as annotated, else the default's type."""
     if isinstance(annotation, str) and annotation:
         kind = annotation
     elif annotation not in (None, inspect.Parameter.empty):
-        kind = getattr(annotation, "__name__", str(annotation))
+        kind = _type_name(annotation)
     else:
         kind = type(default).__name__ if default not in (None, inspect.Parameter.empty) else "any"
     shown = "<required>" if default is inspect.Parameter.empty else default
@@ -89,9 +99,9 @@ def _sections() -> list[str]:
              f"  task: name = {DEFAULT_TASK}, then the task's parameters (tasks below)",
              f"  mixer: name = {DEFAULT_MIXER}, then the mixer's parameters (mixers below)"]
     for name, cls in SECTIONS.items():
-        defaults = cls()
+        defaults, hints = cls(), get_type_hints(cls)
         lines.append(f"  {name}:")
-        lines.extend(_wrapped([_key(f.name, f.type, getattr(defaults, f.name)) for f in dataclasses.fields(cls)]))
+        lines.extend(_wrapped([_key(f.name, hints[f.name], getattr(defaults, f.name)) for f in dataclasses.fields(cls)]))
     lines.append("  curriculum: list = [] (stages of {task, steps, vocab, reset_optimizer} trained first)")
     lines.append(f"  callbacks: each callback's name and parameters (callbacks below); on by default: "
                  f"{', '.join(DEFAULT_CALLBACKS)}")
