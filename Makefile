@@ -13,7 +13,7 @@ TORCH_VERSION := 2.13.0
 TORCH_CPU_INDEX := https://download.pytorch.org/whl/cpu
 PIP := $(BIN)/pip install --quiet --no-compile
 
-.PHONY: bench report-screenshot test test-slow test-all install install-dev clean gpu-check
+.PHONY: bench report-screenshot test test-slow test-all typecheck install install-dev clean gpu-check
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -61,12 +61,21 @@ test-slow: install-dev
 
 test-all: test test-slow
 
+# mypy over the installed namespace (pyproject's [tool.mypy]). It cannot follow pyproject's package-dir
+# mapping (benchmark/ is emergence_bench, tasks/ is emergence_bench.tasks, ...), so .typecheck/ first lays
+# that namespace out as links; its paths are those links.
+typecheck: install-dev
+	rm -rf .typecheck && mkdir -p .typecheck/emergence_bench
+	ln -s $(CURDIR)/benchmark/* .typecheck/emergence_bench/
+	ln -s $(CURDIR)/tasks $(CURDIR)/mixers $(CURDIR)/callbacks .typecheck/emergence_bench/
+	$(BIN)/mypy
+
 # The GPU lease's call (docs/gpu.md): every GPU check in one call, on the device image (.ci/gpu-check).
 gpu-check:
 	.ci/gpu-check
 
 clean:
-	rm -rf $(VENV) runs .pytest_cache .whl .venv-torch-oldest
+	rm -rf $(VENV) runs .pytest_cache .whl .venv-torch-oldest .typecheck .mypy_cache
 
 # ---- The GPU lease (docs/gpu.md): what its bare image lacks travels as wheels in .whl/ (ignored).
 GPU_WHEELS := .whl

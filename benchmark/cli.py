@@ -13,11 +13,15 @@ import os
 import shlex
 import sys
 import traceback
+import types
 import warnings
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
+from typing import Callable, Literal, Union, get_args, get_origin, get_type_hints
 
 from emergence_bench.analysis import analyze
+from emergence_bench.config import Batching
+from emergence_bench.result_row import emergence_step, section
 
 EXIT_BAD_INPUT = 2  # a mistake in what was asked: one line on stderr names it (see expected_errors)
 EXIT_BUG = 70  # sysexits' EX_SOFTWARE: an unexpected error, printed with its traceback
@@ -54,12 +58,21 @@ def _threads(text: str):
         raise argparse.ArgumentTypeError(f"--threads takes auto or a number of threads, got {text!r}") from None
 
 
+def _type_name(annotation) -> str:
+    """A type as the listing shows it: a fixed choice as its values (``constant | cosine | linear``)."""
+    if get_origin(annotation) is Literal:
+        return " | ".join(str(choice) for choice in get_args(annotation))
+    if get_origin(annotation) in (Union, types.UnionType):
+        return " | ".join(_type_name(part) for part in get_args(annotation))
+    return str(annotation) if get_origin(annotation) is not None else getattr(annotation, "__name__", str(annotation))
+
+
 def _key(name: str, annotation, default) -> str:
     """``name: type = default``: the type as annotated, else the default's type."""
     if isinstance(annotation, str) and annotation:
         kind = annotation
     elif annotation not in (None, inspect.Parameter.empty):
-        kind = getattr(annotation, "__name__", str(annotation))
+        kind = _type_name(annotation)
     else:
         kind = type(default).__name__ if default not in (None, inspect.Parameter.empty) else "any"
     shown = "<required>" if default is inspect.Parameter.empty else default
@@ -68,7 +81,7 @@ def _key(name: str, annotation, default) -> str:
 
 def _wrapped(keys: list[str], indent: str = "      ", width: int = 110) -> list[str]:
     """``keys`` on lines of at most ``width`` characters, never breaking one key."""
-    lines = []
+    lines: list[str] = []
     for key in keys:
         if lines and len(lines[-1]) + 3 + len(key) <= width:
             lines[-1] += "   " + key
@@ -86,9 +99,9 @@ def _sections() -> list[str]:
              f"  task: name = {DEFAULT_TASK}, then the task's parameters (tasks below)",
              f"  mixer: name = {DEFAULT_MIXER}, then the mixer's parameters (mixers below)"]
     for name, cls in SECTIONS.items():
-        defaults = cls()
+        defaults, hints = cls(), get_type_hints(cls)
         lines.append(f"  {name}:")
-        lines.extend(_wrapped([_key(f.name, f.type, getattr(defaults, f.name)) for f in dataclasses.fields(cls)]))
+        lines.extend(_wrapped([_key(f.name, hints[f.name], getattr(defaults, f.name)) for f in dataclasses.fields(cls)]))
     lines.append("  curriculum: list = [] (stages of {task, steps, vocab, reset_optimizer} trained first)")
     lines.append(f"  callbacks: each callback's name and parameters (callbacks below); on by default: "
                  f"{', '.join(DEFAULT_CALLBACKS)}")
@@ -157,7 +170,7 @@ def cmd_run(args, extra) -> int:
         return _run_seeds(config, args)
     print(f"run {config.run_id()} → {Path(args.out) / config.run_id()}", file=sys.stderr)
     record = run(config, args.out, progress=True)
-    e, p, m = record.get("emergence") or {}, record.get("plateau") or {}, record.get("metrics") or {}
+    e, p, m = section(record, "emergence"), section(record, "plateau"), section(record, "metrics")
     print(f"status {record['status']}" + (f": {record['error'].splitlines()[0]}" if record["error"] else ""))
     if record["status"] != "failed":
         print(f"emergence step {e.get('step')} (accuracy ≥ {e.get('threshold')})  "
@@ -182,9 +195,8 @@ def _run_seeds(config, args) -> int:
     print(f"run seeds {configs[0].seed}..{configs[-1].seed} together → {args.out}", file=sys.stderr)
     records = run_seed_parallel(configs, args.out, progress=True, batching=args.batching)
     for record in records:
-        e = record.get("emergence") or {}
-        note = record.get("seed_parallel") or {}
-        print(f"seed {record['seed']}: status {record['status']}  emergence step {e.get('step')}  "
+        note = section(record, "seed_parallel")
+        print(f"seed {record['seed']}: status {record['status']}  emergence step {emergence_step(record)}  "
               f"({'batched, k=' + str(note.get('k')) if not note.get('fallback') else 'sequential: ' + note['fallback']})"
               f"  result: {Path(args.out) / record['run_id'] / RESULT_FILE}")
     return 1 if any(r["status"] == "failed" for r in records) else 0
@@ -380,7 +392,7 @@ def parser() -> argparse.ArgumentParser:
                      help="train seeds s..s+K-1 together as one batched model (one result each)")
     batching_help = ("with --seed-parallel: auto (default) batches a group only where a short probe measures "
                      "it faster than one seed at a time; always batches")
-    run.add_argument("--batching", choices=("auto", "always"), default="auto", help=batching_help)
+    run.add_argument("--batching", choices=get_args(Batching), default="auto", help=batching_help)
     threads_help = ("torch threads per run: auto (default: 1 for small models, else the cores a run has) "
                     "or N (= --trainer.threads N; not part of the run id)")
     run.add_argument("--threads", type=_threads, metavar="N|auto", help=threads_help)
@@ -403,7 +415,7 @@ def parser() -> argparse.ArgumentParser:
     sweep.add_argument("--seed-parallel", type=int, metavar="K",
                        help="train up to K seeds of the same config together (local executor; default: the "
                             "sweep file's seed_parallel, else 1)")
-    sweep.add_argument("--batching", choices=("auto", "always"), help=batching_help + " (default: the sweep "
+    sweep.add_argument("--batching", choices=get_args(Batching), help=batching_help + " (default: the sweep "
                                                                                     "file's batching, else auto)")
     sweep.add_argument("--group", help="run only these groups of the sweep (comma-separated)")
     sweep.add_argument("--mixers", help="train exactly these mixers (comma-separated): the sweep's own settings "
@@ -460,7 +472,7 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
-COMMANDS = {"list": cmd_list, "run": cmd_run, "sweep": cmd_sweep, "leaderboard": cmd_leaderboard,
+COMMANDS: dict[str, Callable[..., int]] = {"list": cmd_list, "run": cmd_run, "sweep": cmd_sweep, "leaderboard": cmd_leaderboard,
             "rank": cmd_rank, "report": cmd_report, "speed": cmd_speed, "analyze": analyze.main}
 COMMANDS["check-mixer"] = cmd_check_mixer
 

@@ -21,62 +21,91 @@ import re
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar, Literal, get_args, get_origin, get_type_hints
 
 import yaml
 
 from emergence_bench import registry
-from emergence_bench.mixers.init import WeightInit
+from emergence_bench.mixers.init import InitScheme, WeightInit
 
 
 class ConfigError(ValueError):
     """A config key or value the suite cannot accept; the message names it."""
 
 
+Schedule = Literal["constant", "cosine", "linear"]  # the lr after warmup: constant, or decayed to 0 at max_steps
+Accelerator = Literal["auto", "cpu", "gpu", "cuda"]  # cuda: the same as gpu
+TrainOn = Literal["scored", "all"]  # the rows the training loss covers: the task's scored ones, or every row
+Logger = Literal["tensorboard", "csv", "wandb"]  # Lightning's own loggers (emergence_bench.trainer.build_logger)
+Batching = Literal["auto", "always"]  # seed-parallel: batch when a probe says it pays, or always (a sweep file's)
+
+
+def check_choices(section: object, prefix: str) -> None:
+    """Each ``Literal``-typed field of the dataclass ``section`` holds one of its values; else a
+    ConfigError naming the key (``prefix`` + field), the value and the values allowed."""
+    for name, hint in get_type_hints(type(section)).items():
+        value = getattr(section, name, None)
+        if get_origin(hint) is Literal and value not in get_args(hint):
+            allowed = ", ".join(str(choice) for choice in get_args(hint))
+            raise ConfigError(f"{prefix}{name} must be one of {allowed}, got {value!r}")
+
+
+class Section:
+    """A config section: its fixed choices (``Literal`` fields) are checked when it is made."""
+
+    key: ClassVar[str]  # its name in a config, e.g. "model"
+
+    def __post_init__(self) -> None:
+        check_choices(self, f"{self.key}.")
+
+
 @dataclass
-class ModelConfig:
+class ModelConfig(Section):
+    key: ClassVar[str] = "model"
     d_model: int = 64
     n_layers: int = 1
     mlp_ratio: int = 4
-    init: str = "lecun_normal"  # torch_default | lecun_normal | normal (mixers/init.py)
+    init: InitScheme = "lecun_normal"  # mixers/init.py
     init_std: float = 0.02  # the std of `normal`
     init_scale: float = 1.0  # multiplies every weight the init sets
 
 
 @dataclass
-class OptimConfig:
+class OptimConfig(Section):
+    key: ClassVar[str] = "optim"
     lr: float = 1.0e-3
     weight_decay: float = 0.01
     warmup_steps: int = 0
-    schedule: str = "constant"  # constant | cosine | linear (decay to 0 at max_steps, after warmup)
+    schedule: Schedule = "constant"  # decay to 0 at max_steps, after warmup
     grad_clip: float = 1.0  # 0 disables clipping
     betas: tuple[float, float] = (0.9, 0.999)
 
 
 @dataclass
-class TrainerConfig:
+class TrainerConfig(Section):
+    key: ClassVar[str] = "trainer"
     max_steps: int = 1000
     eval_every: int = 50
     eval_batches: int = 4
     log_every: int = 10
-    accelerator: str = "auto"  # auto | cpu | gpu
+    accelerator: Accelerator = "auto"
     compile: bool = False  # torch.compile the model's forward (see `emergence-bench speed` for its effect)
-    train_on: str = "scored"  # one of TRAIN_ON: the rows the training loss covers (the paper: all)
-    threads: int | str = "auto"  # torch intra-op threads: auto (see choose_threads) or N; not in the run id
-    logger: str = "tensorboard"  # one of LOGGERS: where Lightning logs the curves; not in the run id
+    train_on: TrainOn = "scored"  # the paper: all
+    threads: int | Literal["auto"] = "auto"  # torch intra-op threads: auto (see choose_threads) or N; not in the run id
+    logger: Logger = "tensorboard"  # where Lightning logs the curves; not in the run id
     keep_freed_memory: bool = True  # the allocator policy (emergence_bench.machine.allocator); not in the run id
 
 
 @dataclass
-class CheckpointConfig:
+class CheckpointConfig(Section):
+    key: ClassVar[str] = "checkpoints"
     every: int = 0  # keep weights every N steps (0: not on a fixed grid)
     log_spaced: bool = False  # and at steps 1, 2, 4, 8, ...
 
 
-LOGGERS = ("tensorboard", "csv", "wandb")  # Lightning's own loggers (emergence_bench.trainer.build_logger)
-TRAIN_ON = ("scored", "all")  # the rows the training loss covers: the task's scored ones, or every row
+TRAIN_ON: tuple[str, ...] = get_args(TrainOn)
 DEFAULT_TASK, DEFAULT_MIXER = "linear_map", "transformer"
-DEFAULT_CALLBACKS = {"plateau": {}, "emergence": {}, "attention_probe": {}}
+DEFAULT_CALLBACKS: dict[str, dict[str, Any]] = {"plateau": {}, "emergence": {}, "attention_probe": {}}
 
 
 @dataclass
@@ -140,7 +169,7 @@ def _no_parameters(key: str, reg: registry.Registry, name: str) -> ConfigError:
 def takes_kwargs(cls: type) -> bool:
     """Whether ``cls(...)`` takes ``**kwargs``: then config keys it does not name pass through to it."""
     try:
-        parameters = inspect.signature(cls.__init__).parameters.values()
+        parameters = inspect.signature(getattr(cls, "__init__")).parameters.values()
     except (TypeError, ValueError):  # no signature to read
         return False
     return any(p.kind is p.VAR_KEYWORD for p in parameters)
@@ -313,15 +342,7 @@ def _check_values(config: RunConfig) -> None:
         raise ConfigError(str(error)) from None
     if o.lr <= 0:
         raise ConfigError(f"optim.lr must be > 0, got {o.lr}")
-    if o.schedule not in ("constant", "cosine", "linear"):
-        raise ConfigError(f"optim.schedule must be constant, cosine or linear, got {o.schedule!r}")
-    if t.train_on not in TRAIN_ON:
-        raise ConfigError(f"trainer.train_on must be one of {', '.join(TRAIN_ON)}, got {t.train_on!r}")
-    if t.accelerator not in ("auto", "cpu", "gpu", "cuda"):
-        raise ConfigError(f"trainer.accelerator must be auto, cpu or gpu, got {t.accelerator!r}")
-    check_threads(t.threads)
-    if t.logger not in LOGGERS:
-        raise ConfigError(f"trainer.logger must be one of {', '.join(LOGGERS)}, got {t.logger!r}")
+    check_threads(t.threads)  # the choices (Literal fields) were checked as each section was made
     if t.logger == "wandb" and importlib.util.find_spec("wandb") is None:
         raise ConfigError("trainer.logger wandb needs the wandb package: pip install -e '.[wandb]' "
                           "(or choose tensorboard or csv)")

@@ -105,7 +105,18 @@ def forward(mixer: nn.Module, x: torch.Tensor, ctx: MixerContext | None = None, 
     return mixer(x, ctx if ctx is not None else MixerContext())
 
 
-CHECKS: list[Callable[[Subject], CheckResult]] = []
+@dataclass(frozen=True)
+class Check:
+    """A registered check: ``check(subject) -> CheckResult``, named ``check_name`` in the table."""
+
+    check_name: str
+    run: Callable[[Subject], CheckResult]
+
+    def __call__(self, subject: Subject) -> CheckResult:
+        return self.run(subject)
+
+
+CHECKS: list[Check] = []
 
 
 def register_check(name: str):
@@ -121,9 +132,8 @@ def register_check(name: str):
                 status, detail = FAIL, f"raised {describe(error)}"
             return CheckResult(name, status, detail)
 
-        check.check_name = name
-        CHECKS.append(check)
-        return check
+        CHECKS.append(Check(name, check))
+        return CHECKS[-1]
 
     return decorator
 
@@ -274,7 +284,10 @@ def check_attention(s: Subject):
     if not getattr(mixer, "exposes_attention", False):
         return INFO, ("exposes no attention scores: attention_probe, attention_bias and attention_distillation "
                       "report n/a for it, and `analyze patch` cannot run")
-    H, L, layer = mixer.n_heads, s.length, 0  # built as layer 0
+    H = getattr(mixer, "n_heads", None)
+    if not isinstance(H, int):
+        return FAIL, f"exposes_attention is True but n_heads is {H!r}, not the number of heads (mixers/base.py)"
+    L, layer = s.length, 0  # built as layer 0
     x = s.inputs()
     ctx = MixerContext(capture=True)
     captured = forward(mixer, x, ctx)

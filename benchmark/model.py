@@ -54,11 +54,12 @@ class SequenceModel(nn.Module):
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
-        owned = [self.token_embedding, self.position_embedding, self.norm, self.head]
-        for block in self.blocks:
+        owned: list[nn.Module] = [self.token_embedding, self.position_embedding, self.norm, self.head]
+        for block in self.layers:
             owned += [block.norm_mixer, block.norm_mlp, block.mlp]
-            if callable(getattr(block.mixer, "init_weights", None)):
-                block.mixer.init_weights(self.init)
+            init_weights = getattr(block.mixer, "init_weights", None)
+            if callable(init_weights):
+                init_weights(self.init)
         for module in owned:
             self.init.apply_(module)
 
@@ -79,8 +80,13 @@ class SequenceModel(nn.Module):
                 self.head.bias[:shared] = old_head.bias[:shared]
 
     @property
+    def layers(self) -> list[Block]:
+        """The blocks in order (an nn.ModuleList yields them typed as plain Modules)."""
+        return [block for block in self.blocks if isinstance(block, Block)]
+
+    @property
     def mixers(self) -> list[nn.Module]:
-        return [block.mixer for block in self.blocks]
+        return [block.mixer for block in self.layers]
 
     def state_size(self, length: int) -> int | None:
         """The inference state of all layers' mixers after ``length`` tokens, per sequence (see
@@ -88,7 +94,8 @@ class SequenceModel(nn.Module):
         if not (isinstance(length, int) and length >= 0):
             raise ValueError(f"length must be an integer ≥ 0, got {length!r}")
         sizes = [getattr(mixer, "state_size", lambda _: None)(length) for mixer in self.mixers]
-        return None if any(size is None for size in sizes) else sum(sizes)
+        known = [size for size in sizes if size is not None]
+        return sum(known) if len(known) == len(sizes) else None
 
     def forward(self, tokens: torch.Tensor, ctx: MixerContext | None = None) -> torch.Tensor:
         ctx = ctx if ctx is not None else MixerContext()

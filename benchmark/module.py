@@ -8,6 +8,7 @@ and the optimiser (``emergence_bench.optim``). Seed-parallel's ensemble module u
 from __future__ import annotations
 
 import math
+from typing import cast
 from collections import deque
 
 import lightning as L
@@ -57,8 +58,9 @@ class EvalTally:
         def per_seed(metric: Metric, dtype: torch.dtype | None = None) -> MultioutputWrapper:
             # remove_nans=False: no NaN filtering (a host sync per seed and batch); a NaN shows in the result.
             wrapper = MultioutputWrapper(metric, seeds, output_dim=0, remove_nans=False).to(device)
-            for seed_metric in wrapper.metrics if dtype is not None else ():  # after .to(), which resets it
-                seed_metric.set_dtype(dtype)
+            if dtype is not None:  # after .to(), which resets it
+                for seed_metric in wrapper.metrics:
+                    cast(Metric, seed_metric).set_dtype(dtype)
             return wrapper
 
         mean = lambda: per_seed(MeanMetric(nan_strategy="disable"), torch.float64)  # noqa: E731
@@ -124,6 +126,8 @@ class EmergenceModule(L.LightningModule):
     callbacks' ``on_train_losses``.
     """
 
+    rows: torch.Tensor  # a buffer: the scored rows [N]
+
     def __init__(self, model: SequenceModel, task: SyntheticTask, optim: OptimConfig, max_steps: int,
                  train_on: str = "scored", initial_optimizer_state: dict | None = None, read_every: int = 1):
         super().__init__()
@@ -169,7 +173,8 @@ class EmergenceModule(L.LightningModule):
         self.last_train_loss = values[-1]
         if self._trainer is None:  # trained outside a Trainer (speed's loop)
             return
-        deliver_train_losses(self.trainer.callbacks, self.trainer, self, steps, values)
+        callbacks = getattr(self.trainer, "callbacks")  # set by Lightning, not declared on Trainer
+        deliver_train_losses(callbacks, self.trainer, self, steps, values)
         if at_step:  # Lightning writes logs every log_every steps, the value of that step: the read step's.
             self.log("train/loss", self.last_train_loss)
             self.log("train/full_sequence_loss", self.recent_full_sequence_losses[-1])

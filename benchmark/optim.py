@@ -7,6 +7,7 @@ AdamW being elementwise) build theirs here.
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import torch
 
@@ -37,7 +38,7 @@ def adamw(params: list[torch.nn.Parameter], decayed: list[bool], optim: OptimCon
     """AdamW over ``params`` (weight decay only where ``decayed``) with the lr schedule of ``optim``,
     stepped per training step, in the form ``configure_optimizers`` returns. ``initial_state`` (an
     optimizer state_dict from a curriculum stage) carries the moments over; the lr restarts."""
-    groups = [{"params": [p for p, d in zip(params, decayed) if d]}]
+    groups: list[dict[str, Any]] = [{"params": [p for p, d in zip(params, decayed) if d]}]
     if not all(decayed):
         groups.append({"params": [p for p, d in zip(params, decayed) if not d], "weight_decay": 0.0})
     fused = all(p.device.type in ("cpu", "cuda") and p.dtype.is_floating_point for p in params)

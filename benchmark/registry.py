@@ -18,8 +18,9 @@ import importlib
 import inspect
 import warnings
 from importlib.metadata import entry_points
-from typing import Any
+from typing import Any, TypeVar
 
+C = TypeVar("C", bound=type)  # a registered class: the decorator returns it as it was
 
 class UnknownNameError(KeyError):
     """An unknown mixer/task/callback name; the message lists the known names."""
@@ -40,11 +41,11 @@ class Registry:
         self.broken: dict[str, str] = {}  # plugin name -> import error
 
     def register(self, name: str):
-        def decorator(cls: type) -> type:
+        def decorator(cls: C) -> C:
             if name in self._classes and self._classes[name] is not cls:
                 raise ValueError(f"{self.kind} {name!r} is registered twice")
             self._classes[name] = cls
-            cls.registered_name = name
+            setattr(cls, "registered_name", name)  # any class may register: not an attribute of a base
             return cls
 
         return decorator
@@ -60,7 +61,7 @@ class Registry:
                 continue
             try:
                 self._classes[ep.name] = ep.load()
-                self._classes[ep.name].registered_name = ep.name
+                setattr(self._classes[ep.name], "registered_name", ep.name)
             except Exception as error:  # a broken plugin must not take the suite down
                 self.broken[ep.name] = f"{type(error).__name__}: {error}"
                 warnings.warn(
@@ -100,7 +101,7 @@ SKIPPED_PARAMETERS = {
 
 def constructor_parameters(cls: type, skip: set[str]) -> dict[str, Any]:
     params = {}
-    for p in inspect.signature(cls.__init__).parameters.values():
+    for p in inspect.signature(getattr(cls, "__init__")).parameters.values():
         if p.name in skip or p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
             continue
         params[p.name] = p.default

@@ -20,11 +20,12 @@ import sys
 from collections import Counter
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
-from typing import BinaryIO, Callable
+from typing import Any, BinaryIO, Callable, TypeGuard, cast
 
 import pandas as pd
 
 from emergence_bench.machine import allocator
+from emergence_bench.result_row import ResultRow, Row, emergence_step, section
 
 SCHEMA_VERSION = 2  # 2: task_facts, full-sequence losses, init and bias patterns in the config
 FINISHED = ("ok", "diverged")  # a sweep does not rerun these; `failed` runs are retried
@@ -55,17 +56,18 @@ class ResultsUnwritable(OSError, ValueError):
     ``error:`` line rather than a bug; a sweep stops on it (every later write would fail alike)."""
 
     def __str__(self) -> str:
-        return self.strerror
+        return self.strerror or super().__str__()
 
 
-def is_disk_error(error: BaseException) -> bool:
+def is_disk_error(error: BaseException) -> TypeGuard[OSError]:
     return isinstance(error, OSError) and not isinstance(error, ResultsUnwritable) and error.errno in DISK_ERRORS
 
 
 def unwritable(path: str | Path, error: OSError) -> ResultsUnwritable:
     """A disk error (``is_disk_error``) raised writing ``path``, as one line naming both."""
-    name = errno.errorcode.get(error.errno, str(error.errno))
-    return ResultsUnwritable(error.errno, f"cannot write {path}: {os.strerror(error.errno)} ({name}); nothing "
+    number = error.errno if error.errno is not None else errno.EIO  # a disk error always has one
+    name = errno.errorcode.get(number, str(number))
+    return ResultsUnwritable(number, f"cannot write {path}: {os.strerror(number)} ({name}); nothing "
                                           f"half-written is left: free space or fix the permissions, then rerun "
                                           f"the same command to resume")
 
@@ -103,7 +105,7 @@ def write_json(path: str | Path, data: dict) -> None:
     write_text(path, json.dumps(data, indent=2, allow_nan=False))
 
 
-def without_non_finite(data, key: str = "", found: list[str] | None = None) -> tuple[object, list[str]]:
+def without_non_finite(data: Any, key: str = "", found: list[str] | None = None) -> tuple[Any, list[str]]:
     """A copy of ``data`` with each NaN or ±inf float as None (strict JSON holds neither), and the
     dotted keys of those replaced, each with its value: ``["metrics.final_eval_loss: nan"]``."""
     found = [] if found is None else found
@@ -117,13 +119,13 @@ def without_non_finite(data, key: str = "", found: list[str] | None = None) -> t
     return data, found
 
 
-def progress_summary(record: dict) -> dict:
+def progress_summary(record: Row) -> dict:
     """What an executor reports (and the sweep's progress line shows) of a finished run's row."""
     return {
         "run_id": record["run_id"],
         "status": record["status"],
         "error": (record["error"] or "").splitlines()[0] if record["error"] else None,
-        "emergence_step": (record.get("emergence") or {}).get("step"),
+        "emergence_step": emergence_step(record),
     }
 
 
@@ -141,7 +143,7 @@ def lost_summary(run_id: str, error: BaseException) -> dict:
 
 
 def versions() -> dict:
-    found = {"python": platform.python_version()}
+    found: dict[str, str | None] = {"python": platform.python_version()}
     for package in ("emergence-bench", "torch", "lightning"):
         try:
             found[package] = version(package)
@@ -199,18 +201,19 @@ def provenance(threads: dict) -> dict:
             "threads": threads, "allocator": allocator.policy()}
 
 
-def code_version(record: dict) -> str:
+def code_version(record: ResultRow) -> str:
     """A row's code as one short label: ``abc1234``, ``abc1234 (dirty)``, ``not a git checkout``, or
     ``not recorded`` (a row written before provenance was)."""
-    git = (record.get("provenance") or {}).get("git")
+    git = section(record, "provenance").get("git")
     if not git:
         return "not recorded"
-    if not git.get("commit"):
+    commit = git.get("commit")
+    if not commit:
         return git.get("note") or NOT_A_CHECKOUT
-    return git["commit"][:10] + (" (dirty)" if git.get("dirty") else "")
+    return commit[:10] + (" (dirty)" if git.get("dirty") else "")
 
 
-def mixed_code_note(records: list[dict]) -> str | None:
+def mixed_code_note(records: list[ResultRow]) -> str | None:
     """A warning when ``records`` were computed by more than one version of the code (different
     commits, or a commit with and without changes), naming each with its run count, or by a dirty
     tree; None when they all come from one version whose code is known (or was not recorded)."""
@@ -227,7 +230,7 @@ class UnreadableResult(ValueError):
     """A result file that is not a result row this version reads: the message names the file and why."""
 
 
-def parse_result(path: str | Path) -> dict:
+def parse_result(path: str | Path) -> ResultRow:
     """The row in ``path``, checked: JSON, an object with run_id, status and config, of this schema.
     Raises UnreadableResult otherwise (a run killed mid-write by something other than this suite, a
     file edited by hand, a row of an older version)."""
@@ -241,14 +244,14 @@ def parse_result(path: str | Path) -> dict:
     if data.get("schema_version") != SCHEMA_VERSION:
         raise UnreadableResult(f"{path}: schema_version {data.get('schema_version')!r}; "
                                f"this version reads {SCHEMA_VERSION}")
-    return data
+    return cast(ResultRow, data)
 
 
 def _warn(error: UnreadableResult) -> None:
     print(f"warning: {error}; counted as unfinished (a resumed sweep runs it again)", file=sys.stderr)
 
 
-def read_result(run_dir: Path) -> dict | None:
+def read_result(run_dir: str | Path) -> ResultRow | None:
     """The run's result row; None when it has none, or an unreadable one (named in a warning), so a
     resumed sweep runs it again."""
     path = Path(run_dir) / RESULT_FILE
@@ -261,15 +264,21 @@ def read_result(run_dir: Path) -> dict | None:
         return None
 
 
+def is_finished(run_dir: str | Path) -> bool:
+    """Whether ``run_dir`` holds a finished row (ok or diverged: a sweep does not run it again)."""
+    row = read_result(run_dir)
+    return row is not None and row["status"] in FINISHED
+
+
 def result_paths(root: str | Path) -> list[Path]:
     return sorted(Path(root).rglob(RESULT_FILE))
 
 
-def load_records(root: str | Path, strict: bool = False, quiet: bool = False) -> list[dict]:
+def load_records(root: str | Path, strict: bool = False, quiet: bool = False) -> list[ResultRow]:
     """Every readable result row under ``root``. An unreadable one is named in a warning (unless
     ``quiet``) and left out (the rest is still aggregated); with ``strict`` it raises
     UnreadableResult instead (for CI)."""
-    records = []
+    records: list[ResultRow] = []
     for path in result_paths(root):
         try:
             records.append(parse_result(path))

@@ -33,8 +33,9 @@ from emergence_bench.module import EmergenceModule
 from emergence_bench.training import Diverged
 from emergence_bench.mixers.init import WeightInit
 from emergence_bench.machine.devices import accelerator_device, describe_device
-from emergence_bench.results import (CONFIG_FILE, FINISHED, LOCKS_DIR, RESULT_FILE, SCHEMA_VERSION, ResultsUnwritable,
-                                     is_disk_error, provenance, read_result, unwritable, versions, without_non_finite,
+from emergence_bench.result_row import Row
+from emergence_bench.results import (CONFIG_FILE, LOCKS_DIR, RESULT_FILE, SCHEMA_VERSION, ResultsUnwritable,
+                                     is_disk_error, is_finished, provenance, read_result, unwritable, versions, without_non_finite,
                                      write_json, write_text)
 from emergence_bench.trainer import build_logger, build_trainer, quiet_lightning
 from emergence_bench.tasks.base import SyntheticTask
@@ -72,8 +73,9 @@ def check(config: dict | RunConfig) -> RunConfig:
     with torch.device("meta"):
         model = build_model(config, task)
     for callback in build_callbacks(config, task):
-        if callable(getattr(callback, "check_model", None)):  # e.g. a bias naming a layer the model lacks
-            callback.check_model(model)
+        check_model = getattr(callback, "check_model", None)
+        if callable(check_model):  # e.g. a bias naming a layer the model lacks
+            check_model(model)
     if config.curriculum:
         check_transitions(config, stage_tasks(config), task)
     return config
@@ -149,7 +151,7 @@ class RunFolder:
         self.run_id = config.run_id()
         self.path = Path(out) / self.run_id
         self.lock = RunLock(Path(out), self.run_id)
-        if unfinished_only and (read_result(self.path) or {}).get("status") in FINISHED:
+        if unfinished_only and is_finished(self.path):
             self.lock.release()
             raise RunBusy(f"run {self.run_id} in {out} was finished by another process meanwhile")
         try:
@@ -240,7 +242,7 @@ def _joined(first: str | None, second: str) -> str:
     return f"{first}\n{second}" if first else second
 
 
-def record_lost(config: RunConfig, out: str | Path, reason: str) -> dict | None:
+def record_lost(config: RunConfig, out: str | Path, reason: str) -> Row | None:
     """The row of a run whose process died mid-run (SIGKILL, out of memory), which wrote none: a failed
     row saying ``reason``, so the leaderboard shows it and a resumed sweep reruns it. Returns the run's
     row (the one it has, if it finished after all), or None when it never started (no folder) or
@@ -253,8 +255,9 @@ def record_lost(config: RunConfig, out: str | Path, reason: str) -> dict | None:
     try:
         row = read_result(path)
         if row is None and path.is_dir():
-            row = new_row(config, "failed", reason)
-            write_json(path / RESULT_FILE, row)
+            lost = new_row(config, "failed", reason)
+            write_json(path / RESULT_FILE, lost)
+            return lost
         return row
     finally:
         lock.release()

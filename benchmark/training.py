@@ -125,7 +125,7 @@ class StepLoop:
     for an ensemble). What `speed` and the batching probe time: the suite's step and nothing else.
     ``data_seconds`` sums the time spent making batches."""
 
-    def __init__(self, module, batches, clip: float | None, device: torch.device):
+    def __init__(self, module, batches, clip: float | None, device: str | torch.device):
         self.module, self.batches, self.clip, self.device = module, batches, clip, torch.device(device)
         optim = module.configure_optimizers()
         self.optimizer, self.scheduler = optim["optimizer"], optim["lr_scheduler"]["scheduler"]

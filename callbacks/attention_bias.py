@@ -87,7 +87,7 @@ class AttentionBias(L.Callback):
                 raise ValueError(f"{type(mixer).__name__} exposes attention but states no n_heads "
                                  "(the mixer contract, mixers/base.py): the bias cannot choose heads")
             heads = _selection(f"{name}.heads", self.heads, mixer.n_heads)
-            names = self.pattern_names
+            names = list(self.pattern_names)
             if self.spread:  # first block of heads the first pattern, and so on
                 names = [names[j * len(names) // len(heads)] for j in range(len(heads))]
             elif len(names) == 1:

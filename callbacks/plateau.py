@@ -101,7 +101,8 @@ class Plateau(L.Callback):
         return next((s for s, v in zip(self.steps, self.smoothed) if v < self.threshold), None)
 
     def spans(self) -> list[list[int]]:
-        w, spans = self.window, []
+        w = self.window
+        spans: list[list[int]] = []
         for i in range(w, len(self.smoothed)):
             if self.smoothed[i - w] - self.smoothed[i] < self.tolerance * self.gap:
                 start, end = self.steps[i - w], self.steps[i]

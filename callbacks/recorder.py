@@ -26,7 +26,7 @@ class Recorder(L.Callback):
         self.eval_curve: list[list[float]] = []  # [step, eval loss, eval accuracy]
         self.cell_curve: list[list] = []  # [step, [eval loss per output cell]]
         self._window: list[float] = []
-        self._mark = None
+        self._mark = 0.0  # when the step being timed began
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
         self._mark = time.perf_counter()

@@ -24,6 +24,8 @@ class CausalSelfAttention(TokenMixer):
     """
 
     exposes_attention = True
+    n_heads: int
+    causal: torch.Tensor  # a buffer [max_len, max_len]
     small = {"n_heads": 2, "head_dim": 4}
     width_matched = {"n_heads": 4, "head_dim": 16}
 

@@ -98,6 +98,13 @@ class TokenMixer(nn.Module):
         """The backend this instance runs on now."""
         return self.backends[0]
 
+    @staticmethod
+    def no_weight_decay(*params: nn.Parameter) -> None:
+        """Mark ``params`` to be left out of weight decay (``_no_weight_decay``, the flag fla and Mamba
+        use; emergence_bench.optim.is_decayed reads it): decay rates and step sizes should not shrink."""
+        for param in params:
+            setattr(param, "_no_weight_decay", True)  # a flag on the tensor: Parameter declares no such field
+
     def state_size(self, length: int) -> int | None:
         """The number of numbers one layer of this mixer keeps per sequence to continue generating
         after ``length`` tokens (see the module docstring for what counts): grows with ``length``

@@ -45,6 +45,7 @@ class GatedDeltaNet(TokenMixer):
     """
 
     exposes_attention = False
+    n_heads: int
     backends = (REFERENCE, KERNEL)
     small = {"n_heads": 2, "head_dim": 8, "expand_v": 1}
     width_matched = {"n_heads": 4, "head_dim": 16}
@@ -105,8 +106,7 @@ class GatedDeltaNet(TokenMixer):
         dt = log_dt.exp().clamp(min=dt_floor)
         self.dt_bias.copy_(dt + torch.log(-torch.expm1(-dt)))  # softplus⁻¹(dt), stable for small dt
         # A hint for optimisers that group parameters (fla does the same); decay should not shrink them.
-        self.A_log._no_weight_decay = True
-        self.dt_bias._no_weight_decay = True
+        self.no_weight_decay(self.A_log, self.dt_bias)
 
     @property
     def backend(self) -> str:

@@ -23,11 +23,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Literal, get_args
 
 import torch
 from torch import nn
 
-SCHEMES = ("torch_default", "lecun_normal", "normal")
+InitScheme = Literal["torch_default", "lecun_normal", "normal"]
+SCHEMES: tuple[str, ...] = get_args(InitScheme)
 EMBEDDING_STD = 0.02
 
 
@@ -35,7 +37,7 @@ EMBEDDING_STD = 0.02
 class WeightInit:
     """One named scheme with its parameters; ``linear_``/``embedding_``/``matrix_`` apply it in place."""
 
-    scheme: str = "lecun_normal"
+    scheme: InitScheme = "lecun_normal"
     std: float = 0.02
     scale: float = 1.0
 

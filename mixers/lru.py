@@ -67,8 +67,7 @@ class LRU(TokenMixer):
         self.C_re, self.C_im = nn.Parameter(torch.empty(H, N)), nn.Parameter(torch.empty(H, N))
         self.D = nn.Parameter(torch.empty(H))
         self.glu = nn.Linear(H, 2 * H)
-        for p in (self.nu_log, self.theta_log, self.gamma_log):
-            p._no_weight_decay = True  # the paper's choice; an optimiser that reads the flag honours it
+        self.no_weight_decay(self.nu_log, self.theta_log, self.gamma_log)  # the paper's choice
         self.init_weights(WeightInit())
         self.reset_recurrence_parameters()
 

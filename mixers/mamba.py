@@ -67,8 +67,7 @@ class Mamba(TokenMixer):
         self.D = nn.Parameter(torch.empty(E))
         self.out_proj = nn.Linear(E, d_model, bias=False)
         # Mamba keeps these out of weight decay; an optimiser that reads the flag can honour it.
-        for p in (self.dt_proj_bias, self.A_log, self.D):
-            p._no_weight_decay = True
+        self.no_weight_decay(self.dt_proj_bias, self.A_log, self.D)
         self.last_backend = backends.REFERENCE
         self.reset_ssm_parameters()
 

@@ -44,6 +44,10 @@ class CausalMLPMixer(TokenMixer):
     """
 
     exposes_attention = False
+    n_heads: int
+    mask: torch.Tensor  # buffers: static [N, N]; mlp mask_in [N, 1, N] and mask_out [N, N, 1]
+    mask_in: torch.Tensor
+    mask_out: torch.Tensor
     small = {"token_mixing": "static", "n_heads": 2, "head_dim": 4}
     width_matched = {}  # its defaults have the Transformer's width: 8 heads × 8
     forms = {"mlp": {"token_mixing": "mlp", "expansion": 2}}

@@ -61,6 +61,7 @@ class MLSTM(TokenMixer):
     """
 
     exposes_attention = False
+    n_heads: int
     backends = (REFERENCE, KERNEL)
     small = {"n_heads": 2, "qkv_blocksize": 4}
     width_matched = {}  # its defaults: 4 heads over an inner width of 2 · d_model

@@ -51,6 +51,7 @@ class RWKV7TimeMix(TokenMixer):
     """
 
     exposes_attention = False
+    n_heads: int
     backends = (backends.REFERENCE, backends.KERNEL)
     small = {"head_dim": 8, "decay_lora": 4, "a_lora": 4, "v_lora": 4, "gate_lora": 6}
     width_matched = {"head_dim": 16}

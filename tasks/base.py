@@ -31,11 +31,11 @@ from __future__ import annotations
 
 import hashlib
 from abc import ABCMeta, abstractmethod
-from typing import Iterator
+from typing import Any, Iterator, cast
 
 import lightning as L
 import torch
-from torch.utils.data import DataLoader, IterableDataset
+from torch.utils.data import DataLoader, Dataset, IterableDataset
 
 
 def seeded_generator(*key) -> torch.Generator:
@@ -114,7 +114,7 @@ class SyntheticTask(L.LightningDataModule, metaclass=ABCMeta):
 
     # What `attention_bias: {strength: c}` does on this task (layers "all" or indices, and the named
     # patterns spread over each biased layer's heads in equal blocks).
-    bias_defaults = {"layers": "all", "patterns": ("predict",)}
+    bias_defaults: dict[str, Any] = {"layers": "all", "patterns": ("predict",)}
 
     def model_inputs(self, tokens: torch.Tensor) -> torch.Tensor:
         """tokens [B, seq_len + 1] -> what the model reads [B, seq_len] (default: ``tokens[:, :-1]``).
@@ -155,7 +155,7 @@ class SyntheticTask(L.LightningDataModule, metaclass=ABCMeta):
         """Set what the run decides: the train stream's seed and the eval set's size."""
         self.data_seed = data_seed
         self.eval_batches = eval_batches
-        self._eval_set = None
+        self._eval_set: list[torch.Tensor] | None = None
 
     def batch_generator(self, split: str, index: int) -> torch.Generator:
         """The generator of batch ``index`` of ``split``: train streams depend on the data seed, the
@@ -171,9 +171,10 @@ class SyntheticTask(L.LightningDataModule, metaclass=ABCMeta):
         return DataLoader(TrainStream(self, start), batch_size=None)
 
     def val_dataloader(self) -> DataLoader:
-        if getattr(self, "_eval_set", None) is None:  # the same sequences at every eval
-            self._eval_set = [self.batch("eval", i) for i in range(self.eval_batches)]
-        return DataLoader(self._eval_set, batch_size=None)
+        eval_set = getattr(self, "_eval_set", None)
+        if eval_set is None:  # the same sequences at every eval
+            eval_set = self._eval_set = [self.batch("eval", i) for i in range(self.eval_batches)]
+        return DataLoader(cast("Dataset[torch.Tensor]", eval_set), batch_size=None)  # a list: a map-style dataset
 
 
 class StateTrajectoryTask(SyntheticTask):

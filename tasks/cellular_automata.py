@@ -80,9 +80,13 @@ class WindowRuleTask(StateTrajectoryTask):
                              f"= {tokens_per_sequence} tokens)") from None
         return tokens_per_batch // tokens_per_sequence
 
-    def select_rules(self, chosen: torch.Tensor):
+    def select_rules(self, chosen: torch.Tensor) -> torch.Tensor:
         """chosen [B] pool indices -> what ``step`` takes as the sequences' rules (default: the indices)."""
         return chosen
+
+    def step(self, state: torch.Tensor, rules: torch.Tensor) -> torch.Tensor:
+        """state [B, S], the sequences' rules -> the next state [B, S] (each task its own)."""
+        raise NotImplementedError
 
     def generate(self, generator: torch.Generator, batch_size: int) -> torch.Tensor:
         rules = self.select_rules(torch.randint(0, self.rules, (batch_size,), generator=generator))
@@ -182,8 +186,9 @@ class WindowRuleTask(StateTrajectoryTask):
             p_true, p_max = self.bayes_oracle(tokens)
             counts = {alpha: float(self.count_model_loss(tokens, self.colors, self.state_size, alpha).mean())
                       for alpha in COUNT_ALPHAS}
-            alpha = min(counts, key=counts.get)
-            shortcut = counts[alpha]
+            best = min(counts, key=lambda a: counts[a])
+            alpha: float | None = best
+            shortcut = counts[best]
             if shortcut > self.chance_loss:  # counting loses to a uniform guess (short, even sequences)
                 alpha, shortcut = None, self.chance_loss
             self._oracle_cache = {

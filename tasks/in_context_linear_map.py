@@ -96,8 +96,8 @@ class InContextLinearMap(StateTrajectoryTask):
         over the candidates consistent with every transition of that cell seen so far."""
         S, T = self.state_size, self.trajectory_length
         rows = torch.zeros(math.comb(S, self.sparsity), S, dtype=torch.long)  # [R, S]
-        for r, ones in enumerate(itertools.combinations(range(S), self.sparsity)):
-            rows[r, list(ones)] = 1
+        for r, columns in enumerate(itertools.combinations(range(S), self.sparsity)):
+            rows[r, list(columns)] = 1
         states = tokens.view(-1, T, S)
         consistent = torch.ones(states.shape[0], S, rows.shape[0], dtype=torch.bool)  # [B, S, R]
         p_true, p_max = [], []

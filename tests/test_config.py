@@ -52,6 +52,25 @@ def test_wrong_types_and_ranges():
     assert resolve({"optim": {"lr": 1}}).optim.lr == 1.0  # ints are fine where floats are expected
 
 
+@pytest.mark.parametrize("section, key, bad, allowed", [
+    ("model", "init", "xavier", "torch_default, lecun_normal, normal"),
+    ("optim", "schedule", "cosin", "constant, cosine, linear"),
+    ("trainer", "accelerator", "tpu", "auto, cpu, gpu, cuda"),
+    ("trainer", "train_on", "everything", "scored, all"),
+    ("trainer", "logger", "mlflow", "tensorboard, csv, wandb"),
+])
+def test_a_bad_choice_names_the_key_the_value_and_the_choices(section, key, bad, allowed):
+    with pytest.raises(ConfigError) as raised:
+        resolve({section: {key: bad}})
+    assert str(raised.value) == f"{section}.{key} must be one of {allowed}, got {bad!r}"
+    from emergence_bench.config import SECTIONS
+
+    with pytest.raises(ConfigError, match=f"^{section}.{key} must be one of"):  # made directly, too
+        SECTIONS[section](**{key: bad})
+    first = allowed.split(", ")[0]
+    assert getattr(getattr(resolve({section: {key: first}}), section), key) == first
+
+
 def test_invalid_task_parameters_fail_before_training():
     with pytest.raises(ValueError, match=r"sparsity must be in \[1, 4\], got 5"):
         check({"task": {"name": "linear_map", "state_size": 4, "sparsity": 5}})

@@ -92,3 +92,23 @@ def test_cells_learned_through_the_pattern_and_the_shortcut_and_the_shortcut_col
         record["config"]["trainer"]["train_on"] = "scored"
     assert leaderboard.build(records)["final_full_sequence_loss"].isna().all()
     assert "| 1.5/2 + 1/2 |" in markdown and "(shortcut)" in markdown and "| 0.52 |" in markdown
+
+
+def test_one_table_helper_renders_markdown_and_html():
+    from emergence_bench.reporting.table import Table
+
+    table = Table(["a", "b"], [["1 < 2", "x\ny"]])
+    assert table.markdown() == "| a | b |\n|---|---|\n| 1 < 2 | x<br>y |"
+    assert table.html() == ("<table><thead><tr><th>a</th><th>b</th></tr></thead>"
+                            "<tbody><tr><td>1 &lt; 2</td><td>x<br>y</td></tr></tbody></table>")
+    labelled = Table([], [["key", "value"]], row_headers=True)
+    assert labelled.html() == "<table><tbody><tr><th>key</th><td>value</td></tr></tbody></table>"
+
+
+def test_a_section_a_row_lacks_reads_as_empty():
+    from emergence_bench.result_row import emergence_step, section, step_budget
+
+    failed = {"status": "failed", "config": {"trainer": {"max_steps": 300}}}  # failed before training
+    assert section(failed, "emergence") == {} and emergence_step(failed) is None and step_budget(failed) == 300
+    ran = {**failed, "status": "ok", "emergence": {"step": 120}, "timing": {"steps": 250}}
+    assert emergence_step(ran) == 120 and step_budget(ran) == 250

@@ -134,3 +134,22 @@ def test_loss_curves_stay_small_for_a_large_sweep():
     assert len(drawn) == report.MAX_CURVE_PANELS  # the first 24 of 30 groups
     longest = max(len(line.get_xdata()) for ax in drawn for line in ax.lines)
     assert longest <= report.CURVE_POINTS + 1
+
+
+def test_every_figure_is_registered_with_its_reason_when_absent_and_the_cli_offers_each(capsys):
+    from emergence_bench.cli import parser
+
+    assert report.FIGURES == ("curves", "staircase", "seeds", "ranking", "axes", "heatmap", "filmstrip", "maps")
+    for figure in report.REGISTRY.values():
+        assert figure.name and figure.title and figure.absent, figure
+        assert figure.part_of in (None, *report.FIGURES), figure
+    assert [f.name for f in report.REGISTRY.values() if f.part_of == "ranking"] == ["survival", "forest", "state"]
+    with pytest.raises(SystemExit):
+        parser().parse_args(["report", "DIR", "--help"])
+    offered = " ".join(capsys.readouterr().out.split())
+    assert all(name in offered for name in report.FIGURES)
+    # Nothing drawable: each figure is listed, by name, with its reason.
+    page = report.Page()
+    for name in report.FIGURES:
+        assert not report.show(page, report.REGISTRY[name], report.Results([]))
+    assert page.missing == [(name, report.REGISTRY[name].absent) for name in report.FIGURES]

@@ -166,3 +166,5 @@ def test_a_sweep_file_says_how_many_seeds_train_together_and_the_flag_overrides_
     assert all("seed_parallel" not in json.loads(p.read_text()) for p in (tmp_path / "b").glob("*/result.json"))
     with pytest.raises(ConfigError, match="seed_parallel must be a whole number"):
         load_sweep(str(write_sweep(tmp_path / "bad.yaml", name="bad", base=tiny_config(), seed_parallel=0)))
+    with pytest.raises(ConfigError, match=r"bad.yaml: batching must be one of auto, always, got 'sometimes'"):
+        load_sweep(str(write_sweep(tmp_path / "bad.yaml", name="bad", base=tiny_config(), batching="sometimes")))

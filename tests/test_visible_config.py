@@ -34,9 +34,10 @@ def test_list_shows_every_section_with_types_and_defaults(capsys):
     for section in ("seed: int = 0", "task: name = linear_map", "mixer: name = transformer", "  model:", "  optim:",
                     "  trainer:", "  checkpoints:", "  callbacks:", "curriculum: list"):
         assert section in out, section
-    for key in ("d_model: int = 64", "lr: float = 0.001", "schedule: str = constant", "max_steps: int = 1000",
-                "logger: str = tensorboard", "keep_freed_memory: bool = True", "log_spaced: bool = False",
-                "frac: float = 0.1"):
+    for key in ("d_model: int = 64", "lr: float = 0.001", "schedule: constant | cosine | linear = constant",
+                "max_steps: int = 1000", "logger: tensorboard | csv | wandb = tensorboard", "threads: int | auto = auto",
+                "betas: tuple[float, float] = (0.9, 0.999)", "keep_freed_memory: bool = True",
+                "log_spaced: bool = False", "frac: float = 0.1"):
         assert key in out, key
 
 

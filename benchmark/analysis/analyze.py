@@ -89,6 +89,7 @@ def emergence(run_dir: str | Path, probe_batches: int | None = None, threshold: 
               device: str = "auto") -> dict:
     """Bisect the run's checkpoints for the earliest that solves the task; writes analysis/emergence.json."""
     from emergence_bench.analysis.bisection import bisect_steps
+    from emergence_bench.result_row import emergence_step
     from emergence_bench.results import read_result, write_json
 
     run_dir = Path(run_dir)
@@ -111,7 +112,7 @@ def emergence(run_dir: str | Path, probe_batches: int | None = None, threshold: 
         return accuracy[step] >= threshold
 
     found = bisect_steps(checkpoints, solves)
-    result = read_result(run_dir) or {}
+    result = read_result(run_dir)
     report = {
         "analysis": "emergence",
         "run_id": config.run_id(),
@@ -122,7 +123,7 @@ def emergence(run_dir: str | Path, probe_batches: int | None = None, threshold: 
         **found.to_dict(),
         "accuracy": [[step, accuracy[step]] for step, _ in found.evaluated],
         "steps": list(checkpoints),
-        "eval_emergence_step": (result.get("emergence") or {}).get("step"),
+        "eval_emergence_step": emergence_step(result) if result else None,
     }
     write_json(run_dir / ANALYSIS_DIR / EMERGENCE_FILE, report)
     return report

@@ -23,7 +23,7 @@ import time
 import traceback
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable
+from typing import Callable, cast
 
 import torch
 
@@ -88,7 +88,8 @@ def load_model(model: str, revision: str, device: torch.device):
     lm = AutoModelForCausalLM.from_pretrained(source, attn_implementation="eager", dtype=torch.float32, **kwargs)
     if lm.config.model_type != "gpt_neox":
         raise ValueError(f"{model} is a {lm.config.model_type} model; the attention hook supports gpt_neox (Pythia)")
-    return lm.to(device).eval()
+    cast(torch.nn.Module, lm).to(device)  # (transformers' `to` wrapper hides Module.to's signature from mypy)
+    return lm.eval()
 
 
 def load_tokenizer(model: str, revision: str):
@@ -129,11 +130,11 @@ def eager_attention(lm, patch: dict[int, Callable] | None = None, capture: dict 
         return out, probs
 
     # GPTNeoXAttention looks the function up in its module at every call, so this reaches every layer.
-    module.eager_attention_forward = forward
+    setattr(module, "eager_attention_forward", forward)
     try:
         yield
     finally:
-        module.eager_attention_forward = original
+        setattr(module, "eager_attention_forward", original)
 
 
 # --- probes on a language model --------------------------------------------------------------------
@@ -159,7 +160,7 @@ class EncodedProbe:
         ``patches[g]`` applied to group g."""
         p, correct, maps = [], [], []
         for g, (ids, answers) in enumerate(self.groups):
-            captured = {} if capture else None
+            captured: dict[int, torch.Tensor] | None = {} if capture else None
             with eager_attention(lm, patches[g] if patches else None, captured):
                 logits = lm(input_ids=ids).logits[:, -1].float()
             p.append(logits.softmax(-1).gather(-1, answers[:, None]).squeeze(-1))
@@ -237,7 +238,8 @@ def analyze(model: str, probe: str, revisions: list[str] | None = None, out: str
 
         found = bisect_steps(by_step, solves)
         record["emergence"] = {"threshold": threshold, "step": found.first_solved,
-                               "revision": by_step.get(found.first_solved), **found.to_dict(),
+                               "revision": None if found.first_solved is None else by_step.get(found.first_solved),
+                               **found.to_dict(),
                                "history": [[s, accuracy[s]] for s in sorted(accuracy)]}
         record["metrics"] = {"final_eval_accuracy": accuracy.get(last)}
         if found.first_solved is not None and found.last_unsolved is not None:

@@ -4,6 +4,7 @@ CPU flash attention and the context every vmapped forward and backward runs in (
 from __future__ import annotations
 
 import warnings
+from typing import cast
 from contextlib import contextmanager
 
 import torch
@@ -54,10 +55,11 @@ def register_flash_rule() -> str:
         return _flash_rule
     try:
         from torch._functorch.autograd_function import custom_function_call_vmap_helper
-        from torch._functorch.pyfunctorch import retrieve_current_functorch_interpreter
+        from torch._functorch.pyfunctorch import VmapInterpreter, retrieve_current_functorch_interpreter
 
         def batched(keyset, q, k, v, dropout_p=0.0, is_causal=False, *, attn_mask=None, scale=None):
-            return custom_function_call_vmap_helper(retrieve_current_functorch_interpreter(), _fold_flash_attention,
+            interpreter = cast(VmapInterpreter, retrieve_current_functorch_interpreter())  # this rule is vmap's
+            return custom_function_call_vmap_helper(interpreter, _fold_flash_attention,
                                                     _FLASH_CPU, q, k, v, dropout_p, is_causal, attn_mask, scale)
 
         library = torch.library.Library("aten", "IMPL")

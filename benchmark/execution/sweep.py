@@ -28,13 +28,16 @@ import sys
 import threading
 import time
 from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from emergence_bench.config import ConfigError, RunConfig, TrainerConfig, load_yaml, resolve, set_dotted
+from emergence_bench.config import (Batching, ConfigError, RunConfig, TrainerConfig, check_choices, load_yaml, resolve,
+                                    set_dotted)
 from emergence_bench.execution.workers import Interrupted, Workers, WorkerLost
 from emergence_bench.machine.threads import available_cpus, set_cpu_share
-from emergence_bench.results import (FINISHED, ResultsUnwritable, busy_row, lost_summary, progress_summary,
+from emergence_bench.result_row import Row
+from emergence_bench.results import (ResultsUnwritable, busy_row, is_finished, lost_summary, progress_summary,
                                      read_result)
 
 PRESETS_DIR = Path(__file__).parents[1] / "presets"
@@ -71,7 +74,7 @@ class Sweep:
     groups: list[Group] = field(default_factory=list)
     advertised: int | None = None  # the `runs:` count a preset promises
     seed_parallel: int = 1  # how a sweep file says to train it by default (the CLI flags override)
-    batching: str = "auto"
+    batching: Batching = "auto"
     scale: float = 1.0  # multiplies every run's trainer.max_steps and trainer.eval_every
 
     def raw_runs(self) -> list[tuple[str, dict]]:
@@ -173,9 +176,9 @@ def load_sweep(preset_or_file: str) -> Sweep:
     sweep = Sweep(name=data.get("name", path.stem), base=data.get("base") or {}, grid=_grid(data.get("grid"), path),
                   description=data.get("description", ""), groups=groups, advertised=data.get("runs"),
                   seed_parallel=data.get("seed_parallel", 1), batching=data.get("batching", "auto"))
-    if not isinstance(sweep.seed_parallel, int) or sweep.seed_parallel < 1 or sweep.batching not in ("auto", "always"):
-        raise ConfigError(f"{path}: seed_parallel must be a whole number ≥ 1 and batching auto or always; got "
-                          f"{sweep.seed_parallel!r} and {sweep.batching!r}")
+    if not isinstance(sweep.seed_parallel, int) or sweep.seed_parallel < 1:
+        raise ConfigError(f"{path}: seed_parallel must be a whole number ≥ 1, got {sweep.seed_parallel!r}")
+    check_choices(sweep, f"{path}: ")
     if sweep.advertised is not None and len(sweep.raw_runs()) != sweep.advertised:
         raise ConfigError(f"{path} says runs: {sweep.advertised} but expands to {len(sweep.raw_runs())}")
     return sweep
@@ -267,7 +270,7 @@ def check_threads_fit(configs: list[RunConfig], share: int, workers: int) -> Non
     before any run starts."""
     for config in configs:
         threads = config.trainer.threads
-        if threads != "auto" and threads > share:
+        if isinstance(threads, int) and threads > share:
             raise ConfigError(f"trainer.threads={threads} with {workers} worker(s) needs {threads * workers} cores; "
                               f"this machine has {available_cpus()}: use --threads {share} (or auto) or fewer --workers")
 
@@ -282,7 +285,7 @@ def _run_one(config: dict, out: str) -> dict:
         return busy_row(resolve(config).run_id(), busy)
 
 
-def _run_group(configs: list[dict], out: str, batching: str = "auto") -> list[dict]:
+def _run_group(configs: list[dict], out: str, batching: Batching = "auto") -> list[dict]:
     """Seeds of one config trained together (see emergence_bench.execution.seed_parallel)."""
     from emergence_bench.execution.seed_parallel import run_seed_parallel
 
@@ -355,7 +358,7 @@ def run_sweep(sweep: Sweep, out: str | Path, workers: int = 1, stream=None, exec
     out, stream = Path(out), stream or sys.stderr  # stderr as it is now (a test may have replaced it)
     runs = sweep.runs()
     pending = [(out / group, config) for group, config in runs
-               if (read_result(out / group / config.run_id()) or {}).get("status") not in FINISHED]
+               if not is_finished(out / group / config.run_id())]
     skipped = len(runs) - len(pending)
     share = worker_share(workers)
     if executor == "local":
@@ -369,6 +372,7 @@ def run_sweep(sweep: Sweep, out: str | Path, workers: int = 1, stream=None, exec
     if executor == "ray" and seed_parallel > 1:
         raise ConfigError("--seed-parallel runs with the local executor only (Ray runs one task per run)")
     # A job is (function, arguments, the runs it covers as [(folder, config)]): one run, or a group of seeds.
+    jobs: list[tuple[Callable[..., list[dict] | dict], tuple, list[tuple[Path, RunConfig]]]]
     if seed_parallel > 1:
         jobs = [(_run_group, ([c.to_dict() for c in configs], str(run_out), batching), [(run_out, c) for c in configs])
                 for run_out, configs in seed_groups(pending, seed_parallel)]
@@ -392,7 +396,7 @@ def run_sweep(sweep: Sweep, out: str | Path, workers: int = 1, stream=None, exec
                 _run_local(jobs, workers, share, report)
         except KeyboardInterrupt:
             signum = received[0] if received else signal.SIGINT
-            finished = sum((read_result(out / group / c.run_id()) or {}).get("status") in FINISHED for group, c in runs)
+            finished = sum(is_finished(out / group / c.run_id()) for group, c in runs)
             line = (f"[{sweep.name}] stopped by {signal.Signals(signum).name}: {finished} of {len(runs)} runs finished, "
                     f"their results kept in {out}; the other {len(runs) - finished} (those that were running among "
                     f"them) are left unfinished: rerun the same command to resume")
@@ -427,7 +431,7 @@ def _lost(runs: list[tuple[Path, RunConfig]], error: BaseException) -> list[dict
 
     summaries = []
     for run_out, config in runs:
-        row = None
+        row: Row | None = None
         if isinstance(error, WorkerLost):
             row = record_lost(config, run_out, f"WorkerLost: {error}; rerun the sweep to train it again")
         elif not isinstance(error, Interrupted):

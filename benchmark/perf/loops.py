@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import statistics
 import time
+from typing import cast
 
 import lightning as L
 import torch
@@ -18,6 +19,7 @@ import torch
 from emergence_bench.config import OptimConfig, RunConfig, TrainerConfig
 from emergence_bench.model import SequenceModel
 from emergence_bench.module import EmergenceModule
+from emergence_bench.tasks.base import SyntheticTask
 from emergence_bench.training import StepLoop
 
 
@@ -75,7 +77,8 @@ def step_seconds(mixer: dict, length: int, batch: int, d_model: int, device: str
     data = RandomBits(length, batch)
     model = SequenceModel(2, length, mixer, d_model=d_model, n_layers=1)
     optim, trainer = OptimConfig(), TrainerConfig()
-    module = EmergenceModule(model, data, optim, trainer.max_steps, "all", read_every=trainer.log_every).to(device)
+    task = cast(SyntheticTask, data)  # it has what the step reads of a task
+    module = EmergenceModule(model, task, optim, trainer.max_steps, "all", read_every=trainer.log_every).to(device)
     loop = StepLoop(module, lambda i: data.tokens, optim.grad_clip, device)
     loop.run(2)  # warm-up: allocator, kernels' autotuning
     times = []

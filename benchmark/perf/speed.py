@@ -132,7 +132,8 @@ def interleave(reference: tuple, others: dict, repeats: int, clock=time.perf_cou
         run(steps)
         return (clock() - start) / steps
 
-    ref, times = [timed(*reference)], {name: [] for name in others}
+    ref = [timed(*reference)]
+    times: dict = {name: [] for name in others}
     for r in range(repeats):
         for name in list(others) if r % 2 == 0 else list(others)[::-1]:
             times[name].append(timed(*others[name]))
@@ -147,7 +148,7 @@ def _fmt(s: dict, unit: str = "") -> str:
 
 def machine() -> dict:
     """The machine and its load from other processes (os.getloadavg: 1, 5, 15 minutes)."""
-    load = [round(x, 2) for x in os.getloadavg()] if hasattr(os, "getloadavg") else [None] * 3
+    load: list[float | None] = [round(x, 2) for x in os.getloadavg()] if hasattr(os, "getloadavg") else [None] * 3
     return {"cores": os.cpu_count(), "threads": torch.get_num_threads(), "torch": torch.__version__,
             "allocator": keep_freed_memory(), "load_1m": load[0], "load_5m": load[1], "load_15m": load[2]}
 
@@ -199,7 +200,9 @@ class ClockSession:
     and both series of seconds per step (bare [R + 1], suite [R])."""
 
     def __init__(self, bare: StepLoop):
-        self.bare, self.bare_s, self.suite_s = bare, [], []
+        self.bare = bare
+        self.bare_s: list[float] = []
+        self.suite_s: list[float] = []
 
 
 class SuiteClock(L.Callback):
@@ -333,19 +336,19 @@ def seed_step_rows(ks=(1, 4, 16), steps: int = 100, repeats: int = 5, settings: 
     step, interleaved: bare, K=1, K=4, ..., bare, ... (K's order reversed every other repeat), each
     batched block ``max(2, steps // K)`` steps so every block takes about as long; the median of the
     ``repeats`` ratios, each against the bare blocks either side."""
-    device = torch.device(device or resolve_device("auto").type)
+    where = torch.device(device or resolve_device("auto").type)
     rows = []
     for name, raw in (settings or {n: preset_run(*SEED_RUNS[n]) for n in SEED_RUNS}).items():
         config = resolve(raw)
-        bare = single_loop(config, device=device)
-        loops = {K: ensemble_loop(config, K, device) for K in ks}
+        bare = single_loop(config, device=where)
+        loops = {K: ensemble_loop(config, K, where) for K in ks}
         for loop in [bare, *loops.values()]:
             loop.run(3)  # warm-up: allocator, vmap's first call
         bare_s, times = interleave((bare.run, steps), {K: (loops[K].run, max(2, steps // K)) for K in ks}, repeats)
         params = sum(p.numel() for p in bare.module.model.parameters())
         for K in ks:
             speedup = [K / ratio for ratio in bracketed(bare_s, times[K])]
-            rows.append({"setting": name, "params": params, "batch": config.task["batch_size"], "device": device.type,
+            rows.append({"setting": name, "params": params, "batch": config.task["batch_size"], "device": where.type,
                          "k": K, "repeats": repeats, "bare_ms": statistics.median(bare_s) * 1e3,
                          "batched_ms": statistics.median(times[K]) * 1e3, "speedup": summary(speedup)})
     return rows

@@ -52,7 +52,8 @@ class _DevTools:
 
         # No Origin header: Chromium refuses a DevTools connection from an origin it was not told to allow.
         self.socket = websocket.create_connection(url, timeout=timeout, suppress_origin=True)
-        self.next_id, self.events = 0, []
+        self.next_id = 0
+        self.events: list[dict] = []
 
     def call(self, method: str, **params) -> dict:
         self.next_id += 1

@@ -21,11 +21,13 @@ import matplotlib
 matplotlib.use("Agg")  # no display; must precede pyplot
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
+from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.ticker import FuncFormatter, LogLocator  # noqa: E402
 
 from emergence_bench.reporting import rank  # noqa: E402
 from emergence_bench.reporting.plateau_score import plateau_end  # noqa: E402
 from emergence_bench.reporting.stats import kaplan_meier  # noqa: E402
+from emergence_bench.result_row import ResultRow, emergence_step, step_budget  # noqa: E402
 
 PLAIN = FuncFormatter(lambda value, _: f"{value:g}")  # 50, 100, 200 on log axes, not 5×10¹
 
@@ -41,11 +43,11 @@ def _colours(mixers: list[str]) -> dict[str, str]:
     return {mixer: f"C{i % 10}" for i, mixer in enumerate(sorted(mixers))}
 
 
-def _emergence(record: dict) -> tuple[float, bool]:
-    step = (record.get("emergence") or {}).get("step")
+def _emergence(record: ResultRow) -> tuple[float, bool]:
+    step = emergence_step(record)
     if step is not None:
         return float(step), False
-    return float((record.get("timing") or {}).get("steps") or record["config"]["trainer"]["max_steps"]), True
+    return float(step_budget(record)), True
 
 
 def _km_line(ax, sample: list[tuple[float, bool]], colour: str, label: str) -> None:
@@ -75,7 +77,7 @@ def _survival_at(xs: list[float], ys: list[float], time: float) -> float:
     return value
 
 
-def survival_figure(ranked: dict, records: list[dict]):
+def survival_figure(ranked: dict, records: list[ResultRow]) -> Figure | None:
     """Rows: each family's "not yet emerged" then "still on the plateau"; columns: its rungs."""
     ladder = ranked["ladders"]
     members = rank.cell_members([r for r in records if r["status"] in ("ok", "diverged")], ladder)
@@ -113,7 +115,7 @@ def survival_figure(ranked: dict, records: list[dict]):
     return figure
 
 
-def forest_figure(ranked: dict):
+def forest_figure(ranked: dict) -> Figure | None:
     """Each mixer's plateau ratio to the baseline: the geometric mean (square) with its 95% interval,
     every cell's ratio (dots; open where it is a bound) behind it; a line at 1."""
     baseline, plateau, ranking = ranked.get("baseline"), ranked.get("plateau"), ranked["ranking"]
@@ -144,7 +146,7 @@ def forest_figure(ranked: dict):
     return figure
 
 
-def state_figure(ranked: dict):
+def state_figure(ranked: dict) -> Figure | None:
     """Success score (left) and plateau ratio (right) against the state per sequence (log axes)."""
     ranking = ranked["ranking"]
     if "state_size" not in ranking or ranking["state_size"].notna().sum() < 2:

@@ -15,8 +15,10 @@ import pandas as pd
 
 from emergence_bench import registry
 from emergence_bench.config import scientific
+from emergence_bench.result_row import ResultRow, SectionName, emergence_step, section, step_budget
 from emergence_bench.results import LEADERBOARD_STEM, load_records, write_json, write_text
 from emergence_bench.reporting.stats import kaplan_meier_median, kaplan_meier_median_ci, wilson_interval
+from emergence_bench.reporting.table import Table
 
 
 def flatten(data: dict, prefix: str = "") -> dict:
@@ -61,22 +63,22 @@ def _without_interventions(config: dict, flat: dict) -> str:
                       default=str)
 
 
-def km_time(records: list[dict], section: str, key: str) -> dict:
-    """Kaplan–Meier median (and 95% interval) of ``record[section][key]``, each run that never got
+def km_time(records: list[ResultRow], name: SectionName, key: str) -> dict:
+    """Kaplan–Meier median (and 95% interval) of ``record[name][key]``, each run that never got
     there censored at its step budget."""
     times, censored, budgets = [], [], []
     for r in records:
-        value = (r.get(section) or {}).get(key)
-        budget = (r.get("timing") or {}).get("steps") or r["config"]["trainer"]["max_steps"]
+        value = section(r, name).get(key)
+        budget = step_budget(r)
         times.append(value if value is not None else budget)
         censored.append(value is None)
         budgets.append(budget)
     low, high = kaplan_meier_median_ci(times, censored)
     return {"median": kaplan_meier_median(times, censored), "low": low, "high": high,
-            "budget": max(budgets, default=0), "measured": any(section in r for r in records)}
+            "budget": max(budgets, default=0), "measured": any(name in r for r in records)}
 
 
-def build(records: list[dict], over: tuple[str, ...] = ("seed",), keep_keys: bool = False,
+def build(records: list[ResultRow], over: tuple[str, ...] = ("seed",), keep_keys: bool = False,
           baseline: str | None = None) -> pd.DataFrame:
     """One row per group of ``records`` (result dicts), aggregated over the ``over`` keys
     (``keep_keys`` keeps each row's ``group_key`` in a ``_key`` column). With ``baseline``
@@ -96,15 +98,15 @@ def build(records: list[dict], over: tuple[str, ...] = ("seed",), keep_keys: boo
         members = [records[i] for i in indices]
         flat = flats[indices[0]]
         measured = [r for r in members if r["status"] in ("ok", "diverged")]
-        emerged = sum(1 for r in measured if (r.get("emergence") or {}).get("step") is not None)
+        emerged = sum(1 for r in measured if emergence_step(r) is not None)
         low, high = wilson_interval(emerged, len(measured))
         emergence = km_time(measured, "emergence", "step")
         plateau = km_time(measured, "plateau", "end_step")
-        probed = [r for r in measured if (r.get("attention_probe") or {}).get("applicable")]
+        probed = [r for r in measured if section(r, "attention_probe").get("applicable")]
         pattern = km_time(probed, "attention_probe", "pattern_found_step")
         influenced = [r for r in measured if r.get("influence_probe")]
         influence = km_time(influenced, "influence_probe", "pattern_found_step")
-        speeds = [r["timing"]["steps_per_second"] for r in members if (r.get("timing") or {}).get("steps_per_second")]
+        speeds = [r["timing"]["steps_per_second"] for r in members if section(r, "timing").get("steps_per_second")]
         losses = _values(measured, "metrics", "final_eval_loss")
         # Over every row, only where every row was trained: otherwise x0's rows were never fit.
         full_losses = _values([r for r in measured if r["config"]["trainer"].get("train_on") == "all"],
@@ -140,7 +142,7 @@ def build(records: list[dict], over: tuple[str, ...] = ("seed",), keep_keys: boo
             "final_eval_loss": sum(losses) / len(losses) if losses else None,
             "final_full_sequence_loss": sum(full_losses) / len(full_losses) if full_losses else None,
             "shortcut_loss": shortcut[0] if shortcut else None,
-            "plateau_measures_shortcut": any((r.get("plateau") or {}).get("measures_shortcut") for r in measured),
+            "plateau_measures_shortcut": any(section(r, "plateau").get("measures_shortcut") for r in measured),
             **cells,
             "steps_per_second": sum(speeds) / len(speeds) if speeds else None,
             "_key": key,
@@ -159,17 +161,17 @@ def build(records: list[dict], over: tuple[str, ...] = ("seed",), keep_keys: boo
     return table.drop(columns="_order" if keep_keys else ["_order", "_key"])
 
 
-def _values(records: list[dict], section: str, key: str) -> list:
-    return [r[section][key] for r in records if (r.get(section) or {}).get(key) is not None]
+def _values(records: list[ResultRow], name: SectionName, key: str) -> list:
+    return [section(r, name)[key] for r in records if section(r, name).get(key) is not None]
 
 
-def _cells_learned(records: list[dict]) -> dict:
+def _cells_learned(records: list[ResultRow]) -> dict:
     """Mean over runs of the output cells that emerged, split by how they can be predicted: through
     the sparse pattern, or through the shortcut of earlier outputs (tasks that name shortcut cells)."""
     counts = []
     for r in records:
-        shortcut = (r.get("task_facts") or {}).get("shortcut_cells")
-        per_cell = (r.get("emergence") or {}).get("per_position")
+        shortcut = section(r, "task_facts").get("shortcut_cells")
+        per_cell = section(r, "emergence").get("per_position")
         if shortcut is None or per_cell is None or len(per_cell) != len(shortcut):
             continue
         learned = [step is not None for step in per_cell]
@@ -183,7 +185,7 @@ def _cells_learned(records: list[dict]) -> dict:
             "shortcut_cells_learned": mean[2], "shortcut_cells": mean[3]}
 
 
-def group_key(record: dict, over: tuple[str, ...] = ("seed",)) -> str:
+def group_key(record: ResultRow, over: tuple[str, ...] = ("seed",)) -> str:
     """Runs with equal keys form one leaderboard row: the flat config without the ``over`` keys."""
     flat = flatten(scientific(record["config"]))
     return json.dumps({k: v for k, v in sorted(flat.items()) if k not in over}, default=str)
@@ -259,9 +261,13 @@ def _median_cell(value, budget, low=None, high=None, interval=False) -> str:
 
 
 def to_markdown(table: pd.DataFrame) -> str:
-    """The human table: success with its 95% interval, medians ('>N' = not reached within N steps)."""
-    if table.empty:
-        return "(no results)\n"
+    """The human table (``human_table``) as Markdown."""
+    return "(no results)\n" if table.empty else human_table(table).markdown() + "\n"
+
+
+def human_table(table: pd.DataFrame) -> Table:
+    """The table people read: success with its 95% interval, medians ('>N' = not reached within N
+    steps), one row per leaderboard row."""
     baseline = table.attrs.get("baseline")
     header = ["task", "mixer", "setting", "intervention", "seeds", "success (95% CI)",
               "median emergence (95% CI)", "median plateau end (95% CI)", "plateau vs none",
@@ -274,7 +280,7 @@ def to_markdown(table: pd.DataFrame) -> str:
         header.insert(header.index("final loss"), "median influence found")
     if baseline:
         header += [f"emergence vs {baseline}", f"plateau vs {baseline}"]
-    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    rows = []
     for row in table.to_dict("records"):
         rate = "-" if row["success_rate"] is None or pd.isna(row["success_rate"]) else (
             f"{row['emerged']}/{row['seeds'] - row['failed']} "
@@ -306,8 +312,8 @@ def to_markdown(table: pd.DataFrame) -> str:
         if baseline:
             cells += [_ratio_cell(row["emergence_vs_baseline"], row["emergence_vs_baseline_bound"]),
                       _ratio_cell(row["plateau_vs_baseline"], row["plateau_vs_baseline_bound"])]
-        lines.append("| " + " | ".join(str(c) for c in cells) + " |")
-    return "\n".join(lines) + "\n"
+        rows.append([str(c) for c in cells])
+    return Table(header, rows)
 
 
 def _number(value) -> str:

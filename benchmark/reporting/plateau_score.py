@@ -26,29 +26,29 @@ import numpy as np
 import pandas as pd
 
 from emergence_bench.config import ConfigError
+from emergence_bench.result_row import ResultRow, emergence_step, section, step_budget
 from emergence_bench.reporting.stats import kaplan_meier_medians
 
 DRAWS = 2000
 SEED = 0
 
 
-def plateau_end(record: dict) -> tuple[float, bool]:
+def plateau_end(record: ResultRow) -> tuple[float, bool]:
     """(time, censored) of one run's plateau end (see the module docstring)."""
-    end = (record.get("plateau") or {}).get("end_step")
+    end = section(record, "plateau").get("end_step")
     if end is not None:
         return float(end), False
-    emerged = (record.get("emergence") or {}).get("step")
+    emerged = emergence_step(record)
     if emerged is not None:
         return float(emerged), False
-    steps = (record.get("timing") or {}).get("steps") or record["config"]["trainer"]["max_steps"]
-    return float(steps), True
+    return float(step_budget(record)), True
 
 
-def _sample(members: list[dict]) -> tuple[np.ndarray, np.ndarray, float]:
+def _sample(members: list[ResultRow]) -> tuple[np.ndarray, np.ndarray, float]:
     """A cell's measured runs as (times [n], censored [n], budget)."""
     ends = [plateau_end(r) for r in members if r["status"] in ("ok", "diverged")]
     times = np.array([t for t, _ in ends], dtype=float)
-    budget = max(max((r.get("timing") or {}).get("steps") or r["config"]["trainer"]["max_steps"] for r in members),
+    budget = max(max(step_budget(r) for r in members),
                  float(times.max(initial=0)))
     return times, np.array([c for _, c in ends], dtype=bool), budget
 
@@ -58,7 +58,7 @@ def _medians(times: np.ndarray, censored: np.ndarray, budget: float, rows: np.nd
     return np.minimum(kaplan_meier_medians(times[rows], censored[rows]), budget)
 
 
-def score(cells: dict[tuple[str, str, str], list[dict]], baseline: str, draws: int = DRAWS,
+def score(cells: dict[tuple[str, str, str], list[ResultRow]], baseline: str, draws: int = DRAWS,
           seed: int = SEED) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Per cell and per mixer plateau ratios to ``baseline`` with bootstrap intervals.
 
@@ -78,7 +78,8 @@ def score(cells: dict[tuple[str, str, str], list[dict]], baseline: str, draws: i
         own = kaplan_meier_medians(times[None], censored[None])[0]
         point[key], reached[key] = min(own, budget), bool(np.isfinite(own))
         drawn[key] = _medians(times, censored, budget, rng.integers(0, len(times), size=(draws, len(times))))
-    rows, logs = [], {}
+    rows: list[dict] = []
+    logs: dict[str, list[np.ndarray]] = {}
     for (mixer, family, rung) in sorted(point):
         base = (baseline, family, rung)
         row = {"mixer": mixer, "family": family, "rung": rung, "median_plateau_end": point[mixer, family, rung],

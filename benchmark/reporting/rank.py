@@ -24,6 +24,7 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
@@ -32,16 +33,18 @@ from emergence_bench.reporting.leaderboard import flatten, km_time
 from emergence_bench.reporting import plateau_score
 from emergence_bench.reporting.plateau_score import plateau_end
 from emergence_bench.reporting.stats import kaplan_meier_median, wilson_interval
+from emergence_bench.reporting.table import Table
+from emergence_bench.result_row import ResultRow, emergence_step
 from emergence_bench.results import RANK_STEM, load_records, write_json, write_text
 
 Z = 1.96  # 95%
 
 
-def mixer_label(record: dict, labels: dict[str, str]) -> str:
+def mixer_label(record: ResultRow, labels: dict[str, str]) -> str:
     return labels[json.dumps(record["config"]["mixer"], sort_keys=True, default=str)]
 
 
-def mixer_labels(records: list[dict]) -> dict[str, str]:
+def mixer_labels(records: list[ResultRow]) -> dict[str, str]:
     """Each distinct mixer section -> its label: the mixer's name, plus the keys that tell apart two
     sections of one name (``transformer(n_heads=4)``)."""
     sections = {json.dumps(r["config"]["mixer"], sort_keys=True, default=str): r["config"]["mixer"] for r in records}
@@ -53,7 +56,7 @@ def mixer_labels(records: list[dict]) -> dict[str, str]:
     return labels
 
 
-def ladders(records: list[dict], axes: dict[str, str] | None = None) -> dict[str, dict]:
+def ladders(records: list[ResultRow], axes: dict[str, str] | None = None) -> dict[str, dict]:
     """family -> {"axis": dotted key, "rungs": sorted values}: the one numeric ``task.`` key that
     varies within the family (or ``axes[family]``); a family whose task never varies has one rung
     (axis None). Raises ConfigError when several keys vary and none was named."""
@@ -75,14 +78,15 @@ def ladders(records: list[dict], axes: dict[str, str] | None = None) -> dict[str
         elif axis not in varying:
             raise ConfigError(f"--rung {family}={axis}: {axis} does not vary among the {family} runs "
                               f"(varying: {', '.join(varying) or 'none'})")
-        found[family] = {"axis": axis, "rungs": sorted({f.get(axis) for f in flats}) if axis else [None]}
+        rungs: set[Any] = {f.get(axis) for f in flats} if axis else {None}
+        found[family] = {"axis": axis, "rungs": sorted(rungs)}
     return found
 
 
-def cell_members(records: list[dict], ladder: dict) -> dict[tuple[str, str, str], list[dict]]:
+def cell_members(records: list[ResultRow], ladder: dict) -> dict[tuple[str, str, str], list[ResultRow]]:
     """(mixer label, family, rung as JSON) -> the cell's records."""
     labels = mixer_labels(records)
-    members: dict[tuple, list[dict]] = {}
+    members: dict[tuple[str, str, str], list[ResultRow]] = {}
     for r in records:
         family = r["config"]["task"]["name"]
         axis = ladder[family]["axis"]
@@ -91,19 +95,19 @@ def cell_members(records: list[dict], ladder: dict) -> dict[tuple[str, str, str]
     return members
 
 
-def cells(records: list[dict], axes: dict[str, str] | None = None) -> tuple[pd.DataFrame, dict]:
+def cells(records: list[ResultRow], axes: dict[str, str] | None = None) -> tuple[pd.DataFrame, dict]:
     """One row per (mixer, family, rung) and the ladders. Failed runs (errors) are left out of the
     rates; a diverged run counts as not emerged, as in the leaderboard."""
     ladder = ladders(records, axes)
     rows = []
     for (mixer, family, rung), members in cell_members(records, ladder).items():
         measured = [r for r in members if r["status"] in ("ok", "diverged")]
-        emerged = sum(1 for r in measured if (r.get("emergence") or {}).get("step") is not None)
+        emerged = sum(1 for r in measured if emergence_step(r) is not None)
         low, high = wilson_interval(emerged, len(measured))
         emergence = km_time(measured, "emergence", "step")
         ends = [plateau_end(r) for r in measured]
         params = [r["parameters"] for r in members if r.get("parameters")]
-        states = [r["state_size"] for r in members if r.get("state_size")]
+        states = [size for r in members if (size := r.get("state_size"))]
         rows.append({"mixer": mixer, "family": family, "axis": ladder[family]["axis"], "rung": json.loads(rung),
                      "rung_index": ladder[family]["rungs"].index(json.loads(rung)),
                      "seeds": len(members), "failed": len(members) - len(measured), "emerged": emerged,
@@ -168,7 +172,9 @@ def overall(scores: pd.DataFrame, cell_rows: pd.DataFrame) -> pd.DataFrame:
     table = pd.DataFrame(rows).sort_values(["score", "mixer"], ascending=[False, True], ignore_index=True)
     # A tie is with the leader of the current tie group, not with the mixer just above: chained
     # pairwise ties would let a whole ranking tie although its first and last differ clearly.
-    ranks, tied_with, leader = [], [], 0
+    ranks: list[int] = []
+    tied_with: list[str | None] = []
+    leader = 0
     for i, row in enumerate(table.itertuples()):
         if i and table.score[leader] - row.score <= Z * math.hypot(table.score_se[leader], row.score_se):
             ranks.append(ranks[leader])
@@ -206,53 +212,70 @@ def _ratio(ratio, low, high, bound: str = "") -> str:
     return f"{bound}{ratio:.2g}× [{low:.2g}, {high:.2g}]"
 
 
-def to_markdown(ranked: dict) -> str:
-    """The overall ranking (both scores), each family's frontier and area per mixer, and every cell."""
+def ranking_note(baseline: str | None) -> str:
+    """What the ranking table's two scores mean (the caption above it)."""
+    return ("Success score: the mean over task families of the area under success vs rung (0 to 1); equal ranks "
+            "are ties (within the 95% margin of that rank's first mixer). Plateau ratio: the geometric mean over "
+            f"cells of the Kaplan–Meier median plateau end over {baseline or 'the baseline'}'s, with a 95% "
+            "bootstrap interval (below 1: leaves the plateau sooner).")
+
+
+FRONTIER_NOTE = ("The hardest rung with success ≥ 50%, [interval]: the hardest rung whose Wilson interval lies "
+                 "above 50%, and the hardest whose interval reaches it.")
+
+
+def cells_note(baseline: str | None) -> str:
+    return (f"Plateau ratio: the cell's median plateau end over {baseline or 'the baseline'}'s on the same rung, "
+            "[95% bootstrap interval]; `>` where this mixer's median was not reached within the budget (a lower "
+            "bound), `<` where the baseline's was not.")
+
+
+def tables(ranked: dict) -> dict[str, Table]:
+    """The ranking's three tables: ``ranking`` (both scores, the area per family), ``frontier`` (per
+    mixer and family) and ``cells`` (every mixer, family and rung)."""
     ranking, scores, cell_rows, ladder = ranked["ranking"], ranked["families"], ranked["cells"], ranked["ladders"]
     families, baseline = sorted(ladder), ranked.get("baseline")
-    lines = ["## Ranking", "",
-             "Success score: the mean over task families of the area under success vs rung (0 to 1); equal ranks "
-             "are ties (within the 95% margin of that rank's first mixer). Plateau ratio: the geometric mean over "
-             f"cells of the Kaplan–Meier median plateau end over {baseline or 'the baseline'}'s, with a 95% "
-             "bootstrap interval (below 1: leaves the plateau sooner).", "",
-             "| rank | mixer | parameters | state (numbers/seq) | success score ± se | plateau ratio [95%] | "
-             + " | ".join(f"{f} area" for f in families) + " |",
-             "|---|---|---|---|---|---|" + "---|" * len(families)]
+    overall_rows = []
     for row in ranking.to_dict("records"):
         areas = [_value(row.get(f"area:{f}")) for f in families]
         plateau = _ratio(row.get("plateau_ratio"), row.get("plateau_low"), row.get("plateau_high"),
                          row.get("plateau_bound") or "")
         if row["mixer"] == baseline:
             plateau = "1 (baseline)"
-        lines.append(f"| {row['rank']}{' (tie)' if row['tied_with'] else ''} | {row['mixer']} | "
-                     f"{_value(row['parameters'])} | {_value(row.get('state_size'))} | "
-                     f"{row['score']:.2f} ± {row['score_se']:.2f} | {plateau} | " + " | ".join(areas) + " |")
-    lines += ["", "## Frontier per task family", "",
-              "The hardest rung with success ≥ 50%, [interval]: the hardest rung whose Wilson interval lies "
-              "above 50%, and the hardest whose interval reaches it.", "",
-              "| mixer | " + " | ".join(f"{f} ({ladder[f]['axis'] or '-'})" for f in families) + " |",
-              "|---|" + "---|" * len(families)]
+        overall_rows.append([f"{row['rank']}{' (tie)' if row['tied_with'] else ''}", row["mixer"],
+                             _value(row["parameters"]), _value(row.get("state_size")),
+                             f"{row['score']:.2f} ± {row['score_se']:.2f}", plateau, *areas])
+    frontier_rows = []
     for mixer, group in scores.groupby("mixer", sort=True):
         by_family = {row.family: row for row in group.itertuples()}
-        lines.append(f"| {mixer} | " + " | ".join(_frontier(by_family[f]) if f in by_family else "-"
-                                                 for f in families) + " |")
-    plateau = {(r["mixer"], r["family"], json.dumps(r["rung"])): r for r in ranked.get("plateau", pd.DataFrame()).to_dict("records")}
-    lines += ["", "## Cells", "",
-              f"Plateau ratio: the cell's median plateau end over {baseline or 'the baseline'}'s on the same rung, "
-              "[95% bootstrap interval]; `>` where this mixer's median was not reached within the budget (a lower "
-              "bound), `<` where the baseline's was not.", "",
-              "| family | rung | mixer | seeds | success (95% interval) | median plateau end | plateau ratio | "
-              "median emergence |", "|---|---|---|---|---|---|---|---|"]
+        frontier_rows.append([mixer, *(_frontier(by_family[f]) if f in by_family else "-" for f in families)])
+    plateau_cells = {(r["mixer"], r["family"], json.dumps(r["rung"])): r
+                     for r in ranked.get("plateau", pd.DataFrame()).to_dict("records")}
+    rung_rows = []
     for row in cell_rows.itertuples():
         success = "-" if pd.isna(row.success_rate) else \
             f"{row.emerged}/{row.seeds - row.failed} ({row.success_low:.2f}–{row.success_high:.2f})"
-        cell = plateau.get((row.mixer, row.family, json.dumps(row.rung)), {})
+        cell = plateau_cells.get((row.mixer, row.family, json.dumps(row.rung)), {})
         ratio = "-" if row.mixer == baseline else _ratio(cell.get("ratio"), cell.get("low"), cell.get("high"),
                                                            cell.get("bound", ""))
-        lines.append(f"| {row.family} | {row.axis or '-'}={_value(row.rung)} | {row.mixer} | {row.seeds} | {success} | "
-                     f"{_median(row.median_plateau_end, row.budget)} | {ratio} | "
-                     f"{_median(row.median_emergence_step, row.budget)} |")
-    return "\n".join(lines) + "\n"
+        rung_rows.append([row.family, f"{row.axis or '-'}={_value(row.rung)}", row.mixer, str(row.seeds), success,
+                          _median(row.median_plateau_end, row.budget), ratio,
+                          _median(row.median_emergence_step, row.budget)])
+    return {
+        "ranking": Table(["rank", "mixer", "parameters", "state (numbers/seq)", "success score ± se",
+                          "plateau ratio [95%]", *(f"{f} area" for f in families)], overall_rows),
+        "frontier": Table(["mixer", *(f"{f} ({ladder[f]['axis'] or '-'})" for f in families)], frontier_rows),
+        "cells": Table(["family", "rung", "mixer", "seeds", "success (95% interval)", "median plateau end",
+                        "plateau ratio", "median emergence"], rung_rows),
+    }
+
+
+def to_markdown(ranked: dict) -> str:
+    """The overall ranking (both scores), each family's frontier and area per mixer, and every cell."""
+    baseline, parts = ranked.get("baseline"), tables(ranked)
+    return "\n".join(["## Ranking", "", ranking_note(baseline), "", parts["ranking"].markdown(),
+                      "", "## Frontier per task family", "", FRONTIER_NOTE, "", parts["frontier"].markdown(),
+                      "", "## Cells", "", cells_note(baseline), "", parts["cells"].markdown()]) + "\n"
 
 
 def disagreements(first: pd.DataFrame, second: pd.DataFrame) -> list[tuple[str, str]]:
@@ -268,7 +291,7 @@ def disagreements(first: pd.DataFrame, second: pd.DataFrame) -> list[tuple[str, 
 DEFAULT_BASELINE = "transformer"
 
 
-def build(records: list[dict], axes: dict[str, str] | None = None, baseline: str | None = None) -> dict:
+def build(records: list[ResultRow], axes: dict[str, str] | None = None, baseline: str | None = None) -> dict:
     """Everything the ranking holds: ladders, cells, per-family scores, the plateau ratios to
     ``baseline`` (a mixer label; default the Transformer where it ran, else no plateau score) and the
     overall ranking with both scores."""

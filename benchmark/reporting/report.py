@@ -12,12 +12,15 @@ the page, so the file can be mailed or archived alone, and is also written as PN
 from __future__ import annotations
 
 import base64
+import functools
 import html
 import io
 import json
 import re
 import textwrap
 from collections import Counter
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import matplotlib
@@ -26,11 +29,14 @@ matplotlib.use("Agg")  # no display; must precede pyplot
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 from matplotlib import ticker  # noqa: E402
+from matplotlib.figure import Figure  # noqa: E402
 import pandas as pd  # noqa: E402
 import torch  # noqa: E402
 
 from emergence_bench.config import ConfigError, scientific  # noqa: E402
 from emergence_bench.reporting import comparison, leaderboard, rank  # noqa: E402
+from emergence_bench.reporting.table import Table  # noqa: E402
+from emergence_bench.result_row import ResultRow, emergence_step, section, step_budget  # noqa: E402
 from emergence_bench.results import (MAPS_FILE, REPORT_FILE, RESULT_FILE, code_version, load_records,  # noqa: E402
                                      mixed_code_note, write_atomic, write_text)
 
@@ -39,11 +45,7 @@ from emergence_bench.results import (MAPS_FILE, REPORT_FILE, RESULT_FILE, code_v
 DPI, PAGE_INCHES = 96, 12.5
 STYLE = {"font.size": 10, "axes.titlesize": 10.5, "axes.labelsize": 10, "xtick.labelsize": 9, "ytick.labelsize": 9,
          "legend.fontsize": 9, "figure.titlesize": 11}
-plt.rcParams.update(STYLE)  # this module only draws reports (and runs headless: Agg above)
-
-
-# What `--figures` may choose, in the page's order.
-FIGURES = ("curves", "staircase", "seeds", "ranking", "axes", "heatmap", "filmstrip", "maps")
+plt.style.use(STYLE)  # this module only draws reports (and runs headless: Agg above)
 
 
 class Page:
@@ -52,16 +54,10 @@ class Page:
     ``<name>.png`` and ``<name>.svg`` to go straight into a paper."""
 
     def __init__(self, folder: Path | None = None):
-        self.folder, self.parts, self.sections, self.missing = folder, [], [], []
-
-    def place(self, figure, file: str, title: str | None, caption: str, reason: str, name: str | None = None) -> None:
-        """A section holding one figure (saved as ``file``), or, where ``figure`` is None, the
-        figure ``name`` (default: ``file``) listed as not drawn, with ``reason``."""
-        if figure is None:
-            self.absent(name or file, reason)
-            return
-        self.section(title, caption)
-        self.figure(figure, file, title.lower())
+        self.folder = folder
+        self.parts: list[str] = []
+        self.sections: list[tuple[str, str]] = []  # (anchor, title)
+        self.missing: list[tuple[str, str]] = []  # (figure, why it is not drawn)
 
     def absent(self, name: str, reason: str) -> None:
         """A figure the results do not allow: listed under the index with the reason."""
@@ -76,7 +72,7 @@ class Page:
         self.sections.append((anchor, title))
         self.parts.append(f'<h2 id="{anchor}">{html.escape(title)}</h2>' + (f"<p>{caption}</p>" if caption else ""))
 
-    def figure(self, figure, name: str, alt: str) -> None:
+    def figure(self, figure: Figure, name: str, alt: str) -> None:
         buffer = io.BytesIO()
         figure.savefig(buffer, format="png", dpi=DPI, bbox_inches="tight")
         if self.folder is not None:
@@ -106,9 +102,9 @@ def _slug(text: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")[:80] or "figure"
 
 
-def _groups(records: list[dict], table: pd.DataFrame, over) -> list[tuple[str, list[dict]]]:
+def _groups(records: list[ResultRow], table: pd.DataFrame, over: tuple[str, ...]) -> list[tuple[str, list[ResultRow]]]:
     """(row label, member records) per leaderboard row, in the table's order."""
-    labels = {}
+    labels: dict[str, list[ResultRow]] = {}
     for record in records:
         key = leaderboard.group_key(record, over)
         labels.setdefault(key, []).append(record)
@@ -152,8 +148,8 @@ def short_titles(labels: list[str]) -> tuple[list[str], str]:
         for slot in (0, 1):
             if not tokens[slot]:
                 continue
-            name, params = tokens[slot][0], [p for p in tokens[slot][1:] if p not in common[slot, tokens[slot][0]]]
-            pieces.append(" ".join(([] if slot in shared else [name]) + params))
+            name, own = tokens[slot][0], [p for p in tokens[slot][1:] if p not in common[slot, tokens[slot][0]]]
+            pieces.append(" ".join(([] if slot in shared else [name]) + own))
         titles.append(" · ".join(p for p in pieces + tokens[2] if p) or ("all runs" if len(parsed) > 1 else ""))
     notes = []
     for (slot, name), params in sorted(common.items(), key=lambda item: item[0]):
@@ -199,21 +195,21 @@ def _thin(curves: list[np.ndarray]) -> list[np.ndarray]:
     return [c[::step] for c in curves]
 
 
-def loss_curves(groups: list[tuple[str, list[dict]]]):
+def loss_curves(groups: list[tuple[str, list[ResultRow]]]) -> Figure | None:
     """Per group (the first MAX_CURVE_PANELS), two panels side by side: the train loss on a log axis
     (mean and each seed) with the plateau (0 → median plateau end) shaded and the threshold dotted, and
     the eval accuracy (mean and each seed) with the emergence threshold; emergence steps dashed on
     both. None when no run recorded a train-loss curve. (What every panel shares is in the caption:
     ``short_titles``.)"""
     drawable = [(label, members) for label, members in groups
-                if any((m.get("curves") or {}).get("train_loss") for m in members)][:MAX_CURVE_PANELS]
+                if any(section(m, "curves").get("train_loss") for m in members)][:MAX_CURVE_PANELS]
     if not drawable:
         return None
     names, _ = short_titles([label for label, _ in groups])  # what varies over all of them
     titles = [dict(zip([label for label, _ in groups], names))[label] for label, _ in drawable]
     figure, axes = _panels(2 * len(drawable), columns=4, height=2.9)
     for (loss_ax, accuracy_ax), title, (label, members) in zip(zip(axes[::2], axes[1::2]), titles, drawable):
-        curves = _thin([np.array(m["curves"]["train_loss"]) for m in members if m.get("curves", {}).get("train_loss")])
+        curves = _thin([np.array(m["curves"]["train_loss"]) for m in members if section(m, "curves").get("train_loss")])
         length = min(len(c) for c in curves)
         mean = np.mean([c[:length, 1] for c in curves], axis=0)
         for c in curves:
@@ -223,18 +219,18 @@ def loss_curves(groups: list[tuple[str, list[dict]]]):
         end = plateau["median"] if plateau["median"] is not None else plateau["budget"]
         loss_ax.axvspan(0, end, color="C1", alpha=0.15, label="plateau (median)")
         loss_ax.axhline(members[0]["plateau"]["threshold"], color="C3", linewidth=0.9, linestyle=":", label="threshold")
-        evals = [np.array(m["curves"]["eval"]) for m in members if len((m.get("curves") or {}).get("eval") or [])]
+        evals = [np.array(m["curves"]["eval"]) for m in members if len(section(m, "curves").get("eval") or [])]
         for e in evals:
             _line(accuracy_ax, e[:, 0], e[:, 2], color="grey", alpha=0.3, linewidth=0.8)
         if evals:
             length = min(len(e) for e in evals)
             _line(accuracy_ax, evals[0][:length, 0], np.mean([e[:length, 2] for e in evals], axis=0), color="C2",
                   linewidth=1.8, label="mean eval accuracy")
-        threshold = (members[0].get("emergence") or {}).get("threshold")
+        threshold = section(members[0], "emergence").get("threshold")
         if threshold is not None:
             accuracy_ax.axhline(threshold, color="C3", linewidth=0.9, linestyle=":", label="emergence threshold")
         for m in members:
-            step = (m.get("emergence") or {}).get("step")
+            step = emergence_step(m)
             for ax in (loss_ax, accuracy_ax) if step is not None else ():
                 ax.axvline(step, color="C2", linestyle="--", linewidth=0.9)
         if np.all(mean > 0):
@@ -253,21 +249,21 @@ def loss_curves(groups: list[tuple[str, list[dict]]]):
     return figure
 
 
-def seed_columns(groups: list[tuple[str, list[dict]]]) -> list[tuple[str, list[int], list[int]]]:
+def seed_columns(groups: list[tuple[str, list[ResultRow]]]) -> list[tuple[str, list[int], list[int]]]:
     """Per leaderboard row with measured seeds: (label, emergence steps of the seeds that emerged,
     budgets of the seeds that never did)."""
     columns = []
     for label, members in groups:
         measured = [m for m in members if m["status"] in ("ok", "diverged")]
-        emerged = [m["emergence"]["step"] for m in measured if (m.get("emergence") or {}).get("step") is not None]
-        never = [(m.get("timing") or {}).get("steps") or m["config"]["trainer"]["max_steps"]
-                 for m in measured if (m.get("emergence") or {}).get("step") is None]
+        steps = [emergence_step(m) for m in measured]
+        emerged = [step for step in steps if step is not None]
+        never = [step_budget(m) for m, step in zip(measured, steps) if step is None]
         if measured:
             columns.append((label, emerged, never))
     return columns
 
 
-def seed_scatter(groups: list[tuple[str, list[dict]]]) -> str | None:
+def seed_scatter(groups: list[tuple[str, list[ResultRow]]]) -> Figure | None:
     """Emergence step per seed, one column per leaderboard row, on a log axis: dots for seeds that
     emerged, triangles at the budget for seeds that never did. Different seeds, different steps."""
     columns = seed_columns(groups)
@@ -291,19 +287,18 @@ def seed_scatter(groups: list[tuple[str, list[dict]]]) -> str | None:
     return figure
 
 
-def staircase_seed(members: list[dict], seed: int | None = None) -> dict | None:
+def staircase_seed(members: list[ResultRow], seed: int | None = None) -> ResultRow | None:
     """The seed a group's staircase and filmstrip show: ``seed`` when given, else the one with the
     median emergence step among those that emerged (the earlier of two middle ones), else the
     first; None when no such seed kept per-cell curves."""
-    kept = [m for m in members if (m.get("curves") or {}).get("eval_cells")]
+    kept = [m for m in members if section(m, "curves").get("eval_cells")]
     if seed is not None:
         return next((m for m in kept if m["seed"] == seed), None)
-    emerged = sorted((m for m in kept if (m.get("emergence") or {}).get("step") is not None),
-                     key=lambda m: m["emergence"]["step"])
-    return emerged[(len(emerged) - 1) // 2] if emerged else (kept[0] if kept else None)
+    emerged = sorted(((step, m) for m in kept if (step := emergence_step(m)) is not None), key=lambda pair: pair[0])
+    return emerged[(len(emerged) - 1) // 2][1] if emerged else (kept[0] if kept else None)
 
 
-def staircase(groups: list[tuple[str, list[dict]]], limit: int, seed: int | None = None):
+def staircase(groups: list[tuple[str, list[ResultRow]]], limit: int, seed: int | None = None) -> Figure | None:
     """Per group (up to ``limit``): each output cell's eval loss over training for the group's
     median-emergence seed, one line per cell, a dot where that cell emerged. Capabilities arriving
     one cell at a time show as a staircase."""
@@ -318,8 +313,8 @@ def staircase(groups: list[tuple[str, list[dict]]], limit: int, seed: int | None
         steps = np.array([step for step, _ in record["curves"]["eval_cells"]])
         losses = np.array([cells for _, cells in record["curves"]["eval_cells"]])  # [evals, cells]
         cells = losses.shape[1]
-        emerged_at = (record.get("emergence") or {}).get("per_position") or [None] * cells
-        shortcut = (record.get("task_facts") or {}).get("shortcut_cells") or [False] * cells
+        emerged_at = section(record, "emergence").get("per_position") or [None] * cells
+        shortcut = section(record, "task_facts").get("shortcut_cells") or [False] * cells
         colours = plt.cm.viridis(np.linspace(0, 0.9, cells))
         for c in range(cells):
             dashed = c < len(shortcut) and shortcut[c]
@@ -345,14 +340,14 @@ def staircase(groups: list[tuple[str, list[dict]]], limit: int, seed: int | None
 MAX_LINES = 10  # lines in one metric-vs-axis figure; more cannot be told apart
 
 
-def numeric_axes(records: list[dict]) -> list[str]:
+def numeric_axes(records: list[ResultRow]) -> list[str]:
     """The numeric config keys that vary among ``records`` (seed aside), in config order."""
     flats = pd.DataFrame([leaderboard.flatten(scientific(r["config"])) for r in records])
     return [k for k in flats.columns if k != "seed" and pd.api.types.is_numeric_dtype(flats[k])
             and not pd.api.types.is_bool_dtype(flats[k]) and flats[k].nunique() > 1]
 
 
-def axis_lines(records: list[dict], axis: str) -> dict[str, list[dict]]:
+def axis_lines(records: list[ResultRow], axis: str) -> dict[str, list[dict]]:
     """Per line (every other varying key's values, e.g. the mixer or the intervention), per value of
     ``axis``: the Kaplan–Meier medians of the plateau end and the emergence step, with intervals and
     the budget (a median not reached is None)."""
@@ -371,7 +366,7 @@ def axis_lines(records: list[dict], axis: str) -> dict[str, list[dict]]:
     if any(k in ("task.name", "mixer.name") and follows_axis(k) for k in varying):
         return {}  # each value of the axis is another task or mixer: a comparison of those, not of the axis
     others = [k for k in varying if not follows_axis(k)]
-    cells: dict[tuple, list[dict]] = {}
+    cells: dict[tuple, list[ResultRow]] = {}
     for record, flat in pairs:
         line = " ".join(f"{k.split('.')[-1]}={flat[k]}" for k in others if flat.get(k) is not None) or "all runs"
         cells.setdefault((line, flat[axis]), []).append(record)
@@ -383,7 +378,7 @@ def axis_lines(records: list[dict], axis: str) -> dict[str, list[dict]]:
     return lines
 
 
-def axis_figure(records: list[dict], axis: str) -> str | None:
+def axis_figure(records: list[ResultRow], axis: str) -> Figure | None:
     """Median plateau end and median emergence (Kaplan–Meier, with 95% intervals) against ``axis``,
     one line per setting of the other varying keys; a median not reached is an arrow at the budget.
     The axes are log-scaled where the values span more than a decade."""
@@ -423,7 +418,7 @@ def axis_figure(records: list[dict], axis: str) -> str | None:
     return figure
 
 
-def heatmap(records: list[dict], axes: tuple[str, str] | None) -> tuple[str | None, tuple[str, str] | None]:
+def heatmap(records: list[ResultRow], axes: tuple[str, str] | None) -> tuple[Figure | None, tuple[str, str] | None]:
     """Mean final eval loss over two config axes (the first two numeric axes that vary, unless given)."""
     measured = [r for r in records if r["status"] in ("ok", "diverged")
                 and r["metrics"].get("final_eval_loss") is not None]
@@ -454,7 +449,7 @@ def heatmap(records: list[dict], axes: tuple[str, str] | None) -> tuple[str | No
     return figure, axes
 
 
-def ladder_figure(ranked: dict) -> str | None:
+def ladder_figure(ranked: dict) -> Figure | None:
     """Per task family (columns): success rate vs rung per mixer with 95% Wilson intervals (top), and
     the median plateau end vs rung on a log axis (bottom), a median not reached drawn as an arrow
     at the budget. None when no family has more than one rung."""
@@ -517,7 +512,7 @@ def _map_grid(rows: int, columns: int):
                         layout="constrained")
 
 
-def attention_maps(run_dir: Path, label: str):
+def attention_maps(run_dir: Path, label: str) -> Figure | None:
     """Each head's mean attention map (last eval) beside the ground truth, per probed layer, all on
     one colour scale (a colour bar beside them); the rows the task does not score are grey."""
     path = run_dir / MAPS_FILE
@@ -552,11 +547,11 @@ def _ideal(truth: torch.Tensor) -> torch.Tensor:
     return truth.float() / truth.float().sum(-1, keepdim=True).clamp_min(1)
 
 
-def filmstrip(run_dir: Path, record: dict, label: str):
+def filmstrip(run_dir: Path, record: ResultRow, label: str) -> Figure | None:
     """The best head's map at the start, when the pattern was found, at emergence and at the end,
     beside the ground truth, all on one colour scale; None without saved moments (an older run) or
     without a best head (a mixer without attention scores)."""
-    path, best = run_dir / MAPS_FILE, (record.get("attention_probe") or {}).get("best_head")
+    path, best = run_dir / MAPS_FILE, section(record, "attention_probe").get("best_head")
     if not path.is_file() or not best:
         return None
     saved = torch.load(path)
@@ -577,6 +572,240 @@ def filmstrip(run_dir: Path, record: dict, label: str):
     return figure
 
 
+# --- the figures, registered in the page's order (like check-mixer's checks) ------------------------
+@dataclass
+class Drawn:
+    """One figure drawn for the report, saved as ``file``. The first of a registered figure's drawings
+    opens its section (its ``title`` and ``caption`` unless these say otherwise); a later one with a
+    ``title`` opens a section of its own. ``html`` goes above the figure (a table); ``alt``: the
+    image's text (default: the title, lower case)."""
+
+    figure: Figure
+    file: str
+    title: str | None = None
+    caption: str | None = None
+    alt: str | None = None
+    html: tuple[str, ...] = ()
+
+
+@dataclass
+class Results:
+    """What the report's figures are drawn from: the rows, their leaderboard groups (label, members),
+    the results folder (for the saved attention maps) and the report's options."""
+
+    records: list[ResultRow]
+    groups: list[tuple[str, list[ResultRow]]] = field(default_factory=list)
+    root: Path | None = None
+    axes: tuple[str, str] | None = None
+    maps: int = 4
+    seed: int | None = None
+    ranked: dict | None = None  # rank.build's, once the ranking is drawn (its parts use it)
+
+    @functools.cached_property
+    def titles(self) -> dict[str, str]:
+        """Each group's short panel title (``short_titles``)."""
+        labels = [label for label, _ in self.groups]
+        return dict(zip(labels, short_titles(labels)[0]))
+
+
+@dataclass(frozen=True)
+class ReportFigure:
+    """A figure of the report: ``name`` (what ``--figures`` chooses), its section's ``title`` and
+    ``caption`` (how to read it), and ``absent``: why it is not drawn, shown instead where ``draw``
+    draws nothing. A ``part_of`` figure is drawn only with that one, after it."""
+
+    name: str
+    title: str
+    caption: str
+    absent: str
+    draw: Callable[[Results], list[Drawn]]
+    part_of: str | None = None
+
+
+REGISTRY: dict[str, ReportFigure] = {}
+
+
+def register_figure(name: str, title: str, caption: str, absent: str, part_of: str | None = None):
+    """Adds ``draw(results) -> [Drawn]`` to REGISTRY (in the page's order) as figure ``name``."""
+    def decorator(draw: Callable[[Results], list[Drawn]]) -> Callable[[Results], list[Drawn]]:
+        REGISTRY[name] = ReportFigure(name, title, caption, absent, draw, part_of)
+        return draw
+
+    return decorator
+
+
+def show(page: Page, figure: ReportFigure, results: Results) -> bool:
+    """Draw ``figure`` (then its parts) into ``page``, or list it as absent with its reason; whether
+    it was drawn."""
+    drawn = figure.draw(results)
+    if not drawn:
+        page.absent(figure.name, figure.absent)
+        return False
+    for i, item in enumerate(drawn):
+        title = item.title or figure.title
+        if i == 0 or item.title is not None:
+            page.section(title, item.caption if item.caption is not None else figure.caption)
+        page.add(*item.html)
+        page.figure(item.figure, item.file, item.alt or title.lower())
+    for part in REGISTRY.values():
+        if part.part_of == figure.name:
+            show(page, part, results)
+    return True
+
+
+@register_figure("curves", "Loss curves, and accuracy beside them",
+                 "Per group, left: the train loss on a log axis (blue: the mean; grey: each seed), shaded up to the "
+                 "median plateau end, dotted: the plateau threshold; right: the eval accuracy (green: the mean), "
+                 "dotted: the emergence threshold; dashed on both: each seed's emergence step. ",
+                 "no run recorded a train-loss curve")
+def _curves(results: Results) -> list[Drawn]:
+    figure = loss_curves(results.groups)
+    if figure is None:
+        return []
+    groups, shown = results.groups, min(len(results.groups), MAX_CURVE_PANELS)
+    caption = (REGISTRY["curves"].caption + html.escape(short_titles([label for label, _ in groups])[1])
+               + (f" The first {shown} of {len(groups)} groups (the leaderboard's order); `report DIR/<group>` "
+                  "shows the others." if len(groups) > shown else ""))
+    return [Drawn(figure, "loss-curves", caption=caption)]
+
+
+@register_figure("staircase", "Per-cell eval loss (the staircase)",
+                 "Each output cell's eval loss over training, one line per cell, for each group's median-emergence "
+                 "seed (log axis); a dot where that cell emerged; dashed: a shortcut cell, predictable from earlier "
+                 "outputs without the sparse pattern. Cells that drop one after another are capabilities arriving "
+                 "one at a time.", "no run kept its per-cell eval losses (curves.eval_cells: results from an older "
+                 "version)")
+def _staircase(results: Results) -> list[Drawn]:
+    figure = staircase(results.groups, limit=max(1, results.maps), seed=results.seed)
+    return [Drawn(figure, "staircase")] if figure else []
+
+
+@register_figure("seeds", "Emergence step per seed",
+                 "One column per leaderboard row, one dot per seed (log axis); a triangle at the budget marks a seed "
+                 "that never emerged. The spread within a column is how much the step depends on the seed alone.",
+                 "no run finished (ok or diverged)")
+def _seeds(results: Results) -> list[Drawn]:
+    figure = seed_scatter(results.groups)
+    return [Drawn(figure, "emergence-per-seed")] if figure else []
+
+
+@register_figure("ranking", "Ranking", "",
+                 "no task family varies one numeric task key over two or more mixers (see `rank`)")
+def _ranking(results: Results) -> list[Drawn]:
+    """The ranking's tables and ladder figure, where the results hold a ladder (``rank``)."""
+    try:
+        ranked = rank.build(results.records)
+    except ConfigError:  # no single ladder per family: the sweep is not a ranking
+        return []
+    figure = ladder_figure(ranked)
+    if figure is None or ranked["ranking"]["mixer"].nunique() < 2:
+        if figure is not None:
+            plt.close(figure)
+        return []
+    results.ranked = ranked
+    tables = rank.tables(ranked)
+    return [Drawn(figure, "ranking", caption=html.escape(rank.ranking_note(ranked["baseline"])),
+                  alt="success and plateau vs rung",
+                  html=(tables["ranking"].html(), "<h3>Frontier per task family</h3>", tables["frontier"].html(),
+                        "<p>Top: success rate per rung with 95% Wilson intervals, one line per mixer. Bottom: the "
+                        "median plateau end per rung on a log axis; a triangle at the budget where the median was "
+                        "not reached.</p>"))]
+
+
+@register_figure("survival", "Survival by rung",
+                 "Per rung, the fraction of each mixer's seeds not yet emerged (upper row of a family) and still on "
+                 "the loss plateau (lower row) against step: Kaplan–Meier curves, a tick where a run stopped "
+                 "before the event (censored). A curve that falls earlier is a mixer that finds the pattern sooner.",
+                 "no ranked runs", part_of="ranking")
+def _survival(results: Results) -> list[Drawn]:
+    figure = comparison.survival_figure(results.ranked, results.records) if results.ranked else None
+    return [Drawn(figure, "survival")] if figure else []
+
+
+@register_figure("forest", "Plateau ratio", "", "no baseline mixer (rank --baseline) among the results",
+                 part_of="ranking")
+def _forest(results: Results) -> list[Drawn]:
+    figure = comparison.forest_figure(results.ranked) if results.ranked else None
+    if figure is None or results.ranked is None:
+        return []
+    baseline = results.ranked["baseline"] or "the baseline"
+    return [Drawn(figure, "forest", caption=(
+        f"Each mixer's median plateau end over {html.escape(baseline)}'s: the geometric mean over cells "
+        "(square) with its 95% bootstrap interval, each cell's ratio behind it (open: a bound, the median "
+        "not reached within the budget). Left of the dashed line: off the plateau sooner."))]
+
+
+@register_figure("state", "State size and quality",
+                 "Success score and plateau ratio against the state each mixer carries per sequence at inference "
+                 "(attention's grows with the sequence; the largest in the ranking is drawn).",
+                 "the results do not record state sizes (runs from before state_size was recorded)", part_of="ranking")
+def _state(results: Results) -> list[Drawn]:
+    figure = comparison.state_figure(results.ranked) if results.ranked else None
+    return [Drawn(figure, "state")] if figure else []
+
+
+@register_figure("axes", "Plateau and emergence against a sweep axis",
+                 "Kaplan–Meier medians over the seeds with 95% intervals, one line per setting of the other keys "
+                 "that vary; a triangle at the budget where the median was not reached.",
+                 f"no numeric config key varies with two or more values per line (at most {MAX_LINES} lines)")
+def _axes(results: Results) -> list[Drawn]:
+    drawn = []
+    for axis in numeric_axes(results.records)[:3]:
+        figure = axis_figure(results.records, axis)
+        if figure:
+            drawn.append(Drawn(figure, f"against-{_slug(axis)}", title=f"Plateau and emergence against {axis}",
+                               alt=f"metrics vs {axis}"))
+    return drawn
+
+
+@register_figure("heatmap", "Final eval loss over two sweep axes",
+                 "The mean over seeds of each cell's final eval loss: darker is lower.",
+                 "fewer than two numeric config keys vary (or --axes names them)")
+def _heatmap(results: Results) -> list[Drawn]:
+    figure, used = heatmap(results.records, results.axes)
+    return [Drawn(figure, "heatmap", title=f"Final eval loss over {used[0]} × {used[1]}")] if figure and used else []
+
+
+@register_figure("filmstrip", "Attention over time",
+                 "The best head's map at the start, when the pattern was found, at emergence and at the end, beside "
+                 "the ground truth, all on one colour scale (the truth drawn as the attention that follows it "
+                 "exactly).", "no run saved its attention maps at the four moments (a mixer without attention "
+                 "scores, or results from an older version)")
+def _filmstrip(results: Results) -> list[Drawn]:
+    drawn: list[Drawn] = []
+    for label, members in results.groups:
+        if len(drawn) >= results.maps:
+            break
+        record = staircase_seed(members, results.seed) or (None if results.seed is not None else members[0])
+        run_dir = _run_dir(results.root, record) if record is not None and results.root else None
+        figure = filmstrip(run_dir, record, results.titles[label]) if run_dir and record is not None else None
+        if figure:
+            drawn.append(Drawn(figure, f"filmstrip-{_slug(label)}", alt=f"attention over time {label}"))
+    return drawn
+
+
+@register_figure("maps", "Attention maps beside the ground truth",
+                 "Each group's last attention maps (one panel a head; rows: the query position, columns: the key it "
+                 "attends to) next to the task's true sources, on one colour scale; grey rows are positions the task "
+                 "does not score.", "no run saved attention maps (mixers without attention scores, or no attention "
+                 "probe)")
+def _maps(results: Results) -> list[Drawn]:
+    drawn: list[Drawn] = []
+    for label, members in results.groups:
+        if len(drawn) >= results.maps:
+            break
+        run_dir = _run_dir(results.root, members[0]) if results.root else None
+        title = results.titles[label]
+        figure = attention_maps(run_dir, f"{title + ', ' if title else ''}seed {members[0]['seed']}") \
+            if run_dir else None
+        if figure:
+            drawn.append(Drawn(figure, f"attention-{_slug(label)}", alt=f"attention {label}"))
+    return drawn
+
+
+FIGURES = tuple(name for name, figure in REGISTRY.items() if figure.part_of is None)  # what --figures may choose
+
+
 def write(root: str | Path, out: str | Path | None = None, axes: tuple[str, str] | None = None,
           maps: int = 4, over: tuple[str, ...] = ("seed",), strict: bool = False,
           figures: tuple[str, ...] | None = None, seed: int | None = None) -> Path:
@@ -595,176 +824,64 @@ def write(root: str | Path, out: str | Path | None = None, axes: tuple[str, str]
     if not records:
         raise ValueError(f"no {RESULT_FILE} under {root}")
     table = leaderboard.build(records, over, keep_keys=True)
-    groups = _groups(records, table, over)
+    results = Results(records, _groups(records, table, over), root, axes, maps, seed)
     page = Page(out.with_name(f"{out.stem}_figures"))
     page.add(f"<p>{len(records)} runs in {len(table)} groups.</p>")
     page.section("Leaderboard")
-    page.add(_markdown_table_html(leaderboard.to_markdown(table.drop(columns="_key"))))
+    page.add(leaderboard.human_table(table.drop(columns="_key")).html())
     note = mixed_code_note(records)
     if note:
         page.add(f"<p><b>Note:</b> {html.escape(note)} (see Provenance below).</p>")
-    titles = dict(zip([label for label, _ in groups], short_titles([label for label, _ in groups])[0]))
-    if "curves" in chosen:
-        shown = min(len(groups), MAX_CURVE_PANELS)
-        page.place(loss_curves(groups), "loss-curves", "Loss curves, and accuracy beside them",
-                   "Per group, left: the train loss on a log axis (blue: the mean; grey: each seed), shaded up to the "
-                   "median plateau end, dotted: the plateau threshold; right: the eval accuracy (green: the mean), "
-                   "dotted: the emergence threshold; dashed on both: each seed's emergence step. "
-                   + html.escape(short_titles([label for label, _ in groups])[1])
-                   + (f" The first {shown} of {len(groups)} groups (the leaderboard's order); `report DIR/<group>` "
-                      "shows the others." if len(groups) > shown else ""),
-                   "no run recorded a train-loss curve", name="curves")
-    if "staircase" in chosen:
-        page.place(staircase(groups, limit=max(1, maps), seed=seed), "staircase", "Per-cell eval loss (the staircase)",
-                   "Each output cell's eval loss over training, one line per cell, for each group's median-emergence "
-                   "seed (log axis); a dot where that cell emerged; dashed: a shortcut cell, predictable from earlier "
-                   "outputs without the sparse pattern. Cells that drop one after another are capabilities arriving "
-                   "one at a time.", "no run kept its per-cell eval losses (curves.eval_cells: results from an older "
-                   "version)")
-    if "seeds" in chosen:
-        page.place(seed_scatter(groups), "emergence-per-seed", "Emergence step per seed",
-                   "One column per leaderboard row, one dot per seed (log axis); a triangle at the budget marks a seed "
-                   "that never emerged. The spread within a column is how much the step depends on the seed alone.",
-                   "no run finished (ok or diverged)", name="seeds")
-    if "ranking" in chosen and not ranking_section(records, page):
-        page.absent("ranking", "no task family varies one numeric task key over two or more mixers (see `rank`)")
-    drawn = 0
-    for axis in numeric_axes(records)[:3] if "axes" in chosen else []:
-        figure = axis_figure(records, axis)
-        drawn += bool(figure)
-        if figure:
-            page.section(f"Plateau and emergence against {axis}", "Kaplan–Meier medians over the seeds with 95% "
-                         "intervals, one line per setting of the other keys that vary; a triangle at the budget "
-                         "where the median was not reached.")
-            page.figure(figure, f"against-{_slug(axis)}", f"metrics vs {axis}")
-    if "axes" in chosen and not drawn:
-        page.absent("axes", "no numeric config key varies with two or more values per line (at most "
-                    f"{MAX_LINES} lines)")
-    if "heatmap" in chosen:
-        figure, used = heatmap(records, axes)
-        page.place(figure, "heatmap", used and f"Final eval loss over {used[0]} × {used[1]}",
-                   "The mean over seeds of each cell's final eval loss: darker is lower.",
-                   "fewer than two numeric config keys vary (or --axes names them)")
-    shown = 0
-    for label, members in groups if "filmstrip" in chosen else []:
-        if shown >= maps:
-            break
-        record = staircase_seed(members, seed) or (None if seed is not None else members[0])  # as the staircase
-        if record is None:
-            continue
-        run_dir = _run_dir(root, record)
-        figure = filmstrip(run_dir, record, titles[label]) if run_dir else None
-        if figure:
-            if shown == 0:
-                page.section("Attention over time", "The best head's map at the start, when the pattern was "
-                             "found, at emergence and at the end, beside the ground truth, all on one colour scale "
-                             "(the truth drawn as the attention that follows it exactly).")
-            page.figure(figure, f"filmstrip-{_slug(label)}", f"attention over time {label}")
-            shown += 1
-    if "filmstrip" in chosen and not shown:
-        page.absent("filmstrip", "no run saved its attention maps at the four moments (a mixer without "
-                    "attention scores, or results from an older version)")
-    shown = 0
-    for label, members in groups if "maps" in chosen else []:
-        if shown >= maps:
-            break
-        run_dir = _run_dir(root, members[0])
-        figure = attention_maps(run_dir, f"{titles[label] + ', ' if titles[label] else ''}seed {members[0]['seed']}") \
-            if run_dir else None
-        if figure:
-            if shown == 0:
-                page.section("Attention maps beside the ground truth", "Each group's last attention maps (one "
-                             "panel a head; rows: the query position, columns: the key it attends to) next to the "
-                             "task's true sources, on one colour scale; grey rows are positions the task does not "
-                             "score.")
-            page.figure(figure, f"attention-{_slug(label)}", f"attention {label}")
-            shown += 1
-    if "maps" in chosen and not shown:
-        page.absent("maps", "no run saved attention maps (mixers without attention scores, or no attention probe)")
+    for name in FIGURES:
+        if name in chosen:
+            show(page, REGISTRY[name], results)
     page.section("Provenance", "Where these numbers come from: the code, the software, the machines and the "
                  "commands, with the number of runs for each.")
-    page.add(provenance_html(records))
+    page.add(provenance_table(records).html())
     write_text(out, page.html(f"emergence-bench report: {root}"))
     return out
 
 
-def provenance_html(records: list[dict]) -> str:
-    """A table of what the runs were computed with: commits (dirty or not), versions, devices,
-    machines, thread and allocator policies, commands; each value with its number of runs."""
-    def counted(values) -> str:
+def provenance_table(records: list[ResultRow]) -> Table:
+    """What the runs were computed with: commits (dirty or not), versions, devices, machines, thread
+    and allocator policies, commands; each value with its number of runs."""
+    def counted(values: Iterable[object]) -> str:
         counts = Counter(values)
-        return "<br>".join(f"{html.escape(str(v))} ({n} run{'s' if n > 1 else ''})" for v, n in counts.most_common(8)) \
-            + (f"<br>… and {len(counts) - 8} more" if len(counts) > 8 else "")
+        return "\n".join(f"{v} ({n} run{'s' if n > 1 else ''})" for v, n in counts.most_common(8)) \
+            + (f"\n… and {len(counts) - 8} more" if len(counts) > 8 else "")
 
-    def provenance(r: dict, *keys: str):
-        value = r.get("provenance") or {}
+    def provenance(r: ResultRow, *keys: str) -> object:
+        value: object = section(r, "provenance")
         for key in keys:
-            value = (value or {}).get(key) if isinstance(value, dict) else None
+            value = value.get(key) if isinstance(value, dict) else None
         return "not recorded" if value is None else value
 
-    versions = lambda r: ", ".join(f"{k} {v}" for k, v in (r.get("versions") or {}).items() if v) or "not recorded"
-    machine = lambda r: (f"{provenance(r, 'machine', 'host')} ({provenance(r, 'machine', 'platform')}, "
-                         f"{provenance(r, 'machine', 'cpus')} CPUs)" if r.get("provenance") else "not recorded")
-    threads = lambda r: (f"{provenance(r, 'threads', 'setting')} → {provenance(r, 'threads', 'used')} thread(s)"
-                         if r.get("provenance") else "not recorded")
-    rows = [("code (git commit)", counted(code_version(r) for r in records)),
-            ("versions", counted(versions(r) for r in records)),
-            ("device", counted(r.get("device") or "not recorded" for r in records)),
-            ("machine", counted(machine(r) for r in records)),
-            ("threads (setting → used)", counted(threads(r) for r in records)),
-            ("allocator", counted(provenance(r, "allocator") for r in records)),
-            ("command", counted(provenance(r, "command") for r in records))]
-    return "<table><tbody>" + "".join(f"<tr><th>{k}</th><td>{v}</td></tr>" for k, v in rows) + "</tbody></table>"
+    def versions(r: ResultRow) -> str:
+        return ", ".join(f"{k} {v}" for k, v in (r.get("versions") or {}).items() if v) or "not recorded"
+
+    def machine(r: ResultRow) -> str:
+        return (f"{provenance(r, 'machine', 'host')} ({provenance(r, 'machine', 'platform')}, "
+                f"{provenance(r, 'machine', 'cpus')} CPUs)" if r.get("provenance") else "not recorded")
+
+    def threads(r: ResultRow) -> str:
+        return (f"{provenance(r, 'threads', 'setting')} → {provenance(r, 'threads', 'used')} thread(s)"
+                if r.get("provenance") else "not recorded")
+
+    return Table([], [["code (git commit)", counted(code_version(r) for r in records)],
+                      ["versions", counted(versions(r) for r in records)],
+                      ["device", counted(r.get("device") or "not recorded" for r in records)],
+                      ["machine", counted(machine(r) for r in records)],
+                      ["threads (setting → used)", counted(threads(r) for r in records)],
+                      ["allocator", counted(provenance(r, "allocator") for r in records)],
+                      ["command", counted(provenance(r, "command") for r in records)]], row_headers=True)
 
 
-def ranking_section(records: list[dict], page: Page) -> bool:
-    """The ranking's tables and ladder figure, where the results hold a ladder (``rank``); whether
-    there was one."""
-    try:
-        ranked = rank.build(records)
-    except ConfigError:  # no single ladder per family: the sweep is not a ranking
-        return False
-    figure = ladder_figure(ranked)
-    if figure is None or ranked["ranking"]["mixer"].nunique() < 2:
-        if figure is not None:
-            plt.close(figure)
-        return False
-    markdown = rank.to_markdown(ranked)
-    ranking, frontier = markdown.split("## ")[1:3]
-    page.section("Ranking", html.escape(ranking.splitlines()[2]))
-    page.add(_markdown_table_html(ranking), "<h3>Frontier per task family</h3>", _markdown_table_html(frontier),
-             "<p>Top: success rate per rung with 95% Wilson intervals, one line per mixer. Bottom: the median "
-             "plateau end per rung on a log axis; a triangle at the budget where the median was not reached.</p>")
-    page.figure(figure, "ranking", "success and plateau vs rung")
-    baseline = ranked["baseline"] or "the baseline"
-    page.place(comparison.survival_figure(ranked, records), "survival", "Survival by rung",
-               "Per rung, the fraction of each mixer's seeds not yet emerged (upper row of a family) and still on "
-               "the loss plateau (lower row) against step: Kaplan–Meier curves, a tick where a run stopped "
-               "before the event (censored). A curve that falls earlier is a mixer that finds the pattern sooner.",
-               "no ranked runs")
-    page.place(comparison.forest_figure(ranked), "forest", "Plateau ratio",
-               f"Each mixer's median plateau end over {html.escape(baseline)}'s: the geometric mean over cells "
-               "(square) with its 95% bootstrap interval, each cell's ratio behind it (open: a bound, the median "
-               "not reached within the budget). Left of the dashed line: off the plateau sooner.",
-               "no baseline mixer (rank --baseline) among the results")
-    page.place(comparison.state_figure(ranked), "state", "State size and quality",
-               "Success score and plateau ratio against the state each mixer carries per sequence at inference "
-               "(attention's grows with the sequence; the largest in the ranking is drawn).",
-               "the results do not record state sizes (runs from before state_size was recorded)")
-    return True
+def ranking_section(records: list[ResultRow], page: Page) -> bool:
+    """The ranking's section (tables, ladder figure and its parts), where the results hold a ladder
+    (``rank``); whether there was one."""
+    return show(page, REGISTRY["ranking"], Results(records))
 
 
-def _run_dir(root: Path, record: dict) -> Path | None:
+def _run_dir(root: Path, record: ResultRow) -> Path | None:
     found = list(root.rglob(f"{record['run_id']}/{RESULT_FILE}"))
     return found[0].parent if found else None
-
-
-def _markdown_table_html(markdown: str) -> str:
-    lines = [line for line in markdown.strip().splitlines() if line.startswith("|")]
-    if len(lines) < 2:
-        return f"<p>{html.escape(markdown)}</p>"
-    cells = [[html.escape(c.strip()) for c in line.strip("|").split("|")] for line in lines]
-    head = "".join(f"<th>{c}</th>" for c in cells[0])
-    body = "".join("<tr>" + "".join(f"<td>{c}</td>" for c in row) + "</tr>" for row in cells[2:])
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
-

@@ -39,6 +39,8 @@ class EnsembleModule(L.LightningModule):
     EvalResult per seed) for each eval.
     """
 
+    rows: torch.Tensor  # a buffer: the scored rows [N]
+
     def __init__(self, models: list[SequenceModel], task: SyntheticTask, optim: OptimConfig, max_steps: int,
                  train_on: str = "scored", log_every: int = 1):
         super().__init__()
@@ -202,7 +204,8 @@ class SeedBatches(L.LightningDataModule):
         self.tasks = tasks
 
     def train_dataloader(self) -> DataLoader:
-        return DataLoader(_StackedStream(self.tasks, self.trainer.global_step), batch_size=None)
+        start = self.trainer.global_step if self.trainer is not None else 0
+        return DataLoader(_StackedStream(self.tasks, start), batch_size=None)
 
     def val_dataloader(self) -> DataLoader:
         return self.tasks[0].val_dataloader()

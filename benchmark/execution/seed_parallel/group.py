@@ -3,9 +3,11 @@ the probe says it pays), else one seed after another through ``run()``."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
+from typing import get_args
 
-from emergence_bench.config import RunConfig
+from emergence_bench.config import Batching, RunConfig
 from emergence_bench.execution.seed_parallel.ensemble import EnsembleModule, SeedBatches
 from emergence_bench.execution.seed_parallel.probe import batching_speedup, seed_parallel_supported
 from emergence_bench.execution.seed_parallel.seeds import Seed, SeedCallbacks
@@ -15,13 +17,13 @@ from emergence_bench.run import RunBusy, apply_threads, check, failure, run
 from emergence_bench.trainer import build_trainer, quiet_lightning
 
 
-BATCHING = ("always", "auto")
+BATCHING: tuple[str, ...] = get_args(Batching)
 PAYS = 1.1  # auto batches a group when its probe measures it at least this much faster than one by one
 
 
-def run_seed_parallel(configs: list[dict | RunConfig], out: str | Path, progress: bool = False,
-                      batching: str = "always", unfinished_only: bool = False) -> list[dict]:
-    """Train the seeds of ``configs`` (identical but for ``seed``) together; returns their rows.
+def run_seed_parallel(given: Sequence[dict | RunConfig], out: str | Path, progress: bool = False,
+                      batching: Batching = "always", unfinished_only: bool = False) -> list[dict]:
+    """Train the seeds of ``given`` configs (identical but for ``seed``) together; returns their rows.
 
     Each seed's row is written to ``out/<run_id>/result.json`` with the run id and schema of
     ``emergence_bench.run.run`` plus ``"seed_parallel"``: ``{"k": K, "group": [run ids]}`` when batched,
@@ -37,26 +39,26 @@ def run_seed_parallel(configs: list[dict | RunConfig], out: str | Path, progress
     """
     if batching not in BATCHING:
         raise ValueError(f"seed-parallel batching must be one of {', '.join(BATCHING)}, got {batching!r}")
-    configs = [check(c) for c in configs]
+    configs = [check(c) for c in given]
     if not configs:
         return []
     _check_group(configs)
     # K seeds' activations are large blocks: reused, not page-faulted afresh each step (unless opted out)
     keep_freed_memory(configs[0].trainer.keep_freed_memory)
     supported, reason = seed_parallel_supported(configs[0])
-    probe = {}
+    probe: dict[str, float] = {}
     if supported and batching == "auto" and len(configs) > 1:
         speedup = batching_speedup(configs[0], len(configs))
         probe = {"probe": round(speedup, 3)}
         if speedup < PAYS:
             supported, reason = False, f"auto: batching {len(configs)} seeds measured {speedup:.2f}× one by one here"
     if not supported:
-        rows = []
+        rows: list[dict] = []
         for config in configs:
             try:
                 row = run(config, out, progress=progress, unfinished_only=unfinished_only)
-            except RunBusy as busy:
-                rows.append(busy_row(config.run_id(), busy))
+            except RunBusy as error:
+                rows.append(busy_row(config.run_id(), error))
                 continue
             row["seed_parallel"] = {"k": 1, "fallback": reason, **probe}
             write_json(Path(out) / row["run_id"] / RESULT_FILE, row)
@@ -65,13 +67,14 @@ def run_seed_parallel(configs: list[dict | RunConfig], out: str | Path, progress
     apply_threads(configs[0], seeds=len(configs))  # the thread policy, sized for K models
     quiet_lightning()
     note = {"seed_parallel": {"k": len(configs), "group": [c.run_id() for c in configs], **probe}}
-    seeds, busy = [], []
+    seeds: list[Seed] = []
+    busy: list[dict] = []
     for config in configs:
         try:
             seeds.append(Seed(config, Path(out), note, unfinished_only))
         except RunBusy as error:
             busy.append(busy_row(config.run_id(), error))
-    built = []
+    built: list[Seed] = []
     for seed in seeds:
         try:
             seed.build(progress)
@@ -86,12 +89,13 @@ def run_seed_parallel(configs: list[dict | RunConfig], out: str | Path, progress
 def _train(seeds: list[Seed], config: RunConfig, out: Path) -> None:
     """Fit the group with the suite's Trainer; an error in the shared step fails every live seed."""
     try:
-        ensemble = EnsembleModule([s.model for s in seeds], seeds[0].task, config.optim, config.trainer.max_steps,
+        tasks, models = zip(*(s.built for s in seeds))
+        ensemble = EnsembleModule(list(models), tasks[0], config.optim, config.trainer.max_steps,
                                   config.trainer.train_on, config.trainer.log_every)
         for k, seed in enumerate(seeds):
             seed.join(ensemble, k)
         trainer = build_trainer(config, [SeedCallbacks(ensemble, seeds)], logger=False, root_dir=out)
-        trainer.fit(ensemble, SeedBatches([s.task for s in seeds]))
+        trainer.fit(ensemble, SeedBatches(list(tasks)))
     except SystemExit:  # Lightning turns Ctrl-C into exit(1) after a graceful shutdown
         raise KeyboardInterrupt("seed-parallel group interrupted") from None
     except Exception as error:

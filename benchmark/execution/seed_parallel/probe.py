@@ -54,7 +54,7 @@ def _trial(config: RunConfig, device: torch.device) -> str | None:
         models.append(build_model(config, task).to(device))
     ensemble = EnsembleModule(models, task, config.optim, config.trainer.max_steps, config.trainer.train_on).to(device)
     tokens = torch.stack([task.generate(seeded_generator("seed_parallel.trial", k), 2) for k in range(2)]).to(device)
-    biases = [{}]
+    biases: list[dict[int, torch.Tensor]] = [{}]
     attention = [i for i, m in enumerate(models[0].mixers) if getattr(m, "exposes_attention", False)]
     if attention:  # the intervention's code path (explicit logits) too
         biases.append({i: torch.zeros(2, 1, 1, task.seq_len, task.seq_len, device=device) for i in attention})
@@ -116,6 +116,7 @@ def batching_speedup(config: RunConfig, k: int, rounds: int = 3) -> float:
             loop.run(1)
             return time.perf_counter() - start
 
-        batched.run(2), one.run(2)  # warm-up: allocator, the batching rule, first-call costs
+        batched.run(2)  # warm-up: allocator, the batching rule, first-call costs
+        one.run(2)
         ratios = [k * seconds(one) / seconds(batched) for _ in range(rounds)]
     return statistics.median(ratios)

@@ -30,6 +30,7 @@ from pathlib import Path
 
 import lightning as L
 import torch
+from lightning.pytorch.loggers import Logger
 
 from emergence_bench.callbacks.contract import EvalResult
 from emergence_bench.config import RunConfig
@@ -38,6 +39,7 @@ from emergence_bench.module import FINAL_LOSS_WINDOW, deliver_train_losses, eval
 from emergence_bench.training import Diverged, finite_prefix
 from emergence_bench.run import RunFolder, build_model, build_task, failure
 from emergence_bench.model import SequenceModel
+from emergence_bench.tasks.base import SyntheticTask
 
 
 class SeedView:
@@ -46,9 +48,10 @@ class SeedView:
     weights (and gradients), refreshed whenever it is read after a backward or an update; read it in
     each hook rather than keep it from ``setup``. ``log``/``log_dict`` write to the seed's logger."""
 
-    def __init__(self, seed: Seed, ensemble: EnsembleModule):
-        self.seed, self.ensemble, self.index, self.task = seed, ensemble, seed.index, seed.task
-        self._model, self._synced = seed.model, None
+    def __init__(self, seed: Seed, ensemble: EnsembleModule, task: SyntheticTask, model: SequenceModel):
+        self.seed, self.ensemble, self.index, self.task = seed, ensemble, seed.index, task
+        self._model = model
+        self._synced: tuple[int, torch.device] | None = None
         self.attention_bias: dict[int, torch.Tensor] = {}
         self.last_train_loss = math.nan
         self.recent_train_losses: deque[float] = deque(maxlen=FINAL_LOSS_WINDOW)
@@ -80,8 +83,8 @@ class SeedView:
         return self.ensemble.training
 
     @property
-    def logger(self):
-        return self.trainer.logger
+    def logger(self) -> Logger | None:
+        return self.trainer.logger if self.trainer is not None else None
 
     @property
     def current_epoch(self) -> int:
@@ -123,8 +126,8 @@ class SeedTrainer:
         self.logged_metrics: dict[str, torch.Tensor] = {}
 
     @property
-    def log_dir(self) -> str:
-        return self.logger.log_dir
+    def log_dir(self) -> str | None:
+        return self.logger.log_dir if self.logger is not None else None
 
     def __getattr__(self, name: str):
         return getattr(self._trainer, name)
@@ -137,9 +140,12 @@ class Seed:
         self.config, self.note = config, note
         self.folder = RunFolder(config, out, unfinished_only)
         self.index = -1
-        self.task = self.model = self.view = self.trainer = None
-        self.callbacks: list = []
-        self.logger = None
+        self.task: SyntheticTask | None = None  # these four from build on
+        self.model: SequenceModel | None = None
+        self.callbacks: list[L.Callback] = []
+        self.logger: Logger | None = None
+        self.view: SeedView | None = None  # from join on
+        self.trainer: SeedTrainer | None = None  # from attach (the Trainer's setup) on
 
     def build(self, progress: bool) -> None:
         """Task, model and callbacks in ``run()``'s order, so the initial weights are the sequential run's."""
@@ -162,22 +168,44 @@ class Seed:
     def join(self, ensemble: EnsembleModule, index: int) -> None:
         """Take slot ``index`` of ``ensemble``."""
         self.index = index
-        self.view = SeedView(self, ensemble)
+        self.view = SeedView(self, ensemble, *self.built)
         self.live = True
+
+    @property
+    def built(self) -> tuple[SyntheticTask, SequenceModel]:
+        """The task and model ``build`` made."""
+        if self.task is None or self.model is None:
+            raise RuntimeError(f"seed {self.config.seed} was not built")
+        return self.task, self.model
+
+    @property
+    def joined(self) -> SeedView:
+        """The seed's module view (every live seed has one: it joined an ensemble)."""
+        if self.view is None:
+            raise RuntimeError(f"seed {self.config.seed} has not joined an ensemble")
+        return self.view
+
+    @property
+    def attached(self) -> SeedTrainer:
+        """The seed's trainer view (every live seed has one once the Trainer set up)."""
+        if self.trainer is None:
+            raise RuntimeError(f"seed {self.config.seed} has no trainer before the Trainer's setup")
+        return self.trainer
 
     def attach(self, trainer: L.Trainer) -> None:
         self.trainer = SeedTrainer(trainer, self)
-        self.view.trainer = self.trainer
+        self.joined.trainer = self.trainer
 
     def hook(self, name: str, *args, **kwargs) -> None:
         for callback in self.callbacks:
             getattr(callback, name)(self.trainer, self.view, *args, **kwargs)
 
     def log(self, metrics: dict, step: int) -> None:
-        self.logger.log_metrics({**metrics, "epoch": 0.0}, step)
+        if self.logger is not None:
+            self.logger.log_metrics({**metrics, "epoch": 0.0}, step)
         values = {name: torch.tensor(float(value)) for name, value in metrics.items()}
-        self.trainer.callback_metrics.update(values)
-        self.trainer.logged_metrics.update(values)
+        self.attached.callback_metrics.update(values)
+        self.attached.logged_metrics.update(values)
 
     def diverge(self, error: Diverged) -> None:
         """A NaN loss: the seed's ``on_exception`` hooks, then its row, as a run alone ends."""
@@ -229,16 +257,23 @@ HOOKS = [name for name, value in vars(L.Callback).items()
          if callable(value) and (name.startswith("on_") or name in ("setup", "teardown"))]
 
 
+def _trained_losses(ensemble: EnsembleModule) -> torch.Tensor:
+    """[K]: the losses of the step that just ran (the hooks that read them follow a step)."""
+    if ensemble.trained_losses is None:
+        raise RuntimeError("a training step's hook before any training step")
+    return ensemble.trained_losses
+
+
 def _seed_args(name: str, seed: Seed, ensemble: EnsembleModule, args: tuple) -> tuple:
     """A hook's arguments as seed k sees them: its slice of the batch, its own loss."""
     k = seed.index
     if name == "on_train_batch_start":  # (batch [K, B, L+1], batch_idx)
         return (args[0][k], *args[1:])
     if name == "on_train_batch_end":  # (outputs, batch, batch_idx)
-        outputs = None if args[0] is None else {"loss": ensemble.trained_losses[k].detach()}
+        outputs = None if args[0] is None else {"loss": _trained_losses(ensemble)[k].detach()}
         return (outputs, args[1][k], *args[2:])
     if name == "on_before_backward":  # (loss,)
-        return (ensemble.trained_losses[k],)
+        return (_trained_losses(ensemble)[k],)
     return args
 
 
@@ -267,7 +302,7 @@ class SeedCallbacks(L.Callback):
             losses, full_losses = [v[k] for v in scored], [v[k] for v in full]
             finite, diverged = finite_prefix(losses, full_losses, steps)  # the steps before a NaN count
             if finite:
-                seed.view.record_losses(losses[:finite], full_losses[:finite])
+                seed.joined.record_losses(losses[:finite], full_losses[:finite])
             if diverged is not None:
                 seed.diverge(diverged)
                 continue
@@ -277,14 +312,14 @@ class SeedCallbacks(L.Callback):
                 seed.fail(error)
         if at_step:
             for seed in [s for s in self.seeds if s.live]:
-                seed.log({"train/loss": seed.view.last_train_loss,
-                          "train/full_sequence_loss": seed.view.recent_full_sequence_losses[-1]}, steps[-1])
+                seed.log({"train/loss": seed.joined.last_train_loss,
+                          "train/full_sequence_loss": seed.joined.recent_full_sequence_losses[-1]}, steps[-1])
 
     def evaluated(self, results: list[EvalResult]) -> None:
         """An eval of every seed (one EvalResult each): the live seeds it was for take theirs."""
         for seed, result in zip(self.seeds, results):
             if seed.live and (self.eval_for is None or seed in self.eval_for):
-                seed.view.last_eval = result
+                seed.joined.last_eval = result
                 seed.log(eval_metrics(result), self.ensemble.global_step - 1)  # the step Lightning logs a run's eval at
 
     def fan_out(self, name: str, trainer: L.Trainer, args: tuple, kwargs: dict) -> None:
@@ -292,9 +327,9 @@ class SeedCallbacks(L.Callback):
         if name == "setup":
             for seed in seeds:
                 seed.attach(trainer)
-        if name == "on_train_batch_start" and any(s.live and s.trainer.should_stop for s in seeds):
+        if name == "on_train_batch_start" and any(s.live and s.attached.should_stop for s in seeds):
             ensemble.read_losses()  # a stopping seed's last losses reach its callbacks, as at a run's end
-            for seed in [s for s in seeds if s.live and s.trainer.should_stop]:
+            for seed in [s for s in seeds if s.live and s.attached.should_stop]:
                 seed.stop()
         receivers = [s for s in seeds if s.live]
         if name.startswith("on_validation") and self.eval_for is not None:
@@ -305,9 +340,10 @@ class SeedCallbacks(L.Callback):
             except Exception as error:
                 seed.fail(error)
         live = [s for s in seeds if s.live]
-        stopping = [s for s in live if s.trainer.should_stop]
+        stopping = [s for s in live if s.attached.should_stop]
+        every = trainer.val_check_batch  # steps between evals (set by the Trainer before training)
         if (name == "on_train_batch_end" and stopping and len(stopping) < len(live)
-                and trainer.global_step % trainer.val_check_batch != 0):
+                and every is not None and trainer.global_step % every != 0):
             # Lightning evaluates once more when a stop is asked between evals: for these seeds only.
             self.eval_for = stopping
             trainer.should_stop = True
@@ -317,7 +353,7 @@ class SeedCallbacks(L.Callback):
         if not live or len(stopping) == len(live):
             trainer.should_stop = True
         # The forwards that follow see the live seeds' attention biases as the hooks left them.
-        ensemble.bias = stack_bias([s.view.attention_bias if s.live else {} for s in seeds], ensemble.device)
+        ensemble.bias = stack_bias([s.joined.attention_bias if s.live else {} for s in seeds], ensemble.device)
 
 
 def _forward(name: str):

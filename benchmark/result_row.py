@@ -1,0 +1,189 @@
+"""The shape of a result row (``result.json``, docs/result-schema.md) as the readers see it, and the
+one accessor for its sections that a run may lack.
+
+A row always has the keys of ``RowBase``. The sections come from the recorder and the callbacks, so a
+run that failed before training has none of them, a run without an influence probe has no
+``influence_probe``, and a row written before provenance was recorded has no ``provenance``.
+``section(row, name)`` gives a section, or ``{}`` where the row has none: readers ask it, never
+``row.get(name) or {}``. Each section's keys are all present when the section is, so a section is
+typed ``total=False`` only so that ``{}`` stands for an absent one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Literal, TypedDict, Union, cast, overload
+
+Status = Literal["ok", "diverged", "failed"]
+
+
+class Timing(TypedDict, total=False):
+    steps: int
+    train_seconds: float
+    eval_seconds: float
+    steps_per_second: float  # training only
+
+
+class Metrics(TypedDict, total=False):
+    final_train_loss: float | None  # None: not finite (the row's non_finite names it)
+    final_eval_loss: float | None
+    final_eval_accuracy: float | None
+    final_eval_p_correct: float | None
+    final_train_full_sequence_loss: float | None
+    final_eval_full_sequence_loss: float | None
+
+
+class TaskFacts(TypedDict, total=False):
+    chance_loss: float
+    floor_loss: float
+    shortcut_loss: float | None  # None: no shortcut baseline known
+    max_accuracy: float
+    shortcut_cells: list[bool]  # linear map: per output cell, predictable from earlier outputs
+
+
+class Curves(TypedDict, total=False):
+    train_loss: list[list[float]]  # [step, mean loss over the last log_every steps]
+    eval: list[list[float]]  # [step, loss, accuracy]
+    eval_cells: list[list[Any]]  # [step, [eval loss per output cell]]
+
+
+class Plateau(TypedDict, total=False):
+    threshold: float
+    shortcut_loss: float | None
+    measures_shortcut: bool  # the threshold lies above the shortcut baseline
+    end_step: int | None  # None: never crossed within the budget (censored)
+    censored: bool
+    budget: int
+    spans: list[list[int]]  # [start, end] stretches where the smoothed loss was flat
+    per_position: list[int | None]  # per output cell: the first eval step below the threshold
+
+
+class Emergence(TypedDict, total=False):
+    threshold: float  # τ, the accuracy used
+    requested_threshold: float
+    relative: bool
+    max_accuracy: float
+    stopped: bool
+    step: int | None  # None: never reached within the budget (censored)
+    censored: bool
+    per_position: list[int | None]  # step per output cell
+    history: list[list[float]]  # [step, accuracy] per eval
+
+
+class BestHead(TypedDict):
+    layer: int
+    head: int
+    mass: float
+
+
+class AttentionProbe(TypedDict, total=False):
+    applicable: bool  # False (with not_applicable, and nothing else) for a mixer without scores
+    not_applicable: str
+    layers: list[int]
+    found_mass: float
+    pattern_found_step: int | None
+    censored: bool
+    best_head: BestHead | None
+    final_entropy: list[list[float]]  # [layer][head]
+    final_mass: list[list[float]]
+    history: list[list[float]]  # [step, best mass, lowest entropy] per eval
+
+
+class InfluenceProbe(TypedDict, total=False):
+    found_mass: float
+    pattern_found_step: int | None
+    censored: bool
+    final_entropy: list[float]  # per layer
+    final_mass: list[float]
+    history: list[list[float]]
+
+
+class GitState(TypedDict, total=False):
+    commit: str | None
+    dirty: bool | None
+    note: str  # why commit is None
+
+
+class Provenance(TypedDict, total=False):
+    git: GitState
+    command: str
+    machine: dict[str, Any]  # host, platform, processor, cpus
+    threads: dict[str, Any]  # setting, used, cores, OMP_NUM_THREADS
+    allocator: str
+
+
+class RowBase(TypedDict):
+    """What every row has, a failed one too (``emergence_bench.run.new_row``)."""
+
+    schema_version: int
+    run_id: str
+    status: Status
+    error: str | None  # the message and traceback of a diverged or failed run
+    seed: int
+    config: dict[str, Any]  # the fully resolved RunConfig.to_dict()
+    backend: str | None
+    device: str | None
+    threads: int
+    versions: dict[str, str | None]
+    started_at: str
+
+
+class ResultRow(RowBase, total=False):
+    """One run's result row. Read its sections through ``section``."""
+
+    provenance: Provenance
+    parameters: int
+    state_size: int | None
+    timing: Timing
+    metrics: Metrics
+    task_facts: TaskFacts
+    curves: Curves
+    plateau: Plateau
+    emergence: Emergence
+    attention_probe: AttentionProbe
+    influence_probe: InfluenceProbe
+    attention_bias: dict[str, Any]
+    curriculum: list[dict[str, Any]]
+    seed_parallel: dict[str, Any]  # {k, group} or {k: 1, fallback}, with probe under batching auto
+    non_finite: list[str]  # the dotted keys whose NaN or inf was written as null
+
+
+SectionName = Literal["provenance", "timing", "metrics", "task_facts", "curves", "plateau", "emergence",
+                      "attention_probe", "influence_probe", "attention_bias", "seed_parallel"]
+Row = Union[ResultRow, Mapping[str, Any]]  # a row as read, or as a run builds it (a plain dict)
+
+
+@overload
+def section(row: Row, name: Literal["provenance"]) -> Provenance: ...
+@overload
+def section(row: Row, name: Literal["timing"]) -> Timing: ...
+@overload
+def section(row: Row, name: Literal["metrics"]) -> Metrics: ...
+@overload
+def section(row: Row, name: Literal["task_facts"]) -> TaskFacts: ...
+@overload
+def section(row: Row, name: Literal["curves"]) -> Curves: ...
+@overload
+def section(row: Row, name: Literal["plateau"]) -> Plateau: ...
+@overload
+def section(row: Row, name: Literal["emergence"]) -> Emergence: ...
+@overload
+def section(row: Row, name: Literal["attention_probe"]) -> AttentionProbe: ...
+@overload
+def section(row: Row, name: Literal["influence_probe"]) -> InfluenceProbe: ...
+@overload
+def section(row: Row, name: SectionName) -> Mapping[str, Any]: ...
+def section(row: Row, name: SectionName) -> Mapping[str, Any]:
+    """The section ``name`` of ``row``, or ``{}`` where the row has none (a run that failed before
+    training, a callback not configured, a row older than the section)."""
+    return cast(Mapping[str, Any], row.get(name) or {})
+
+
+def emergence_step(row: Row) -> int | None:
+    """The step the run emerged at; None when it never did, or never trained."""
+    return section(row, "emergence").get("step")
+
+
+def step_budget(row: Row) -> int:
+    """The steps the run trained (its timing), else the steps its config allowed."""
+    return section(row, "timing").get("steps") or row["config"]["trainer"]["max_steps"]
