@@ -96,8 +96,11 @@ def build(records: list[dict], over: tuple[str, ...] = ("seed",), keep_keys: boo
         members = [records[i] for i in indices]
         flat = flats[indices[0]]
         measured = [r for r in members if r["status"] in ("ok", "diverged")]
-        emerged = sum(1 for r in measured if (r.get("emergence") or {}).get("step") is not None)
-        low, high = wilson_interval(emerged, len(measured))
+        # A run a forecast stopped has no known outcome: out of the success count, censored in the medians.
+        stopped = [r for r in measured if (r.get("forecast_stop") or {}).get("stopped")]
+        known = [r for r in measured if not (r.get("forecast_stop") or {}).get("stopped")]
+        emerged = sum(1 for r in known if (r.get("emergence") or {}).get("step") is not None)
+        low, high = wilson_interval(emerged, len(known))
         emergence = km_time(measured, "emergence", "step")
         plateau = km_time(measured, "plateau", "end_step")
         probed = [r for r in measured if (r.get("attention_probe") or {}).get("applicable")]
@@ -121,8 +124,9 @@ def build(records: list[dict], over: tuple[str, ...] = ("seed",), keep_keys: boo
             "seeds": len(members),
             "diverged": sum(r["status"] == "diverged" for r in members),
             "failed": sum(r["status"] == "failed" for r in members),
+            "forecast_stopped": len(stopped),
             "emerged": emerged,
-            "success_rate": emerged / len(measured) if measured else None,
+            "success_rate": emerged / len(known) if known else None,
             "success_low": low,
             "success_high": high,
             "median_emergence_step": emergence["median"],
@@ -277,13 +281,15 @@ def to_markdown(table: pd.DataFrame) -> str:
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
     for row in table.to_dict("records"):
         rate = "-" if row["success_rate"] is None or pd.isna(row["success_rate"]) else (
-            f"{row['emerged']}/{row['seeds'] - row['failed']} "
+            f"{row['emerged']}/{row['seeds'] - row['failed'] - row['forecast_stopped']} "
             f"({row['success_low']:.2f}–{row['success_high']:.2f})")
         notes = []
         if row["diverged"]:
             notes.append(f"{row['diverged']} diverged")
         if row["failed"]:
             notes.append(f"{row['failed']} failed")
+        if row["forecast_stopped"]:
+            notes.append(f"{row['forecast_stopped']} forecast-stopped")
         seeds = f"{row['seeds']}" + (f" ({', '.join(notes)})" if notes else "")
         loss = _number(row["final_eval_loss"])
         speed = "-" if pd.isna(row["steps_per_second"]) else f"{row['steps_per_second']:.1f}"
