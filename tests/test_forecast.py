@@ -11,7 +11,7 @@ import math
 import numpy as np
 import pytest
 
-from emergence_bench.forecast.evaluate import Fleet, in_domain, permutation_p, scores, transfer
+from emergence_bench.forecast.evaluate import Fleet, in_domain, permutation_p, scores, stop_savings, transfer
 from emergence_bench.forecast.features import FEATURES, outcome, window_features
 from emergence_bench.forecast.survival import LogNormalAFT, concordance, fit
 from emergence_bench.results import load_records, write_json
@@ -176,3 +176,22 @@ def test_forecast_refuses_bad_input(tmp_path, cli):
     (tmp_path / "empty").mkdir()
     assert cli("forecast", tmp_path / "empty").returncode == 2
     assert "forecast_stop.model" in cli("run", "--callbacks.forecast_stop.model", tmp_path / "none.json").stderr
+
+
+def test_stop_savings_counts_steps_and_wrong_stops():
+    def run(seed: int, steps: int, emerged: int | None, stopped: bool = False) -> dict:
+        r = {"config": {"seed": seed, "task": {"name": "linear_map"}, "trainer": {"max_steps": 1000},
+                        "callbacks": {"forecast_stop": {"risk": 0.05}} if stopped else {}},
+             "timing": {"steps": steps}, "emergence": {"step": emerged, "censored": emerged is None}}
+        if stopped:
+            r["forecast_stop"] = {"stopped": True, "step": steps}
+        return r
+
+    full = [run(0, 1000, None), run(1, 1000, None), run(2, 400, 400), run(3, 900, 900)]
+    with_stop = [run(0, 200, None, True), run(1, 1000, None), run(2, 400, 400), run(3, 200, None, True)]
+    saved = stop_savings(full, with_stop)
+    assert saved["runs"] == 4 and saved["stopped"] == 2 and saved["wrongly_stopped"] == 1  # seed 3 would emerge
+    assert saved["wrongly_stopped_of_emerged"] == 0.5 and saved["wrongly_stopped_of_runs"] == 0.25
+    assert saved["saved"] == pytest.approx(1 - 1800 / 3300)
+    with pytest.raises(ValueError, match="matches"):
+        stop_savings(full, [run(9, 10, None, True)])

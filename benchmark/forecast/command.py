@@ -86,6 +86,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--features", type=int, default=2, metavar="K", help="features the pipeline selects (default 2)")
     p.add_argument("--permutations", type=int, default=PERMUTATIONS,
                    help=f"shuffles for the permutation p (default {PERMUTATIONS})")
+    p.add_argument("--stopped", metavar="DIR2",
+                   help="also compare DIR2, the same runs swept with --forecast-stop, against DIR's known outcomes: "
+                        "steps saved and runs wrongly stopped")
     p.add_argument("--save", metavar="FLEET=PATH",
                    help="write the pipeline fitted on that whole fleet (its label, as printed) for sweep --forecast-stop")
     return p
@@ -121,6 +124,16 @@ def main(args: argparse.Namespace, extra: list[str] | None = None) -> int:
     write_json(Path(args.dir) / "forecast.json", {"results": results})
     if args.save:
         _save(args.save, groups, args.features)
+    if args.stopped:
+        from emergence_bench.forecast.evaluate import stop_savings
+
+        if not Path(args.stopped).is_dir():
+            raise ValueError(f"--stopped: no such results directory: {args.stopped}")
+        saved = stop_savings(rows, [r for r in load_records(args.stopped) if r.get("status") == "ok"])
+        print(f"\nforecast stop: {saved['stopped']} of {saved['runs']} runs stopped, {saved['wrongly_stopped']} wrongly "
+              f"({saved['wrongly_stopped_of_emerged']:.0%} of the {saved['would_emerge']} that would emerge); "
+              f"{saved['saved']:.0%} of the training steps saved ({saved['steps_with']} of {saved['steps_without']})")
+        write_json(Path(args.stopped) / "forecast-stop.json", saved)
     return 0
 
 

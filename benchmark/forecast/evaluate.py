@@ -118,3 +118,29 @@ def transfer(train: Fleet, test: Fleet, k: int = 2, permutations: int = PERMUTAT
     observed = rerun(test.y, test.censored)
     return {"fit": train.name, "apply": test.name, "window": test.window, "features": model.features,
             **observed, **permutation_p(observed, rerun, test.y, test.censored, permutations, seed)}
+
+
+def stop_savings(outcomes_known: list[dict], stopped: list[dict]) -> dict:
+    """What ``sweep --forecast-stop`` saved, from the same runs without it (``outcomes_known``, their
+    true outcomes) and with it (``stopped``), matched by config without the forecast_stop callback.
+
+    ``saved``: the fraction of the training steps of the matched runs that the stop saved;
+    ``wrongly_stopped``: runs stopped that emerged within the budget without the stop, as a count and
+    as a fraction of all matched runs and of those that emerged."""
+    def key(row: dict) -> str:
+        config = {k: v for k, v in row["config"].items() if k not in ("callbacks", "trainer")}
+        return repr(sorted((k, repr(v)) for k, v in config.items())) + repr(row["config"]["trainer"].get("max_steps"))
+
+    known = {key(r): r for r in outcomes_known}
+    pairs = [(known[key(r)], r) for r in stopped if key(r) in known]
+    if not pairs:
+        raise ValueError("no run of the forecast-stopped sweep matches a run with a known outcome (same config and seed)")
+    steps = sum(full["timing"]["steps"] for full, _ in pairs)
+    used = sum(r["timing"]["steps"] for _, r in pairs)
+    halted = [(full, r) for full, r in pairs if (r.get("forecast_stop") or {}).get("stopped")]
+    emerged = [full for full, _ in pairs if not full["emergence"]["censored"]]
+    wrong = [full for full, _ in halted if not full["emergence"]["censored"]]
+    return {"runs": len(pairs), "stopped": len(halted), "would_emerge": len(emerged), "wrongly_stopped": len(wrong),
+            "wrongly_stopped_of_runs": len(wrong) / len(pairs),
+            "wrongly_stopped_of_emerged": len(wrong) / len(emerged) if emerged else 0.0,
+            "steps_without": steps, "steps_with": used, "saved": 1 - used / steps}
