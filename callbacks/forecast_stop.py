@@ -45,6 +45,10 @@ class ForecastStop(L.Callback):
         step = pl_module.last_eval.step
         if step < self.window:
             return
+        emergence = next((c for c in trainer.callbacks if getattr(c, "registered_name", "") == "emergence"), None)
+        if emergence is not None and emergence.report()["step"] is not None:  # a success: nothing to stop
+            self.decision = {"step": step, "p_within_budget": None, "stopped": False, "reason": "emerged by then"}
+            return
         features = window_features(self._records(trainer, pl_module), step)
         x = [[features[name] for name in self.model.features]]
         p = float(self.model.p_within(x, trainer.max_steps)[0])

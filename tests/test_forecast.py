@@ -11,7 +11,7 @@ import math
 import numpy as np
 import pytest
 
-from emergence_bench.forecast.evaluate import Fleet, in_domain, permutation_p, scores, stop_savings, transfer
+from emergence_bench.forecast.evaluate import Fleet, in_domain, permutation_p, replay_stop, scores, stop_savings, transfer
 from emergence_bench.forecast.features import FEATURES, outcome, window_features
 from emergence_bench.forecast.survival import LogNormalAFT, concordance, fit
 from emergence_bench.results import load_records, write_json
@@ -169,6 +169,15 @@ def test_forecast_command_and_forecast_stop_in_a_sweep(tmp_path, cli, tiny_confi
         assert r["timing"]["steps"] == 20 and r["emergence"]["censored"]
     board = cli("leaderboard", out)
     assert "forecast-stopped" in board.stdout and board.returncode == 0
+
+    # The same runs without the stop: replaying the forecast on their records decides as the live stop did.
+    plain = tmp_path / "plain"
+    assert cli("sweep", config, "--out", plain).returncode == 0
+    known = load_records(plain)
+    replayed = replay_stop(saved, known, risk=0.05)
+    assert [(r["forecast_stop"]["stopped"], r["timing"]["steps"]) for r in replayed] == [(True, 20), (True, 20)]
+    assert stop_savings(known, rows)["saved"] == pytest.approx(0.5)  # 20 of 40 steps each
+    assert stop_savings(known, replayed) == stop_savings(known, rows)
 
 
 def test_forecast_refuses_bad_input(tmp_path, cli):

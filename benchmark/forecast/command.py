@@ -89,6 +89,10 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--stopped", metavar="DIR2",
                    help="also compare DIR2, the same runs swept with --forecast-stop, against DIR's known outcomes: "
                         "steps saved and runs wrongly stopped")
+    p.add_argument("--replay", metavar="MODEL",
+                   help="what --forecast-stop with this saved forecast would have done to DIR's runs (their outcomes "
+                        "known): steps saved and runs wrongly stopped, per fleet")
+    p.add_argument("--risk", type=float, default=0.05, help="with --replay: the stop's risk level (default 0.05)")
     p.add_argument("--save", metavar="FLEET=PATH",
                    help="write the pipeline fitted on that whole fleet (its label, as printed) for sweep --forecast-stop")
     return p
@@ -124,17 +128,27 @@ def main(args: argparse.Namespace, extra: list[str] | None = None) -> int:
     write_json(Path(args.dir) / "forecast.json", {"results": results})
     if args.save:
         _save(args.save, groups, args.features)
+    if args.replay:
+        from emergence_bench.forecast.evaluate import replay_stop, stop_savings
+
+        saved_model = json.loads(Path(args.replay).read_text())
+        for name, members in fleets(rows).items():
+            print(f"\n{name}: " + _savings_line(stop_savings(members, replay_stop(saved_model, members, args.risk))))
     if args.stopped:
         from emergence_bench.forecast.evaluate import stop_savings
 
         if not Path(args.stopped).is_dir():
             raise ValueError(f"--stopped: no such results directory: {args.stopped}")
         saved = stop_savings(rows, [r for r in load_records(args.stopped) if r.get("status") == "ok"])
-        print(f"\nforecast stop: {saved['stopped']} of {saved['runs']} runs stopped, {saved['wrongly_stopped']} wrongly "
-              f"({saved['wrongly_stopped_of_emerged']:.0%} of the {saved['would_emerge']} that would emerge); "
-              f"{saved['saved']:.0%} of the training steps saved ({saved['steps_with']} of {saved['steps_without']})")
+        print("\nforecast stop: " + _savings_line(saved))
         write_json(Path(args.stopped) / "forecast-stop.json", saved)
     return 0
+
+
+def _savings_line(saved: dict) -> str:
+    return (f"{saved['stopped']} of {saved['runs']} runs stopped, {saved['wrongly_stopped']} wrongly "
+            f"({saved['wrongly_stopped_of_emerged']:.0%} of the {saved['would_emerge']} that would emerge); "
+            f"{saved['saved']:.0%} of the training steps saved ({saved['steps_with']} of {saved['steps_without']})")
 
 
 def _columns(one: Fleet, names: tuple[str, ...]) -> Fleet:

@@ -144,3 +144,28 @@ def stop_savings(outcomes_known: list[dict], stopped: list[dict]) -> dict:
             "wrongly_stopped_of_runs": len(wrong) / len(pairs),
             "wrongly_stopped_of_emerged": len(wrong) / len(emerged) if emerged else 0.0,
             "steps_without": steps, "steps_with": used, "saved": 1 - used / steps}
+
+
+def replay_stop(saved: dict, rows: list[dict], risk: float) -> list[dict]:
+    """What ``sweep --forecast-stop`` with the saved forecast would have done to finished ``rows``:
+    each row as it would have ended (stopped at the first eval at or after the window when the
+    forecast gives it less than ``risk`` of emerging within its budget). The decision reads the
+    row's records up to that eval only, as the callback does during the run."""
+    from emergence_bench.forecast.features import window_features
+
+    model, window = LogNormalAFT.from_dict(saved["model"]), int(saved["window"])
+    ended = []
+    for row in rows:
+        evals = [e[0] for e in row["curves"]["eval"] if e[0] >= window]
+        emerged = row["emergence"].get("step")
+        if not evals or (emerged is not None and emerged <= evals[0]):  # it emerged by the decision
+            ended.append({**row, "forecast_stop": {"stopped": False, "step": None}})
+            continue
+        step = evals[0]
+        features = window_features(row, step)
+        p = float(model.p_within([[features[name] for name in model.features]], row["config"]["trainer"]["max_steps"])[0])
+        stop = p < risk
+        ended.append({**row, "timing": {**row["timing"], "steps": step if stop else row["timing"]["steps"]},
+                      "emergence": {"step": None, "censored": True} if stop else row["emergence"],
+                      "forecast_stop": {"stopped": stop, "step": step, "p_within_budget": p}})
+    return ended
