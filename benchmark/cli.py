@@ -1,4 +1,5 @@
-"""The `emergence-bench` command: list, run, sweep, leaderboard, rank, report, speed, analyze, check-mixer.
+"""The `emergence-bench` command: list, run, sweep, leaderboard, rank, report, speed, analyze, forecast,
+check-mixer.
 
 Every config key can be given as a flag after the command, e.g.
 ``emergence-bench run --task.state_size 16 --mixer.n_heads 4 --trainer.max_steps 2000``.
@@ -21,6 +22,7 @@ from typing import Callable, Literal, Union, get_args, get_origin, get_type_hint
 
 from emergence_bench.analysis import analyze
 from emergence_bench.config import Batching
+from emergence_bench.forecast import command as forecast
 from emergence_bench.result_row import emergence_step, section
 
 EXIT_BAD_INPUT = 2  # a mistake in what was asked: one line on stderr names it (see expected_errors)
@@ -222,6 +224,11 @@ def cmd_sweep(args, extra) -> int:
     overrides = _overrides(extra)
     if args.threads is not None:
         overrides["trainer.threads"] = args.threads
+    if args.forecast_stop:
+        if not Path(args.forecast_stop).is_file():
+            raise ValueError(f"--forecast-stop: no such file {args.forecast_stop} "
+                             "(write one with `emergence-bench forecast DIR --save FLEET=PATH`)")
+        overrides["callbacks.forecast_stop"] = {"model": str(Path(args.forecast_stop).resolve()), "risk": args.risk}
     sweep.override(overrides)
     for spec in args.grid or []:
         _add_axis(sweep, *_grid_axis(spec))
@@ -425,6 +432,12 @@ def parser() -> argparse.ArgumentParser:
     sweep.add_argument("--grid", action="append", metavar="KEY=V1,V2",
                        help="a grid axis from the command line (repeatable), e.g. optim.lr=1e-3,3e-3; "
                             "it replaces the sweep's axis or value for that key")
+    sweep.add_argument("--forecast-stop", metavar="MODEL",
+                       help="end each run that a saved forecast (`forecast --save`) gives less than --risk of "
+                            "emerging within its budget; its row says forecast-stopped")
+    sweep.add_argument("--risk", type=float, default=0.05,
+                       help="with --forecast-stop: the forecast probability of emerging below which a run stops "
+                            "(default 0.05)")
     sweep.add_argument("--dry-run", action="store_true", help="list the run ids and exit")
     sweep.add_argument("--print-config", action="store_true",
                        help="print each run's resolved config (one YAML document per run) and exit")
@@ -457,6 +470,7 @@ def parser() -> argparse.ArgumentParser:
         command.add_argument("--strict", action="store_true",
                              help="an unreadable result.json is an error (default: a warning naming it; it is left out)")
     analyze.add_parser(sub)
+    forecast.add_parser(sub)
     speed = sub.add_parser("speed", help="speed ratios measured side by side on this machine")
     speed.add_argument("--out", default="speed.json", help="where to write the table as JSON")
     speed.add_argument("--lengths", default="64,256", help="sequence lengths (comma-separated)")
@@ -473,7 +487,8 @@ def parser() -> argparse.ArgumentParser:
 
 
 COMMANDS: dict[str, Callable[..., int]] = {"list": cmd_list, "run": cmd_run, "sweep": cmd_sweep, "leaderboard": cmd_leaderboard,
-            "rank": cmd_rank, "report": cmd_report, "speed": cmd_speed, "analyze": analyze.main}
+            "rank": cmd_rank, "report": cmd_report, "speed": cmd_speed, "analyze": analyze.main,
+            "forecast": forecast.main}
 COMMANDS["check-mixer"] = cmd_check_mixer
 
 

@@ -98,6 +98,16 @@ class InfluenceProbe(TypedDict, total=False):
     history: list[list[float]]
 
 
+class ForecastStop(TypedDict, total=False):
+    model: str  # the saved forecast's file
+    window: int
+    risk: float
+    step: int | None  # the eval it decided at
+    p_within_budget: float | None
+    stopped: bool
+    reason: str  # why it did not decide
+
+
 class GitState(TypedDict, total=False):
     commit: str | None
     dirty: bool | None
@@ -142,6 +152,7 @@ class ResultRow(RowBase, total=False):
     emergence: Emergence
     attention_probe: AttentionProbe
     influence_probe: InfluenceProbe
+    forecast_stop: ForecastStop
     attention_bias: dict[str, Any]
     curriculum: list[dict[str, Any]]
     seed_parallel: dict[str, Any]  # {k, group} or {k: 1, fallback}, with probe under batching auto
@@ -149,7 +160,7 @@ class ResultRow(RowBase, total=False):
 
 
 SectionName = Literal["provenance", "timing", "metrics", "task_facts", "curves", "plateau", "emergence",
-                      "attention_probe", "influence_probe", "attention_bias", "seed_parallel"]
+                      "attention_probe", "influence_probe", "forecast_stop", "attention_bias", "seed_parallel"]
 Row = Union[ResultRow, Mapping[str, Any]]  # a row as read, or as a run builds it (a plain dict)
 
 
@@ -172,6 +183,8 @@ def section(row: Row, name: Literal["attention_probe"]) -> AttentionProbe: ...
 @overload
 def section(row: Row, name: Literal["influence_probe"]) -> InfluenceProbe: ...
 @overload
+def section(row: Row, name: Literal["forecast_stop"]) -> ForecastStop: ...
+@overload
 def section(row: Row, name: SectionName) -> Mapping[str, Any]: ...
 def section(row: Row, name: SectionName) -> Mapping[str, Any]:
     """The section ``name`` of ``row``, or ``{}`` where the row has none (a run that failed before
@@ -182,6 +195,11 @@ def section(row: Row, name: SectionName) -> Mapping[str, Any]:
 def emergence_step(row: Row) -> int | None:
     """The step the run emerged at; None when it never did, or never trained."""
     return section(row, "emergence").get("step")
+
+
+def forecast_stopped(row: Row) -> bool:
+    """Whether a forecast ended the run (``sweep --forecast-stop``): its outcome is unknown, not a failure."""
+    return bool(section(row, "forecast_stop").get("stopped"))
 
 
 def step_budget(row: Row) -> int:

@@ -6,6 +6,7 @@ from emergence_bench.callbacks import (  # noqa: F401
     attention_distillation,
     attention_probe,
     emergence,
+    forecast_stop,
     influence_probe,
     plateau,
 )

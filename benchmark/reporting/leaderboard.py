@@ -15,7 +15,7 @@ import pandas as pd
 
 from emergence_bench import registry
 from emergence_bench.config import scientific
-from emergence_bench.result_row import ResultRow, SectionName, emergence_step, section, step_budget
+from emergence_bench.result_row import ResultRow, SectionName, emergence_step, forecast_stopped, section, step_budget
 from emergence_bench.results import LEADERBOARD_STEM, load_records, write_json, write_text
 from emergence_bench.reporting.stats import kaplan_meier_median, kaplan_meier_median_ci, wilson_interval
 from emergence_bench.reporting.table import Table
@@ -98,8 +98,10 @@ def build(records: list[ResultRow], over: tuple[str, ...] = ("seed",), keep_keys
         members = [records[i] for i in indices]
         flat = flats[indices[0]]
         measured = [r for r in members if r["status"] in ("ok", "diverged")]
-        emerged = sum(1 for r in measured if emergence_step(r) is not None)
-        low, high = wilson_interval(emerged, len(measured))
+        # A run a forecast stopped has no known outcome: out of the success count, censored in the medians.
+        known = [r for r in measured if not forecast_stopped(r)]
+        emerged = sum(1 for r in known if emergence_step(r) is not None)
+        low, high = wilson_interval(emerged, len(known))
         emergence = km_time(measured, "emergence", "step")
         plateau = km_time(measured, "plateau", "end_step")
         probed = [r for r in measured if section(r, "attention_probe").get("applicable")]
@@ -123,8 +125,9 @@ def build(records: list[ResultRow], over: tuple[str, ...] = ("seed",), keep_keys
             "seeds": len(members),
             "diverged": sum(r["status"] == "diverged" for r in members),
             "failed": sum(r["status"] == "failed" for r in members),
+            "forecast_stopped": len(measured) - len(known),
             "emerged": emerged,
-            "success_rate": emerged / len(measured) if measured else None,
+            "success_rate": emerged / len(known) if known else None,
             "success_low": low,
             "success_high": high,
             "median_emergence_step": emergence["median"],
@@ -283,13 +286,15 @@ def human_table(table: pd.DataFrame) -> Table:
     rows = []
     for row in table.to_dict("records"):
         rate = "-" if row["success_rate"] is None or pd.isna(row["success_rate"]) else (
-            f"{row['emerged']}/{row['seeds'] - row['failed']} "
+            f"{row['emerged']}/{row['seeds'] - row['failed'] - row['forecast_stopped']} "
             f"({row['success_low']:.2f}–{row['success_high']:.2f})")
         notes = []
         if row["diverged"]:
             notes.append(f"{row['diverged']} diverged")
         if row["failed"]:
             notes.append(f"{row['failed']} failed")
+        if row["forecast_stopped"]:
+            notes.append(f"{row['forecast_stopped']} forecast-stopped")
         seeds = f"{row['seeds']}" + (f" ({', '.join(notes)})" if notes else "")
         loss = _number(row["final_eval_loss"])
         speed = "-" if pd.isna(row["steps_per_second"]) else f"{row['steps_per_second']:.1f}"

@@ -1,0 +1,102 @@
+"""Threshold sensitivity: how the emergence step and the plateau end move with their thresholds.
+
+Both measures are "the first step past a threshold", so a conclusion drawn from them (this mixer's
+plateau is twice that one's) should survive other reasonable thresholds. From each run's recorded
+curves, for every leaderboard row (runs equal but for the seed):
+
+- emergence: the first eval whose accuracy reaches τ × the task's reachable accuracy, for τ from 0.5
+  to 0.99; Kaplan–Meier median over seeds, a run censored at the last step it trained (a run that
+  stopped at its emergence is censored there for higher τ);
+- plateau end: the first point of the recorded train-loss curve (means over ``log_every`` steps)
+  below base − f·(base − floor), base the chance loss or the shortcut baseline when lower (as the
+  plateau callback), for f from 0.05 to 0.5. The callback smooths with an EMA instead, so at its own
+  f the curve here can differ from the leaderboard's plateau end by a few steps.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from emergence_bench.reporting.stats import kaplan_meier_median
+
+ACCURACY_FRACTIONS = (0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.99)
+LOSS_FRACTIONS = (0.05, 0.1, 0.2, 0.3, 0.5)
+
+
+def _trained(row: dict) -> int:
+    return (row.get("timing") or {}).get("steps") or row["config"]["trainer"]["max_steps"]
+
+
+def emergence_step(row: dict, tau: float) -> int | None:
+    """The first eval step whose accuracy is ≥ τ × the reachable accuracy (None: never)."""
+    reachable = (row.get("task_facts") or {}).get("max_accuracy") or 1.0
+    return next((int(step) for step, _, accuracy in (row.get("curves") or {}).get("eval", [])
+                 if accuracy is not None and accuracy >= tau * reachable), None)
+
+
+def plateau_end(row: dict, fraction: float) -> int | None:
+    """The first recorded train-loss point below base − fraction·(base − floor) (None: never)."""
+    facts = row.get("task_facts") or {}
+    if facts.get("chance_loss") is None:
+        return None
+    shortcut = facts.get("shortcut_loss")
+    base = facts["chance_loss"] if shortcut is None else min(facts["chance_loss"], shortcut)
+    threshold = base - fraction * (base - (facts.get("floor_loss") or 0.0))
+    return next((int(step) for step, loss in (row.get("curves") or {}).get("train_loss", [])
+                 if loss is not None and loss < threshold), None)
+
+
+def _median(rows: list[dict], first) -> float:
+    times = [first(r) for r in rows]
+    median = kaplan_meier_median([t if t is not None else _trained(r) for t, r in zip(times, rows)],
+                                 [t is None for t in times])
+    return float("nan") if median is None else float(median)
+
+
+def sensitivity(groups: list[tuple[str, list[dict]]]) -> dict[str, dict[str, list[float]]]:
+    """label -> {"emergence": KM medians per τ of ACCURACY_FRACTIONS, "plateau": per f of
+    LOSS_FRACTIONS} (NaN where the median is not reached)."""
+    return {label: {"emergence": [_median(rows, lambda r, t=t: emergence_step(r, t)) for t in ACCURACY_FRACTIONS],
+                    "plateau": [_median(rows, lambda r, f=f: plateau_end(r, f)) for f in LOSS_FRACTIONS]}
+            for label, rows in groups}
+
+
+def used_thresholds(rows: list[dict]) -> tuple[float | None, float | None]:
+    """(τ, f) the runs' own callbacks used: the emergence threshold when relative, the plateau frac
+    when no fixed threshold was set."""
+    callbacks = rows[0]["config"].get("callbacks") or {}
+    emergence, plateau = callbacks.get("emergence") or {}, callbacks.get("plateau") or {}
+    tau = emergence.get("threshold", 0.95) if emergence.get("relative", True) else None
+    return tau, (plateau.get("frac", 0.1) if plateau.get("threshold") is None else None)
+
+
+def threshold_figure(groups: list[tuple[str, list[dict]]], limit: int = 10):
+    """Two panels, one line per group (the first ``limit``): median emergence step against τ and
+    median plateau end against f, the thresholds in use dashed. None when no run has curves."""
+    import matplotlib.pyplot as plt
+
+    groups = [(label, rows) for label, rows in groups if any((r.get("curves") or {}).get("eval") for r in rows)]
+    if not groups:
+        return None
+    groups = groups[:limit]
+    found = sensitivity(groups)
+    figure, (left, right) = plt.subplots(1, 2, figsize=(11, 4.0))
+    for label, _ in groups:
+        left.plot(ACCURACY_FRACTIONS, found[label]["emergence"], marker="o", label=label)
+        right.plot(LOSS_FRACTIONS, found[label]["plateau"], marker="o", label=label)
+    tau, frac = used_thresholds(groups[0][1])
+    for ax, used, xlabel, title in (
+            (left, tau, "accuracy threshold τ (× reachable accuracy)", "Emergence step"),
+            (right, frac, "loss threshold f (of the way from chance to the floor)", "Plateau end")):
+        if used is not None:
+            ax.axvline(used, color="grey", linestyle="--", linewidth=1)
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel(f"{title.lower()}, median over seeds")
+        ax.set_title(title)
+        values = np.array([v for label, _ in groups for v in found[label]["emergence" if ax is left else "plateau"]])
+        if np.isfinite(values).any() and np.nanmin(values) > 0:
+            ax.set_yscale("log")
+        ax.grid(alpha=0.3)
+    right.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0))
+    figure.tight_layout()
+    return figure
