@@ -465,7 +465,7 @@ def parser() -> argparse.ArgumentParser:
                      help="open the page in headless Chromium: check every figure loaded and nothing logged an error, "
                           "and save a full-page screenshot beside it (report.png)")
     rep.add_argument("--figures", help="the figures to draw, comma-separated, of: curves, staircase, seeds, ranking, axes, "
-                                       "heatmap, filmstrip, maps (default: every one the results allow)")
+                                       "thresholds, heatmap, filmstrip, maps (default: every one the results allow)")
     for command in (board, ranking, rep):
         command.add_argument("--strict", action="store_true",
                              help="an unreadable result.json is an error (default: a warning naming it; it is left out)")

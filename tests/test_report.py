@@ -17,19 +17,19 @@ def test_report_from_a_small_sweep_has_every_figure(tmp_path, tiny_config):
     page = path.read_text()
     for heading in ("Leaderboard", "Loss curves", "Per-cell eval loss (the staircase)", "Emergence step per seed",
                     "Plateau and emergence against task.state_size", "Plateau and emergence against task.sparsity",
-                    "Final eval loss over task.state_size × task.sparsity",
+                    "Threshold sensitivity", "Final eval loss over task.state_size × task.sparsity",
                     "Attention over time", "Attention maps beside the ground truth"):
         assert heading in page, heading
     images = re.findall(r'src="data:image/png;base64,([^"]+)"', page)
-    # curves, the staircase, seeds' emergence, one per numeric axis, the heatmap, then the first 4 groups'
-    # filmstrips and their last maps
-    assert len(images) == 3 + 2 + 1 + 4 + 4
+    # curves, the staircase, seeds' emergence, one per numeric axis, the thresholds, the heatmap, then the
+    # first 4 groups' filmstrips and their last maps
+    assert len(images) == 3 + 2 + 1 + 1 + 4 + 4
     for data in images:
         assert base64.b64decode(data).startswith(b"\x89PNG") and len(data) > 1000
     assert "<table>" in page and "mlp_mixer" in page
     # An index links every section; every figure is also a PNG and an SVG file beside the report.
     anchors = re.findall(r'<h2 id="([^"]+)">', page)
-    assert len(anchors) == 10 and all(f'href="#{a}"' in page for a in anchors)
+    assert len(anchors) == 11 and all(f'href="#{a}"' in page for a in anchors)
     # Where the numbers come from: the code, versions, machine and command of every run.
     assert ">Provenance</h2>" in page and "code (git commit)" in page and "(5 runs)" in page
     files = sorted(p.name for p in (tmp_path / "report_figures").iterdir())
@@ -139,7 +139,8 @@ def test_loss_curves_stay_small_for_a_large_sweep():
 def test_every_figure_is_registered_with_its_reason_when_absent_and_the_cli_offers_each(capsys):
     from emergence_bench.cli import parser
 
-    assert report.FIGURES == ("curves", "staircase", "seeds", "ranking", "axes", "heatmap", "filmstrip", "maps")
+    assert report.FIGURES == ("curves", "staircase", "seeds", "ranking", "axes", "thresholds", "heatmap", "filmstrip",
+                              "maps")
     for figure in report.REGISTRY.values():
         assert figure.name and figure.title and figure.absent, figure
         assert figure.part_of in (None, *report.FIGURES), figure

@@ -9,6 +9,8 @@ on a whole fleet for ``sweep --forecast-stop``.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import argparse
 import json
 import math
@@ -17,17 +19,18 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # the CLI imports this module for its parser: the numerical stack loads in main()
+    from emergence_bench.result_row import ResultRow, Row
     from emergence_bench.forecast.evaluate import Fleet
 
 from emergence_bench.forecast import PERMUTATIONS
 
 
-def fleets(rows: list[dict]) -> dict[str, list[dict]]:
+def fleets(rows: Sequence[ResultRow]) -> dict[str, list[ResultRow]]:
     """Rows that differ only in their seed, labelled by the config keys that tell the fleets apart."""
     from emergence_bench.config import scientific
     from emergence_bench.reporting.leaderboard import flatten, group_key
 
-    grouped: dict[str, list[dict]] = {}
+    grouped: dict[str, list[ResultRow]] = {}
     for row in rows:
         grouped.setdefault(group_key(row), []).append(row)
     flats = {key: flatten(scientific(members[0]["config"])) for key, members in grouped.items()}
@@ -38,7 +41,7 @@ def fleets(rows: list[dict]) -> dict[str, list[dict]]:
     return {label(flats[key]): members for key, members in grouped.items()}
 
 
-def window_of(rows: list[dict], window: str) -> int:
+def window_of(rows: Sequence[Row], window: str) -> int:
     """``auto``: the last eval before the fleet's first emergence; else the step given."""
     from emergence_bench.forecast.features import first_emergence, last_eval_before
 
@@ -50,7 +53,7 @@ def window_of(rows: list[dict], window: str) -> int:
     return last_eval_before(rows, first)
 
 
-def fleet(name: str, rows: list[dict], window: int) -> Fleet:
+def fleet(name: str, rows: Sequence[Row], window: int) -> Fleet:
     from emergence_bench.forecast.evaluate import Fleet
     from emergence_bench.forecast.features import FEATURES, matrix, outcomes
 

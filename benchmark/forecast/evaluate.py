@@ -17,9 +17,13 @@ Scores of forecasts against outcomes:
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from dataclasses import dataclass
 
 import numpy as np
+
+from emergence_bench.result_row import Row
 import torch
 from torchmetrics.functional import pearson_corrcoef, spearman_corrcoef
 
@@ -120,14 +124,14 @@ def transfer(train: Fleet, test: Fleet, k: int = 2, permutations: int = PERMUTAT
             **observed, **permutation_p(observed, rerun, test.y, test.censored, permutations, seed)}
 
 
-def stop_savings(outcomes_known: list[dict], stopped: list[dict]) -> dict:
+def stop_savings(outcomes_known: Sequence[Row], stopped: Sequence[Row]) -> dict:
     """What ``sweep --forecast-stop`` saved, from the same runs without it (``outcomes_known``, their
     true outcomes) and with it (``stopped``), matched by config without the forecast_stop callback.
 
     ``saved``: the fraction of the training steps of the matched runs that the stop saved;
     ``wrongly_stopped``: runs stopped that emerged within the budget without the stop, as a count and
     as a fraction of all matched runs and of those that emerged."""
-    def key(row: dict) -> str:
+    def key(row: Row) -> str:
         config = {k: v for k, v in row["config"].items() if k not in ("callbacks", "trainer")}
         return repr(sorted((k, repr(v)) for k, v in config.items())) + repr(row["config"]["trainer"].get("max_steps"))
 
@@ -146,7 +150,7 @@ def stop_savings(outcomes_known: list[dict], stopped: list[dict]) -> dict:
             "steps_without": steps, "steps_with": used, "saved": 1 - used / steps}
 
 
-def replay_stop(saved: dict, rows: list[dict], risk: float) -> list[dict]:
+def replay_stop(saved: dict, rows: Sequence[Row], risk: float) -> list[dict]:
     """What ``sweep --forecast-stop`` with the saved forecast would have done to finished ``rows``:
     each row as it would have ended (stopped at the first eval at or after the window when the
     forecast gives it less than ``risk`` of emerging within its budget). The decision reads the
@@ -161,7 +165,7 @@ def replay_stop(saved: dict, rows: list[dict], risk: float) -> list[dict]:
         if not evals or (emerged is not None and emerged <= evals[0]):  # it emerged by the decision
             ended.append({**row, "forecast_stop": {"stopped": False, "step": None}})
             continue
-        step = evals[0]
+        step = int(evals[0])
         features = window_features(row, step)
         p = float(model.p_within([[features[name] for name in model.features]], row["config"]["trainer"]["max_steps"])[0])
         stop = p < risk

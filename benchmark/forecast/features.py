@@ -25,16 +25,20 @@ the step a forecast stopped it at).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import math
 
 import numpy as np
+
+from emergence_bench.result_row import Row, emergence_step, step_budget
 
 FEATURES = ("mass", "mass_rate", "crossing", "entropy", "loss", "loss_rate", "cells")
 FOUND_MASS = 0.5  # the probes' default "pattern found" mass
 _EDGE = 1e-4  # masses are clipped to [_EDGE, 1 - _EDGE] before the logit
 
 
-def probe_history(row: dict) -> list[list[float]]:
+def probe_history(row: Row) -> list[list[float]]:
     """[[step, best mass, lowest entropy], ...]: the attention probe's where it applies, else the
     influence probe's; [] when the run has neither."""
     attention = row.get("attention_probe") or {}
@@ -63,7 +67,7 @@ def _second_half(points: list[list[float]], window: int) -> list[list[float]]:
     return late if len(late) >= 2 else points[-2:]
 
 
-def window_features(row: dict, window: int) -> dict[str, float]:
+def window_features(row: Row, window: int) -> dict[str, float]:
     """The features of ``row`` at window end ``window`` (a step): see the module docstring."""
     features = dict.fromkeys(FEATURES, math.nan)
     probes = [p for p in probe_history(row) if p[0] <= window]
@@ -94,23 +98,22 @@ def window_features(row: dict, window: int) -> dict[str, float]:
     return features
 
 
-def outcome(row: dict) -> tuple[float, bool]:
-    """(log emergence step, censored): censored at the last step the run trained."""
-    emergence = row.get("emergence") or {}
-    if not emergence.get("censored", True) and emergence.get("step"):
-        return math.log(emergence["step"]), False
-    trained = (row.get("timing") or {}).get("steps")  # the budget, or where a forecast stopped it
-    budget = trained or row["config"]["trainer"]["max_steps"]
-    return math.log(max(budget, 1)), True
+def outcome(row: Row) -> tuple[float, bool]:
+    """(log emergence step, censored): censored at the last step the run trained (its budget, or
+    where a forecast stopped it)."""
+    step = emergence_step(row)
+    if step is not None:
+        return math.log(max(step, 1)), False
+    return math.log(max(step_budget(row), 1)), True
 
 
-def first_emergence(rows: list[dict]) -> int | None:
+def first_emergence(rows: Sequence[Row]) -> int | None:
     """The earliest emergence step among ``rows`` (None when none emerged)."""
-    steps = [r["emergence"]["step"] for r in rows if not (r.get("emergence") or {}).get("censored", True)]
+    steps = [step for step in map(emergence_step, rows) if step is not None]
     return min(steps) if steps else None
 
 
-def last_eval_before(rows: list[dict], step: int) -> int:
+def last_eval_before(rows: Sequence[Row], step: int) -> int:
     """The last eval step < ``step`` that every row recorded (the longest window ending before it)."""
     evals = sorted({e[0] for r in rows for e in (r.get("curves") or {}).get("eval", []) if e[0] < step})
     if not evals:
@@ -118,12 +121,12 @@ def last_eval_before(rows: list[dict], step: int) -> int:
     return int(evals[-1])
 
 
-def matrix(rows: list[dict], window: int, names: tuple[str, ...] = FEATURES) -> np.ndarray:
+def matrix(rows: Sequence[Row], window: int, names: tuple[str, ...] = FEATURES) -> np.ndarray:
     """[n, len(names)] features of every row at ``window``."""
     return np.array([[window_features(r, window)[name] for name in names] for r in rows], dtype=float)
 
 
-def outcomes(rows: list[dict]) -> tuple[np.ndarray, np.ndarray]:
+def outcomes(rows: Sequence[Row]) -> tuple[np.ndarray, np.ndarray]:
     """(log steps [n], censored [n])."""
     pairs = [outcome(r) for r in rows]
     return np.array([p[0] for p in pairs], float), np.array([p[1] for p in pairs], bool)

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
+from numpy.typing import ArrayLike
 
 RIDGE = 0.1
 
@@ -33,11 +34,11 @@ class LogNormalAFT:
     coef: np.ndarray  # [p], on standardised features
     sigma: float
 
-    def predict(self, X: np.ndarray) -> np.ndarray:
+    def predict(self, X: ArrayLike) -> np.ndarray:
         """X [n, p] -> the forecast log step μ [n] (the median of log T)."""
         return self.intercept + ((np.asarray(X, float) - self.center) / self.spread) @ self.coef
 
-    def p_within(self, X: np.ndarray, budget: float) -> np.ndarray:
+    def p_within(self, X: ArrayLike, budget: float) -> np.ndarray:
         """X [n, p] -> P(T ≤ budget) [n]."""
         z = (np.log(budget) - self.predict(X)) / self.sigma
         return torch.special.ndtr(torch.as_tensor(z, dtype=torch.float64)).numpy()

@@ -35,6 +35,7 @@ import torch  # noqa: E402
 
 from emergence_bench.config import ConfigError, scientific  # noqa: E402
 from emergence_bench.reporting import comparison, leaderboard, rank  # noqa: E402
+from emergence_bench.reporting.thresholds import threshold_figure  # noqa: E402
 from emergence_bench.reporting.table import Table  # noqa: E402
 from emergence_bench.result_row import ResultRow, emergence_step, section, step_budget  # noqa: E402
 from emergence_bench.results import (MAPS_FILE, REPORT_FILE, RESULT_FILE, code_version, load_records,  # noqa: E402
@@ -756,6 +757,20 @@ def _axes(results: Results) -> list[Drawn]:
             drawn.append(Drawn(figure, f"against-{_slug(axis)}", title=f"Plateau and emergence against {axis}",
                                alt=f"metrics vs {axis}"))
     return drawn
+
+
+@register_figure("thresholds", "Threshold sensitivity",
+                 "Left: each group's median emergence step (Kaplan–Meier over seeds) against the accuracy threshold τ, "
+                 "as a fraction of the task's reachable accuracy; right: its median plateau end against the loss "
+                 "threshold, the fraction f of the way from chance (or the shortcut baseline) to the floor. Dashed: the "
+                 "thresholds the runs used. A conclusion that holds along the whole curve does not depend on the "
+                 "threshold; a missing point is a median not reached (runs that stopped at their emergence are "
+                 "censored there for a higher τ). The plateau curve reads the recorded train-loss means, not the "
+                 "callback's EMA, so at its own f it can differ from the leaderboard by a few steps.",
+                 "no run recorded eval curves")
+def _thresholds(results: Results) -> list[Drawn]:
+    figure = threshold_figure(results.groups)
+    return [Drawn(figure, "threshold-sensitivity")] if figure else []
 
 
 @register_figure("heatmap", "Final eval loss over two sweep axes",

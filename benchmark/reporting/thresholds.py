@@ -15,53 +15,56 @@ curves, for every leaderboard row (runs equal but for the seed):
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
 import numpy as np
 
 from emergence_bench.reporting.stats import kaplan_meier_median
+from emergence_bench.result_row import Row, section, step_budget
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 ACCURACY_FRACTIONS = (0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.99)
 LOSS_FRACTIONS = (0.05, 0.1, 0.2, 0.3, 0.5)
 
 
-def _trained(row: dict) -> int:
-    return (row.get("timing") or {}).get("steps") or row["config"]["trainer"]["max_steps"]
-
-
-def emergence_step(row: dict, tau: float) -> int | None:
+def emergence_step_at(row: Row, tau: float) -> int | None:
     """The first eval step whose accuracy is ≥ τ × the reachable accuracy (None: never)."""
-    reachable = (row.get("task_facts") or {}).get("max_accuracy") or 1.0
-    return next((int(step) for step, _, accuracy in (row.get("curves") or {}).get("eval", [])
+    reachable = section(row, "task_facts").get("max_accuracy") or 1.0
+    return next((int(step) for step, _, accuracy in section(row, "curves").get("eval", [])
                  if accuracy is not None and accuracy >= tau * reachable), None)
 
 
-def plateau_end(row: dict, fraction: float) -> int | None:
+def plateau_end(row: Row, fraction: float) -> int | None:
     """The first recorded train-loss point below base − fraction·(base − floor) (None: never)."""
-    facts = row.get("task_facts") or {}
+    facts = section(row, "task_facts")
     if facts.get("chance_loss") is None:
         return None
     shortcut = facts.get("shortcut_loss")
     base = facts["chance_loss"] if shortcut is None else min(facts["chance_loss"], shortcut)
     threshold = base - fraction * (base - (facts.get("floor_loss") or 0.0))
-    return next((int(step) for step, loss in (row.get("curves") or {}).get("train_loss", [])
+    return next((int(step) for step, loss in section(row, "curves").get("train_loss", [])
                  if loss is not None and loss < threshold), None)
 
 
-def _median(rows: list[dict], first) -> float:
+def _median(rows: Sequence[Row], first) -> float:
     times = [first(r) for r in rows]
-    median = kaplan_meier_median([t if t is not None else _trained(r) for t, r in zip(times, rows)],
+    median = kaplan_meier_median([t if t is not None else step_budget(r) for t, r in zip(times, rows)],
                                  [t is None for t in times])
     return float("nan") if median is None else float(median)
 
 
-def sensitivity(groups: list[tuple[str, list[dict]]]) -> dict[str, dict[str, list[float]]]:
+def sensitivity(groups: Sequence[tuple[str, Sequence[Row]]]) -> dict[str, dict[str, list[float]]]:
     """label -> {"emergence": KM medians per τ of ACCURACY_FRACTIONS, "plateau": per f of
     LOSS_FRACTIONS} (NaN where the median is not reached)."""
-    return {label: {"emergence": [_median(rows, lambda r, t=t: emergence_step(r, t)) for t in ACCURACY_FRACTIONS],
+    return {label: {"emergence": [_median(rows, lambda r, t=t: emergence_step_at(r, t)) for t in ACCURACY_FRACTIONS],
                     "plateau": [_median(rows, lambda r, f=f: plateau_end(r, f)) for f in LOSS_FRACTIONS]}
             for label, rows in groups}
 
 
-def used_thresholds(rows: list[dict]) -> tuple[float | None, float | None]:
+def used_thresholds(rows: Sequence[Row]) -> tuple[float | None, float | None]:
     """(τ, f) the runs' own callbacks used: the emergence threshold when relative, the plateau frac
     when no fixed threshold was set."""
     callbacks = rows[0]["config"].get("callbacks") or {}
@@ -70,12 +73,12 @@ def used_thresholds(rows: list[dict]) -> tuple[float | None, float | None]:
     return tau, (plateau.get("frac", 0.1) if plateau.get("threshold") is None else None)
 
 
-def threshold_figure(groups: list[tuple[str, list[dict]]], limit: int = 10):
+def threshold_figure(groups: Sequence[tuple[str, Sequence[Row]]], limit: int = 10) -> Figure | None:
     """Two panels, one line per group (the first ``limit``): median emergence step against τ and
     median plateau end against f, the thresholds in use dashed. None when no run has curves."""
     import matplotlib.pyplot as plt
 
-    groups = [(label, rows) for label, rows in groups if any((r.get("curves") or {}).get("eval") for r in rows)]
+    groups = [(label, rows) for label, rows in groups if any(section(r, "curves").get("eval") for r in rows)]
     if not groups:
         return None
     groups = groups[:limit]
