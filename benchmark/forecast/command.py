@@ -36,6 +36,9 @@ def fleets(rows: Sequence[ResultRow]) -> dict[str, list[ResultRow]]:
     flats = {key: flatten(scientific(members[0]["config"])) for key, members in grouped.items()}
     keys = sorted({k for flat in flats.values() for k in flat if k != "seed"})
     varying = [k for k in keys if len({json.dumps(f.get(k), default=str) for f in flats.values()}) > 1]
+    task_keys = [k for k in varying if k.startswith("task.")]
+    if task_keys and len({tuple(str(f.get(k)) for k in task_keys) for f in flats.values()}) == len(flats):
+        varying = task_keys  # the task tells the fleets apart (a budget that follows it needs no mention)
     def label(flat: dict) -> str:
         return ", ".join(f"{k.removeprefix('task.')}={flat.get(k)}" for k in varying) or "all runs"
     return {label(flats[key]): members for key, members in grouped.items()}
