@@ -32,7 +32,7 @@ from emergence_bench.result_row import ResultRow, emergence_step, step_budget  #
 PLAIN = FuncFormatter(lambda value, _: f"{value:g}")  # 50, 100, 200 on log axes, not 5×10¹
 
 
-def _plain_log(axis) -> None:
+def plain_log(axis) -> None:
     """Ticks at 1, 2, 5 × 10^k written plainly (0.5, 1, 2), on a log axis."""
     axis.set_major_locator(LogLocator(base=10, subs=(1, 2, 5)))
     axis.set_major_formatter(PLAIN)
@@ -137,7 +137,7 @@ def forest_figure(ranked: dict) -> Figure | None:
         ax.scatter(row.plateau_ratio, y, marker="s", s=60, color="black", zorder=3)
     ax.axvline(1, color="grey", linestyle="--", linewidth=1)
     ax.set_xscale("log")
-    _plain_log(ax.xaxis)
+    plain_log(ax.xaxis)
     ax.set_yticks(range(len(rows)), list(rows["mixer"]))
     ax.invert_yaxis()
     ax.set_xlabel(f"median plateau end over {baseline}'s (log; < 1: leaves the plateau sooner)")
@@ -171,12 +171,12 @@ def state_figure(ranked: dict) -> Figure | None:
             right.annotate(row.mixer, (row.state_size, row.plateau_ratio), textcoords="offset points",
                            xytext=(5, 5), fontsize=8)
         right.set_yscale("log")
-        _plain_log(right.yaxis)
+        plain_log(right.yaxis)
         right.axhline(1, color="grey", linestyle="--", linewidth=1)
         right.set_ylabel(f"plateau ratio to {ranked['baseline']} (log)")
     for ax in axes.flat:
         ax.set_xscale("log")
-        _plain_log(ax.xaxis)
+        plain_log(ax.xaxis)
         ax.set_xlabel("state carried per sequence at inference (numbers, log)")
         ax.grid(alpha=0.3)
     figure.tight_layout()

@@ -78,6 +78,8 @@ def threshold_figure(groups: Sequence[tuple[str, Sequence[Row]]], limit: int = 1
     median plateau end against f, the thresholds in use dashed. None when no run has curves."""
     import matplotlib.pyplot as plt
 
+    from emergence_bench.reporting.comparison import plain_log
+
     groups = [(label, rows) for label, rows in groups if any(section(r, "curves").get("eval") for r in rows)]
     if not groups:
         return None
@@ -99,6 +101,7 @@ def threshold_figure(groups: Sequence[tuple[str, Sequence[Row]]], limit: int = 1
         values = np.array([v for label, _ in groups for v in found[label]["emergence" if ax is left else "plateau"]])
         if np.isfinite(values).any() and np.nanmin(values) > 0:
             ax.set_yscale("log")
+            plain_log(ax.yaxis)
         ax.grid(alpha=0.3)
     right.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0))
     figure.tight_layout()
