@@ -135,6 +135,7 @@ def test_leave_one_out_and_transfer_find_a_real_signal():
     assert moved["spearman"] > 0.6 and moved["p_spearman"] == pytest.approx(1 / 20)
 
 
+@pytest.mark.slow  # five command-line processes; the pieces each have a fast test above
 def test_forecast_command_and_forecast_stop_in_a_sweep(tmp_path, cli, tiny_config):
     fleets = tmp_path / "fleets"
     for i in range(10):  # two fleets of runs whose mass grows at a rate that sets their emergence step
@@ -180,11 +181,16 @@ def test_forecast_command_and_forecast_stop_in_a_sweep(tmp_path, cli, tiny_confi
     assert stop_savings(known, replayed) == stop_savings(known, rows)
 
 
-def test_forecast_refuses_bad_input(tmp_path, cli):
-    assert "no such results directory" in cli("forecast", tmp_path / "missing").stderr
+def test_forecast_refuses_bad_input(tmp_path, capsys):
+    from emergence_bench.cli import main
+
+    assert main(["forecast", str(tmp_path / "missing")]) == 2
+    assert "no such results directory" in capsys.readouterr().err
     (tmp_path / "empty").mkdir()
-    assert cli("forecast", tmp_path / "empty").returncode == 2
-    assert "forecast_stop.model" in cli("run", "--callbacks.forecast_stop.model", tmp_path / "none.json").stderr
+    assert main(["forecast", str(tmp_path / "empty")]) == 2
+    assert "no finished runs" in capsys.readouterr().err
+    assert main(["run", "--out", str(tmp_path / "runs"), "--callbacks.forecast_stop.model", str(tmp_path / "none.json")]) == 2
+    assert "forecast_stop.model" in capsys.readouterr().err
 
 
 def test_stop_savings_counts_steps_and_wrong_stops():
