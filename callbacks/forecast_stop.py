@@ -15,7 +15,7 @@ from pathlib import Path
 
 import lightning as L
 
-from emergence_bench.forecast.features import window_features
+from emergence_bench.forecast.stop import decide
 from emergence_bench.forecast.survival import LogNormalAFT
 from emergence_bench.registry import register_callback
 
@@ -49,17 +49,8 @@ class ForecastStop(L.Callback):
         if emergence is not None and emergence.report()["step"] is not None:  # a success: nothing to stop
             self.decision = {"step": step, "p_within_budget": None, "stopped": False, "reason": "emerged by then"}
             return
-        features = window_features(self._records(trainer, pl_module), step)
-        x = [[features[name] for name in self.model.features]]
-        p = float(self.model.p_within(x, trainer.max_steps)[0])
-        if p != p:  # NaN: a feature the model needs cannot be read here (no probe, too few evals)
-            missing = [name for name in self.model.features if features[name] != features[name]]
-            self.decision = {"step": step, "p_within_budget": None, "stopped": False,
-                             "reason": f"not decided: {', '.join(missing)} unreadable at step {step}"}
-            return
-        stop = p < self.risk
-        self.decision = {"step": step, "p_within_budget": p, "stopped": stop}
-        if stop:
+        self.decision = decide(self.model, self._records(trainer, pl_module), step, trainer.max_steps, self.risk)
+        if self.decision["stopped"]:
             trainer.should_stop = True
 
     def _records(self, trainer, pl_module) -> dict:

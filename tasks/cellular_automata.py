@@ -84,9 +84,9 @@ class WindowRuleTask(StateTrajectoryTask):
         """chosen [B] pool indices -> what ``step`` takes as the sequences' rules (default: the indices)."""
         return chosen
 
+    @abstractmethod
     def step(self, state: torch.Tensor, rules: torch.Tensor) -> torch.Tensor:
         """state [B, S], the sequences' rules -> the next state [B, S] (each task its own)."""
-        raise NotImplementedError
 
     def generate(self, generator: torch.Generator, batch_size: int) -> torch.Tensor:
         rules = self.select_rules(torch.randint(0, self.rules, (batch_size,), generator=generator))

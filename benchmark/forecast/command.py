@@ -73,14 +73,15 @@ def _number(value: float, digits: int = 2) -> str:
 
 
 def to_markdown(results: list[dict]) -> str:
-    lines = ["| fit on | forecast | window | runs (emerged) | features | C-index | Spearman ρ | Pearson r "
-             "| MAE (log) vs mean | p (C) | p (ρ) |", "|" + " --- |" * 11]
-    for r in results:
-        mae = f"{_number(r['mae'])} vs {_number(r['mae_baseline'])}"
-        lines.append(f"| {r['fit']} | {r['apply']} | {r['window']} | {r['n']} ({r['emerged']}) | "
-                     f"{', '.join(r['features'])} | {_number(r['c_index'])} | {_number(r['spearman'])} | "
-                     f"{_number(r['pearson'])} | {mae} | {_number(r['p_c_index'], 3)} | {_number(r['p_spearman'], 3)} |")
-    return "\n".join(lines) + "\n"
+    from emergence_bench.reporting.table import Table
+
+    rows = [[r["fit"], r["apply"], str(r["window"]), f"{r['n']} ({r['emerged']})", ", ".join(r["features"]),
+             _number(r["c_index"]), _number(r["spearman"]), _number(r["pearson"]),
+             f"{_number(r['mae'])} vs {_number(r['mae_baseline'])}", _number(r["p_c_index"], 3),
+             _number(r["p_spearman"], 3)] for r in results]
+    header = ["fit on", "forecast", "window", "runs (emerged)", "features", "C-index", "Spearman ρ", "Pearson r",
+              "MAE (log) vs mean", "p (C)", "p (ρ)"]
+    return Table(header, rows).markdown() + "\n"
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:

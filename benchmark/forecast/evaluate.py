@@ -27,6 +27,7 @@ from emergence_bench.result_row import Row
 import torch
 from torchmetrics.functional import pearson_corrcoef, spearman_corrcoef
 
+from emergence_bench.forecast.stop import decide
 from emergence_bench.forecast.survival import LogNormalAFT, concordance, fit
 
 from emergence_bench.forecast import PERMUTATIONS
@@ -155,8 +156,6 @@ def replay_stop(saved: dict, rows: Sequence[Row], risk: float) -> list[dict]:
     each row as it would have ended (stopped at the first eval at or after the window when the
     forecast gives it less than ``risk`` of emerging within its budget). The decision reads the
     row's records up to that eval only, as the callback does during the run."""
-    from emergence_bench.forecast.features import window_features
-
     model, window = LogNormalAFT.from_dict(saved["model"]), int(saved["window"])
     ended = []
     for row in rows:
@@ -165,11 +164,9 @@ def replay_stop(saved: dict, rows: Sequence[Row], risk: float) -> list[dict]:
         if not evals or (emerged is not None and emerged <= evals[0]):  # it emerged by the decision
             ended.append({**row, "forecast_stop": {"stopped": False, "step": None}})
             continue
-        step = int(evals[0])
-        features = window_features(row, step)
-        p = float(model.p_within([[features[name] for name in model.features]], row["config"]["trainer"]["max_steps"])[0])
-        stop = p < risk
-        ended.append({**row, "timing": {**row["timing"], "steps": step if stop else row["timing"]["steps"]},
+        decision = decide(model, row, int(evals[0]), row["config"]["trainer"]["max_steps"], risk)
+        stop = decision["stopped"]
+        ended.append({**row, "timing": {**row["timing"], "steps": decision["step"] if stop else row["timing"]["steps"]},
                       "emergence": {"step": None, "censored": True} if stop else row["emergence"],
-                      "forecast_stop": {"stopped": stop, "step": step, "p_within_budget": p}})
+                      "forecast_stop": decision})
     return ended
