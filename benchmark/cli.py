@@ -205,13 +205,14 @@ def _run_seeds(config, args) -> int:
 
 
 def cmd_sweep(args, extra) -> int:
+    from emergence_bench.execution import tuning
     from emergence_bench.execution.sweep import clock, load_sweep, presets, run_sweep
 
     if args.list:
         for name in presets():
             sweep = load_sweep(name)
             groups = ", ".join(f"{g.name}" for g in sweep.groups)
-            print(f"{name}  {len(sweep.raw_runs())} runs  {sweep.description}".rstrip()
+            print(f"{name}  {sweep.count()} runs  {sweep.description}".rstrip()
                   + (f"\n    groups: {groups}" if groups else ""))
         return 0
     if not args.sweep:
@@ -235,9 +236,18 @@ def cmd_sweep(args, extra) -> int:
     if args.scale <= 0:
         raise ValueError(f"--scale must be > 0, got {args.scale}")
     sweep.scale = args.scale
+    jobs = tuning.jobs_for(sweep, retune=args.retune) if sweep.tuning is not None else []
     if args.dry_run or args.print_config:
         from emergence_bench.config import dump_yaml
 
+        if jobs:  # the ranking runs of these mixers are known only once their tuning has chosen
+            tuned = {job.name for job in jobs}
+            names = [f"{tuning.TUNING_DIR}/{group}/{config.run_id()}"
+                     for group, config in tuning.tuning_sweep(sweep, jobs).runs()]
+            print("\n".join(names))
+            print(f"{len(names)} tuning runs of {', '.join(sorted(tuned))}; their ranking runs follow at the "
+                  "chosen values", file=sys.stderr)
+            return 0
         runs = sweep.runs()
         for i, (group, config) in enumerate(runs):
             name = f"{group}/{config.run_id()}" if group else config.run_id()
@@ -252,9 +262,17 @@ def cmd_sweep(args, extra) -> int:
     # The sweep file's own seed_parallel / batching unless the flags say otherwise (Ray trains one run a task).
     seed_parallel = args.seed_parallel if args.seed_parallel is not None else (
         sweep.seed_parallel if args.executor == "local" else 1)
+
+    def train(this, folder, parallel=seed_parallel) -> dict:
+        return run_sweep(this, folder, workers=args.workers, executor=args.executor, ray_options=ray_options,
+                         seed_parallel=parallel, batching=args.batching or this.batching)
+
     try:
-        counts = run_sweep(sweep, out, workers=args.workers, executor=args.executor, ray_options=ray_options,
-                           seed_parallel=seed_parallel, batching=args.batching or sweep.batching)
+        if jobs:
+            tuning_parallel = args.seed_parallel or (sweep.tuning.seed_parallel if args.executor == "local" else 1)
+            tuning.tune(sweep, Path(out), lambda this, folder: train(this, folder, tuning_parallel), jobs,
+                        lambda line: print(line, file=sys.stderr, flush=True))
+        counts = train(sweep, out)
     except KeyboardInterrupt as stop:  # a SweepStopped has printed what it kept, and carries 128 + its signal
         if not hasattr(stop, "exit_code"):
             print(f"\ninterrupted: finished results are kept in {out}; rerun the same command to resume",
@@ -287,6 +305,7 @@ def _grid_axis(spec: str) -> tuple[str, list]:
 def _add_axis(sweep, key: str, values: list) -> None:
     """A grid axis over ``values`` in every run of ``sweep``: it replaces an axis of that key (in the
     sweep's grid and each group's) and any fixed value the bases give it."""
+    sweep.untune(key)
     sweep.grid[key] = values
     for group in sweep.groups:
         if key in group.grid:
@@ -321,7 +340,8 @@ def cmd_rank(args, extra) -> int:
         if not family or not key:
             raise ValueError(f"--rung takes FAMILY=KEY, e.g. linear_map=task.sparsity; got {spec!r}")
         axes[family] = key if "." in key else f"task.{key}"
-    ranked, markdown = rank.write(args.dir, axes, strict=args.strict, baseline=args.baseline)
+    ranked, markdown = rank.write(args.dir, axes, strict=args.strict, baseline=args.baseline,
+                                  reference_name=args.reference)
     print(markdown, end="")
     print(f"\nwrote {Path(args.dir) / 'rank.md'}, rank.csv and rank.json ({len(ranked['ranking'])} mixers, "
           f"{len(ranked['cells'])} cells)", file=sys.stderr)
@@ -442,6 +462,9 @@ def parser() -> argparse.ArgumentParser:
     sweep.add_argument("--print-config", action="store_true",
                        help="print each run's resolved config (one YAML document per run) and exit")
     sweep.add_argument("--list", action="store_true", help="list the presets with their run counts")
+    sweep.add_argument("--retune", action="store_true",
+                       help="tune every mixer of a tuned preset again (into DIR/tuning), not only those without "
+                            "frozen values, and rank them at the new choices")
     board = sub.add_parser("leaderboard", help="aggregate the results under DIR over seeds")
     board.add_argument("dir")
     board.add_argument("--over", default="seed",
@@ -453,6 +476,9 @@ def parser() -> argparse.ArgumentParser:
     ranking.add_argument("--rung", action="append", metavar="FAMILY=KEY",
                          help="the ladder's task key of a family where several vary (repeatable)")
     ranking.add_argument("--baseline", help="the mixer the plateau ratios divide by (default: transformer)")
+    ranking.add_argument("--reference", metavar="builtin|FILE",
+                         help="rank against shipped reference results for the mixers DIR lacks: `builtin` (the "
+                              "built-in mixers on the standard CPU ladder) or a reference file")
     rep = sub.add_parser("report", help="write one self-contained HTML report of the results under DIR")
     rep.add_argument("dir")
     rep.add_argument("--out", help="HTML file to write (default: DIR/report.html)")

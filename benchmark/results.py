@@ -42,6 +42,7 @@ ANALYSIS_DIR = "analysis"  # `emergence-bench analyze` outputs: emergence.json, 
 # What a results folder (a sweep's DIR) holds beside its run folders.
 LEADERBOARD_STEM = "leaderboard"  # leaderboard.md, leaderboard.csv, leaderboard.json
 RANK_STEM = "rank"  # rank.md, rank.csv, rank.json
+TUNING_DIR = "tuning"  # DIR/tuning/<group>/<run id>: a tuned sweep's tuning runs, which its ranking leaves out
 REPORT_FILE = "report.html"
 LOCKS_DIR = ".locks"  # <run_id>.lock: held by the process training that run (emergence_bench.run.RunLock)
 
@@ -270,16 +271,19 @@ def is_finished(run_dir: str | Path) -> bool:
     return row is not None and row["status"] in FINISHED
 
 
-def result_paths(root: str | Path) -> list[Path]:
-    return sorted(Path(root).rglob(RESULT_FILE))
+def result_paths(root: str | Path, exclude: tuple[str, ...] = ()) -> list[Path]:
+    """Every result file under ``root``, but those under its subfolders named in ``exclude``."""
+    root = Path(root)
+    return sorted(p for p in root.rglob(RESULT_FILE) if p.relative_to(root).parts[0] not in exclude)
 
 
-def load_records(root: str | Path, strict: bool = False, quiet: bool = False) -> list[ResultRow]:
-    """Every readable result row under ``root``. An unreadable one is named in a warning (unless
-    ``quiet``) and left out (the rest is still aggregated); with ``strict`` it raises
-    UnreadableResult instead (for CI)."""
+def load_records(root: str | Path, strict: bool = False, quiet: bool = False,
+                 exclude: tuple[str, ...] = ()) -> list[ResultRow]:
+    """Every readable result row under ``root`` (but its subfolders in ``exclude``). An unreadable one
+    is named in a warning (unless ``quiet``) and left out (the rest is still aggregated); with
+    ``strict`` it raises UnreadableResult instead (for CI)."""
     records: list[ResultRow] = []
-    for path in result_paths(root):
+    for path in result_paths(root, exclude):
         try:
             records.append(parse_result(path))
         except UnreadableResult as error:

@@ -187,14 +187,14 @@ def test_v1_presets_hold_ladder_v1_for_every_mixer_and_seed(preset):
     assert len(cells) == len(LADDER_V1) * 3 * len(MIXERS_V1)
 
 
-@pytest.mark.parametrize("preset", ["standard-cpu", "standard"])
+@pytest.mark.parametrize("preset", ["standard-cpu", "standard-cpu-v2", "standard-v2"])
 def test_standard_presets_hold_ladder_v2_for_all_seven_mixers_and_eight_seeds(preset):
     from emergence_bench.execution.sweep import load_sweep
 
     cells, raw = ladder_cells(preset, LADDER_V2)
     assert {c["mixer"]["name"] for c in raw} == BUILT_IN
     assert len(cells) == len(LADDER_V2) * 3 * len(BUILT_IN)
-    assert {len(s) for s in cells.values()} == {8 if preset == "standard-cpu" else 16}
+    assert {len(s) for s in cells.values()} == {16 if preset == "standard-v2" else 8}
     for c in raw:
         family = c["task"]["name"]
         assert {k: c["task"][k] for k in TASKS_V2[family]} == TASKS_V2[family], family

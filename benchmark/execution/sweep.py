@@ -13,6 +13,10 @@ A sweep file (or preset in ``benchmark/presets/``) is::
 A group's base is merged into the sweep's base (a task or mixer with another name replaces it), its
 grid extends the sweep's grid, and its runs are written under ``DIR/<group name>/``.
 
+A ranking preset may add ``tuning:`` (how each mixer's learning rate is chosen per group) and
+``tuned:`` (the frozen choices): each run then trains at its mixer's tuned values for its group, and
+a mixer without them is tuned first (emergence_bench.execution.tuning).
+
 Every run has a stable id (a hash of its resolved config), so rerunning a sweep skips the runs whose
 result.json says ok or diverged, reruns failed and unfinished ones, and loses nothing finished.
 """
@@ -23,6 +27,7 @@ import copy
 import difflib
 import json
 import itertools
+import math
 import signal
 import sys
 import threading
@@ -34,6 +39,7 @@ from pathlib import Path
 
 from emergence_bench.config import (Batching, ConfigError, RunConfig, TrainerConfig, check_choices, load_yaml, resolve,
                                     set_dotted)
+from emergence_bench.execution.tuning import Tuning, parse_tuned
 from emergence_bench.execution.workers import Interrupted, Workers, WorkerLost
 from emergence_bench.machine.threads import available_cpus, set_cpu_share
 from emergence_bench.result_row import Row
@@ -76,9 +82,12 @@ class Sweep:
     seed_parallel: int = 1  # how a sweep file says to train it by default (the CLI flags override)
     batching: Batching = "auto"
     scale: float = 1.0  # multiplies every run's trainer.max_steps and trainer.eval_every
+    ladder: str | None = None  # the frozen ladder's version, which shipped reference results name
+    tuning: Tuning | None = None  # how a mixer's values are chosen per group (execution/tuning.py)
+    tuned: dict[str, dict[str, dict]] = field(default_factory=dict)  # mixer -> group -> {dotted key: value}
 
     def raw_runs(self) -> list[tuple[str, dict]]:
-        """Every run as (group name, or "" without groups; raw config)."""
+        """Every run as (group name, or "" without groups; raw config), at its mixer's tuned values."""
         runs = []
         for group in self.groups or [Group("")]:
             base, grid = merge(self.base, group.base), {**self.grid, **group.grid}
@@ -86,10 +95,37 @@ class Sweep:
                 config = copy.deepcopy(base)
                 for key, value in zip(grid, values):
                     set_dotted(config, key, copy.deepcopy(value))
+                if self.tuning is not None:
+                    for key, value in self.tuned_values(config.get("mixer", {}).get("name"), group.name).items():
+                        set_dotted(config, key, copy.deepcopy(value))
                 if self.scale != 1.0:
                     self._rescale(config)
                 runs.append((group.name, config))
         return runs
+
+    def count(self) -> int:
+        """How many runs the sweep expands to (known before any tuning has chosen their values)."""
+        return sum(math.prod(len(v) for v in {**self.grid, **g.grid}.values()) for g in self.groups or [Group("")])
+
+    def tuned_values(self, mixer: str | None, group: str) -> dict:
+        """The tuned values of ``mixer`` in ``group``; ConfigError when it has none (tune it first)."""
+        values = self.tuned.get(mixer or "", {}).get(group)
+        if values is None:
+            raise ConfigError(f"mixer {mixer!r} has no tuned values for group {group!r} of {self.name}: "
+                              f"`emergence-bench sweep {self.name}` tunes it first")
+        return values
+
+    def untune(self, key: str) -> None:
+        """Stop tuning ``key`` (the user set it for every run): drop it from the tuning grid and the
+        tuned values; with nothing left to tune, the sweep is an untuned one."""
+        if self.tuning is None or key not in self.tuning.grid:
+            return
+        del self.tuning.grid[key]
+        for groups in self.tuned.values():
+            for values in groups.values():
+                values.pop(key, None)
+        if not self.tuning.grid:
+            self.tuning = None
 
     def _rescale(self, config: dict) -> None:
         trainer = config.setdefault("trainer", {})
@@ -131,6 +167,7 @@ class Sweep:
         """Apply command-line ``--dotted.key value`` pairs: a grid axis is narrowed to the value(s)
         given, any other key is set on the base (and on each group's base that sets it)."""
         for key, value in overrides.items():
+            self.untune(key)
             narrowed = False
             for grid in [self.grid] + [g.grid for g in self.groups]:
                 if key in grid:
@@ -162,7 +199,8 @@ def load_sweep(preset_or_file: str) -> Sweep:
         raise ConfigError(f"{path} must hold a mapping (name, base, grid, groups), got {type(data).__name__}")
     if data.get("base") is not None and not isinstance(data["base"], dict):
         raise ConfigError(f"base in {path} must be a run config (a mapping), got {data['base']!r}")
-    allowed = {"name", "description", "runs", "base", "grid", "groups", "seed_parallel", "batching"}
+    allowed = {"name", "description", "runs", "base", "grid", "groups", "seed_parallel", "batching", "ladder",
+               "tuning", "tuned"}
     for key in data:
         if key not in allowed:
             raise ConfigError(f"unknown sweep key {key!r} in {path}; valid keys: {', '.join(sorted(allowed))}")
@@ -175,13 +213,32 @@ def load_sweep(preset_or_file: str) -> Sweep:
         groups.append(Group(group["name"], group.get("base") or {}, _grid(group.get("grid"), path)))
     sweep = Sweep(name=data.get("name", path.stem), base=data.get("base") or {}, grid=_grid(data.get("grid"), path),
                   description=data.get("description", ""), groups=groups, advertised=data.get("runs"),
-                  seed_parallel=data.get("seed_parallel", 1), batching=data.get("batching", "auto"))
+                  seed_parallel=data.get("seed_parallel", 1), batching=data.get("batching", "auto"),
+                  ladder=data.get("ladder"), tuned=parse_tuned(data.get("tuned"), f"{path}: "),
+                  tuning=Tuning.parse(data["tuning"], f"{path}: ") if data.get("tuning") is not None else None)
     if not isinstance(sweep.seed_parallel, int) or sweep.seed_parallel < 1:
         raise ConfigError(f"{path}: seed_parallel must be a whole number ≥ 1, got {sweep.seed_parallel!r}")
     check_choices(sweep, f"{path}: ")
-    if sweep.advertised is not None and len(sweep.raw_runs()) != sweep.advertised:
-        raise ConfigError(f"{path} says runs: {sweep.advertised} but expands to {len(sweep.raw_runs())}")
+    if sweep.tuning is not None:
+        _check_tuned(sweep, path)
+    if sweep.advertised is not None and sweep.count() != sweep.advertised:
+        raise ConfigError(f"{path} says runs: {sweep.advertised} but expands to {sweep.count()}")
     return sweep
+
+
+def _check_tuned(sweep: Sweep, path: Path) -> None:
+    """A tuned map that names only the sweep's groups and the tuning grid's keys."""
+    groups = {g.name for g in sweep.groups}
+    keys = set(sweep.tuning.grid) if sweep.tuning else set()
+    if not groups:
+        raise ConfigError(f"{path}: tuning needs groups (each a ladder with one task.* grid axis)")
+    for mixer, by_group in sweep.tuned.items():
+        for group, values in by_group.items():
+            if group not in groups:
+                raise ConfigError(f"{path}: tuned.{mixer}.{group}: no group {group!r}; groups: {', '.join(sorted(groups))}")
+            if set(values) != keys:
+                raise ConfigError(f"{path}: tuned.{mixer}.{group} must set exactly the tuning grid's keys "
+                                  f"({', '.join(sorted(keys))}), got {', '.join(sorted(values)) or 'none'}")
 
 
 def _group_list(groups, path) -> list[dict]:

@@ -16,7 +16,7 @@ import pandas as pd
 from emergence_bench import registry
 from emergence_bench.config import scientific
 from emergence_bench.result_row import ResultRow, SectionName, emergence_step, forecast_stopped, section, step_budget
-from emergence_bench.results import LEADERBOARD_STEM, load_records, write_json, write_text
+from emergence_bench.results import LEADERBOARD_STEM, TUNING_DIR, load_records, write_json, write_text
 from emergence_bench.reporting.stats import kaplan_meier_median, kaplan_meier_median_ci, wilson_interval
 from emergence_bench.reporting.table import Table
 
@@ -327,10 +327,11 @@ def _number(value) -> str:
 
 def write(root: str | Path, over: tuple[str, ...] = ("seed",), baseline: str | None = None,
           strict: bool = False) -> tuple[pd.DataFrame, str]:
-    """Build the leaderboard of every result under ``root``; write leaderboard.md/.csv/.json there.
-    ``strict``: an unreadable result file is an error, not a warning (see results.load_records)."""
+    """Build the leaderboard of every result under ``root`` but its tuning runs (``leaderboard
+    DIR/tuning`` shows those); write leaderboard.md/.csv/.json there. ``strict``: an unreadable
+    result file is an error, not a warning (see results.load_records)."""
     root = Path(root)
-    table = build(load_records(root, strict=strict), over, baseline=baseline)
+    table = build(load_records(root, strict=strict, exclude=(TUNING_DIR,)), over, baseline=baseline)
     markdown = to_markdown(table)
     write_text(root / f"{LEADERBOARD_STEM}.md", markdown)
     write_text(root / f"{LEADERBOARD_STEM}.csv", table.to_csv(index=False))

@@ -35,6 +35,8 @@ from emergence_bench.reporting.plateau_score import plateau_end
 from emergence_bench.reporting.stats import kaplan_meier_median, wilson_interval
 from emergence_bench.reporting.table import Table
 from emergence_bench.result_row import ResultRow, emergence_step
+from emergence_bench.execution.tuning import TUNING_DIR, read_tables
+from emergence_bench.reporting import reference
 from emergence_bench.results import RANK_STEM, load_records, write_json, write_text
 
 Z = 1.96  # 95%
@@ -188,6 +190,22 @@ def overall(scores: pd.DataFrame, cell_rows: pd.DataFrame) -> pd.DataFrame:
     return table
 
 
+def learning_rates(records: list[ResultRow]) -> dict[str, dict[str, list[float]]]:
+    """mixer label -> family -> the distinct learning rates its runs trained at (one, on a tuned ladder)."""
+    labels = mixer_labels(records)
+    found: dict[str, dict[str, set[float]]] = {}
+    for r in records:
+        found.setdefault(mixer_label(r, labels), {}).setdefault(r["config"]["task"]["name"], set()).add(
+            r["config"]["optim"]["lr"])
+    return {m: {f: sorted(v) for f, v in sorted(by.items())} for m, by in sorted(found.items())}
+
+
+def _lr_cell(by_family: dict[str, list[float]], families: list[str]) -> str:
+    """``1e-3`` where every family used one rate, else each family's, in the table's family order."""
+    values = [",".join(f"{v:.0e}".replace("e-0", "e-") for v in by_family.get(f, [])) or "-" for f in families]
+    return values[0] if len(set(values)) == 1 else " / ".join(values)
+
+
 def _value(value) -> str:
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "-"
@@ -243,6 +261,7 @@ def tables(ranked: dict) -> dict[str, Table]:
         if row["mixer"] == baseline:
             plateau = "1 (baseline)"
         overall_rows.append([f"{row['rank']}{' (tie)' if row['tied_with'] else ''}", row["mixer"],
+                             _lr_cell(ranked.get("lr", {}).get(row["mixer"], {}), families),
                              _value(row["parameters"]), _value(row.get("state_size")),
                              f"{row['score']:.2f} ± {row['score_se']:.2f}", plateau, *areas])
     frontier_rows = []
@@ -262,7 +281,7 @@ def tables(ranked: dict) -> dict[str, Table]:
                           _median(row.median_plateau_end, row.budget), ratio,
                           _median(row.median_emergence_step, row.budget)])
     return {
-        "ranking": Table(["rank", "mixer", "parameters", "state (numbers/seq)", "success score ± se",
+        "ranking": Table(["rank", "mixer", f"lr ({' / '.join(families)})" if len(families) > 1 else "lr", "parameters", "state (numbers/seq)", "success score ± se",
                           "plateau ratio [95%]", *(f"{f} area" for f in families)], overall_rows),
         "frontier": Table(["mixer", *(f"{f} ({ladder[f]['axis'] or '-'})" for f in families)], frontier_rows),
         "cells": Table(["family", "rung", "mixer", "seeds", "success (95% interval)", "median plateau end",
@@ -308,20 +327,56 @@ def build(records: list[ResultRow], axes: dict[str, str] | None = None, baseline
         plateau["rung"] = plateau["rung"].map(json.loads)
         ranking = ranking.merge(summary, on="mixer", how="left")
     return {"ladders": ladder, "cells": cell_rows, "families": scores, "ranking": ranking, "plateau": plateau,
-            "baseline": baseline}
+            "baseline": baseline, "lr": learning_rates(records)}
 
 
 def write(root: str | Path, axes: dict[str, str] | None = None, strict: bool = False,
-          baseline: str | None = None) -> tuple[dict, str]:
-    """Rank every result under ``root``; write rank.md, rank.csv (the ranking) and rank.json (all of it).
+          baseline: str | None = None, reference_name: str | None = None) -> tuple[dict, str]:
+    """Rank every result under ``root`` (its tuning runs left out), with the rows of the reference
+    ``reference_name`` for the mixers ``root`` lacks; write rank.md, rank.csv (the ranking) and
+    rank.json (all of it, with each mixer's learning rate per family and the tuning tables).
     ``strict``: an unreadable result file is an error, not a warning (see results.load_records)."""
     root = Path(root)
-    ranked = build(load_records(root, strict=strict), axes, baseline)
+    records = load_records(root, strict=strict, exclude=(TUNING_DIR,))
+    if not records:
+        raise ConfigError(f"no results to rank under {root}")
+    tuning = read_tables(root / TUNING_DIR)
+    ref = None
+    if reference_name is not None:
+        ref = reference.load(reference_name)
+        if why := reference.refusal(ref, records):
+            raise ConfigError(why)
+        ours = {r["config"]["mixer"]["name"] for r in records}
+        records = records + reference.rows(ref, without=ours)
+    ranked = build(records, axes, baseline)
+    ranked["tuning"] = tuning + reference_tuning(ref, records, {(t["mixer"], t["group"]) for t in tuning})
+    ranked["reference"] = None if ref is None else {k: ref[k] for k in ("preset", "ladder", "commit", "versions",
+                                                                          "machine", "created")}
     markdown = to_markdown(ranked)
+    if ref is not None:
+        markdown = (f"Ranked against reference {ref['preset']} (ladder {ref['ladder']}, commit {str(ref['commit'])[:10]}, "
+                    f"torch {ref['versions'].get('torch')}, {ref['machine'].get('cpus')} CPUs) for the mixers not "
+                    f"run here.\n\n") + markdown
     write_text(root / f"{RANK_STEM}.md", markdown)
     write_text(root / f"{RANK_STEM}.csv", ranked["ranking"].to_csv(index=False))
     write_json(root / f"{RANK_STEM}.json", {
-        "ladders": ranked["ladders"], "baseline": ranked["baseline"],
+        "ladders": ranked["ladders"], "baseline": ranked["baseline"], "lr": ranked["lr"],
+        "tuning": ranked["tuning"], "reference": ranked["reference"],
         **{part: json.loads(ranked[part].to_json(orient="records"))
            for part in ("ranking", "families", "cells", "plateau")}})
     return ranked, markdown
+
+
+def reference_tuning(ref: dict | None, records: list[ResultRow], have: set[tuple[str, str]]) -> list[dict]:
+    """The tuning tables behind ``records``' built-in mixers: the given reference's, or the builtin
+    one's where it applies; a table only where the runs trained at its choice and ``have`` lacks it."""
+    if ref is None:
+        try:
+            ref = reference.load(reference.BUILTIN)
+        except (ConfigError, OSError):
+            return []
+        if reference.refusal(ref, records) is not None:
+            return []
+    used = {(r["config"]["mixer"]["name"], r["config"]["task"]["name"], r["config"]["optim"]["lr"]) for r in records}
+    return [t for t in ref["tuning"] if (t["mixer"], t["group"]) not in have
+            and (t["mixer"], t["family"], t["chosen"].get("optim.lr")) in used]

@@ -35,7 +35,9 @@ import torch  # noqa: E402
 
 from emergence_bench.config import ConfigError, scientific  # noqa: E402
 from emergence_bench.reporting import comparison, leaderboard, rank  # noqa: E402
+from emergence_bench.execution.tuning import TUNING_DIR, read_tables  # noqa: E402
 from emergence_bench.reporting.thresholds import threshold_figure  # noqa: E402
+from emergence_bench.reporting.tuning_curves import tuning_figure  # noqa: E402
 from emergence_bench.reporting.table import Table  # noqa: E402
 from emergence_bench.result_row import ResultRow, emergence_step, section, step_budget  # noqa: E402
 from emergence_bench.results import (MAPS_FILE, REPORT_FILE, RESULT_FILE, code_version, load_records,  # noqa: E402
@@ -713,6 +715,21 @@ def _ranking(results: Results) -> list[Drawn]:
                         "not reached.</p>"))]
 
 
+@register_figure("tuning", "Tuning curves",
+                 "Per task family, each mixer's success area on the tuning rung(s) against its learning rate, on the "
+                 "tuning seeds, with 95% Wilson intervals (mixers offset a little sideways where they overlap); the "
+                 "large dot is the lr the ranking used (the choice rule: area, then the median emergence step, then "
+                 "the smaller lr), hollow where it lies on an edge of the grid even after widening.",
+                 "no tuning table: the runs were not tuned here (DIR/tuning) nor at the shipped reference's values",
+                 part_of="ranking")
+def _tuning(results: Results) -> list[Drawn]:
+    tables = read_tables(results.root / TUNING_DIR) if results.root else []
+    have = {(t["mixer"], t["group"]) for t in tables}
+    tables += rank.reference_tuning(None, results.records, have)
+    figure = tuning_figure(tables)
+    return [Drawn(figure, "tuning-curves", alt="success area against learning rate")] if figure else []
+
+
 @register_figure("survival", "Survival by rung",
                  "Per rung, the fraction of each mixer's seeds not yet emerged (upper row of a family) and still on "
                  "the loss plateau (lower row) against step: Kaplan–Meier curves, a tick where a run stopped "
@@ -835,7 +852,7 @@ def write(root: str | Path, out: str | Path | None = None, axes: tuple[str, str]
         raise ValueError(f"--figures: no figure named {', '.join(unknown)}; figures: {', '.join(FIGURES)}")
     root = Path(root)
     out = Path(out) if out else root / REPORT_FILE
-    records = load_records(root, strict=strict)
+    records = load_records(root, strict=strict, exclude=(TUNING_DIR,))  # the tuning runs: their own figure
     if not records:
         raise ValueError(f"no {RESULT_FILE} under {root}")
     table = leaderboard.build(records, over, keep_keys=True)

@@ -1,0 +1,345 @@
+"""The tuning protocol: each mixer's learning rate (or any tuning key) chosen per task family, on
+tuning seeds, by one rule, before the mixer is ranked.
+
+A ranking preset says, beside its ladder (see ``benchmark/presets/standard-cpu.yaml``)::
+
+    tuning:
+      seeds: [100, 101, 102, 103]                   # disjoint from the ranking's seeds
+      seed_parallel: 4
+      rung: middle                                  # each group's middle rung, or `all` its rungs
+      grid: {optim.lr: [3.0e-4, 1.0e-3, 3.0e-3, 1.0e-2]}
+      widen: 2                                      # at most this many grid steps past an edge
+    tuned:                                          # the frozen choice: mixer -> group -> values
+      transformer: {linear-map: {optim.lr: 1.0e-3}, ...}
+
+A mixer the ``tuned`` map lacks (a plugin) is tuned first: its tuning runs go under
+``DIR/tuning/<group>/`` and resume like any sweep's, and its ranking runs use the chosen values.
+
+**The choice rule**, per (mixer, group) over the grid's points: the highest success area (the mean
+success rate over the tuning rungs; a diverged run counts as not emerged, a failed one is left out),
+then the lowest Kaplan–Meier median emergence step (not reached is worst), then the smaller values
+(the grid's keys in order). A point on the edge of a positive, numeric axis that is *strictly*
+better than its inner neighbour (area or median, not only the tie-break) says the best may lie
+beyond it: the grid grows one step (the edge's own ratio) that way, up to ``widen`` times, and a
+choice still on an edge after that is flagged ``edge`` in the tuning table.
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import json
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from emergence_bench.config import ConfigError, set_dotted
+from emergence_bench.reporting.stats import kaplan_meier_median, wilson_interval
+from emergence_bench.result_row import ResultRow, emergence_step, step_budget
+from emergence_bench.results import TUNING_DIR, read_result, write_json
+
+TABLES_FILE = "tuning.json"  # DIR/tuning/tuning.json: the tuning tables, rewritten after each tuning
+
+Rung = Literal["middle", "all"]
+
+
+@dataclass
+class Tuning:
+    """A preset's ``tuning:`` section (see the module docstring)."""
+
+    seeds: list[int]
+    grid: dict[str, list]
+    rung: Rung = "middle"
+    seed_parallel: int = 1
+    widen: int = 2
+
+    @classmethod
+    def parse(cls, data: Any, where: str) -> Tuning:
+        if not isinstance(data, dict):
+            raise ConfigError(f"{where}tuning must be a mapping (seeds, grid, rung, seed_parallel, widen), got {data!r}")
+        allowed = {"seeds", "grid", "rung", "seed_parallel", "widen"}
+        if unknown := sorted(set(data) - allowed):
+            raise ConfigError(f"{where}unknown tuning key(s) {', '.join(unknown)}; valid: {', '.join(sorted(allowed))}")
+        seeds, grid = data.get("seeds"), data.get("grid")
+        if not isinstance(seeds, list) or not seeds or not all(isinstance(s, int) for s in seeds):
+            raise ConfigError(f"{where}tuning.seeds must be a non-empty list of whole numbers, got {seeds!r}")
+        if not isinstance(grid, dict) or not grid or not all(isinstance(v, list) and v for v in grid.values()):
+            raise ConfigError(f"{where}tuning.grid must map dotted keys to non-empty lists, got {grid!r}")
+        tuning = cls(seeds=seeds, grid={k: list(v) for k, v in grid.items()}, rung=data.get("rung", "middle"),
+                     seed_parallel=data.get("seed_parallel", 1), widen=data.get("widen", 2))
+        if tuning.rung not in ("middle", "all"):
+            raise ConfigError(f"{where}tuning.rung must be middle or all, got {tuning.rung!r}")
+        for name in ("seed_parallel", "widen"):
+            value = getattr(tuning, name)
+            if not isinstance(value, int) or value < (1 if name == "seed_parallel" else 0):
+                raise ConfigError(f"{where}tuning.{name} must be a whole number, got {value!r}")
+        return tuning
+
+
+def parse_tuned(data: Any, where: str) -> dict[str, dict[str, dict[str, Any]]]:
+    """A preset's ``tuned:`` map, checked: mixer name -> group name -> {dotted key: value}."""
+    if data is None:
+        return {}
+    if not isinstance(data, dict) or not all(isinstance(g, dict) and all(isinstance(v, dict) for v in g.values())
+                                             for g in data.values()):
+        raise ConfigError(f"{where}tuned must map mixer -> group -> {{dotted key: value}}, got {data!r}")
+    return copy.deepcopy(data)
+
+
+# --- the choice rule -----------------------------------------------------------------------------
+@dataclass
+class Point:
+    """One grid point of one (mixer, group): its values and what its tuning runs measured."""
+
+    values: dict[str, Any]
+    runs: int = 0  # measured runs (ok or diverged)
+    failed: int = 0
+    emerged: int = 0
+    area: float | None = None  # mean success rate over the tuning rungs; None: nothing measured
+    median_emergence_step: float | None = None  # Kaplan–Meier, censored at the budget; None: not reached
+    rung_rates: list[float] = field(default_factory=list)
+
+    def merit(self) -> tuple[float, float]:
+        """What the rule compares before the tie-break, smaller is better: (−area, median step)."""
+        area = -1.0 if self.area is None else self.area
+        return -area, math.inf if self.median_emergence_step is None else self.median_emergence_step
+
+    def key(self) -> tuple:
+        """The whole rule as a sort key: merit, then the smaller values in the grid's key order."""
+        return (*self.merit(), *(_order(v) for v in self.values.values()))
+
+    def to_dict(self) -> dict:
+        low, high = wilson_interval(self.emerged, self.runs) if self.runs else (None, None)
+        return {"values": self.values, "runs": self.runs, "failed": self.failed, "emerged": self.emerged,
+                "area": self.area, "area_low": low, "area_high": high,
+                "median_emergence_step": self.median_emergence_step}
+
+
+def _order(value: Any) -> Any:
+    return value if isinstance(value, (int, float)) else json.dumps(value, sort_keys=True, default=str)
+
+
+def measure(values: dict[str, Any], by_rung: list[list[ResultRow]]) -> Point:
+    """A point from its runs, one list per tuning rung."""
+    point = Point(values=values)
+    rates, times, censored = [], [], []
+    for records in by_rung:
+        measured = [r for r in records if r["status"] in ("ok", "diverged")]
+        point.failed += len(records) - len(measured)
+        point.runs += len(measured)
+        emerged = [emergence_step(r) for r in measured]
+        point.emerged += sum(step is not None for step in emerged)
+        if measured:
+            rates.append(sum(step is not None for step in emerged) / len(measured))
+        for record, step in zip(measured, emerged):
+            times.append(float(step) if step is not None else float(step_budget(record)))
+            censored.append(step is None)
+    if rates and len(rates) == len(by_rung):
+        point.area, point.rung_rates = sum(rates) / len(rates), rates
+        point.median_emergence_step = kaplan_meier_median(times, censored)
+    return point
+
+
+def choose(points: list[Point]) -> Point:
+    """The rule's choice among ``points``: best area, then lowest median emergence step, then smaller
+    values. Raises ConfigError when no point was measured."""
+    measured = [p for p in points if p.area is not None]
+    if not measured:
+        raise ConfigError("no tuning point has a measured run (every run failed): see the tuning runs' errors")
+    return min(measured, key=Point.key)
+
+
+def widenable(values: list) -> bool:
+    """An axis the grid may grow along: at least two distinct positive numbers (a log-spaced axis)."""
+    return len(set(values)) >= 2 and all(isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0
+                                         for v in values)
+
+
+def edges(points: list[Point], chosen: Point) -> dict[str, str]:
+    """key -> "low" or "high" for each widenable axis where ``chosen`` sits on the grid's edge and is
+    strictly better (by merit, not the tie-break) than its inner neighbour, the other keys equal."""
+    found = {}
+    for key in chosen.values:
+        axis = sorted({p.values[key] for p in points})
+        if not widenable(axis):
+            continue
+        value = chosen.values[key]
+        for side, edge, inner in (("low", axis[0], axis[1]), ("high", axis[-1], axis[-2])):
+            if value != edge:
+                continue
+            neighbour = next((p for p in points if p.values[key] == inner and p.area is not None
+                              and all(p.values[k] == v for k, v in chosen.values.items() if k != key)), None)
+            if neighbour is not None and chosen.merit() < neighbour.merit():
+                found[key] = side
+    return found
+
+
+def widened(axis: list, side: str) -> float:
+    """The next value past ``axis``'s ``side`` edge: the value two steps in, times the ratio over those
+    two steps (1e-3, 3e-3, 1e-2 → 3e-2; a geometric grid continues as it is), or with two values
+    their ratio once more."""
+    axis = sorted(set(axis))
+    if side == "high":
+        value = axis[-2] * axis[-1] / axis[-3] if len(axis) >= 3 else axis[-1] ** 2 / axis[0]
+    else:
+        value = axis[1] * axis[0] / axis[2] if len(axis) >= 3 else axis[0] ** 2 / axis[1]
+    return float(f"{value:.3g}")
+
+
+# --- the tuning sweep ----------------------------------------------------------------------------
+def rung_axis(group_grid: dict[str, list], group: str) -> tuple[str, list]:
+    """A ranking group's ladder: its one ``task.`` grid key and the rungs."""
+    keys = [k for k in group_grid if k.startswith("task.")]
+    if len(keys) != 1:
+        raise ConfigError(f"group {group!r} needs exactly one task.* grid axis (its ladder) to be tuned on, "
+                          f"got {keys or 'none'}")
+    return keys[0], list(group_grid[keys[0]])
+
+
+def tuning_rungs(rungs: list, rung: Rung) -> list:
+    return rungs if rung == "all" else [rungs[len(rungs) // 2]]
+
+
+@dataclass
+class Job:
+    """One (mixer, group) to tune: its mixer entry, its grid (grown by widening), its runs' ids."""
+
+    mixer: dict
+    group: str
+    grid: dict[str, list]
+    widened: list[dict] = field(default_factory=list)  # [{key, side, value}] in the order they were added
+
+    @property
+    def name(self) -> str:
+        return self.mixer["name"]
+
+
+def runs_of(sweep, job: Job) -> list[tuple[dict, dict]]:
+    """[(grid point values, raw run config)] of ``job``'s tuning runs: the group's base and the sweep's
+    other axes, the mixer, the tuning rungs and seeds, and every point of the job's grid."""
+    from emergence_bench.execution.sweep import merge
+
+    group = next(g for g in sweep.groups if g.name == job.group)
+    base = merge(merge(sweep.base, group.base), {"mixer": job.mixer})
+    axis, rungs = rung_axis(group.grid, group.name)
+    fixed = {k: v for k, v in {**sweep.grid, **group.grid}.items() if k not in ("seed", "mixer", axis)}
+    fixed = {k: v for k, v in fixed.items() if k not in job.grid}
+    runs = []
+    for point in itertools.product(*job.grid.values()):
+        values = dict(zip(job.grid, point))
+        for other in itertools.product(*fixed.values()):
+            for rung in tuning_rungs(rungs, sweep.tuning.rung):
+                for seed in sweep.tuning.seeds:
+                    config = copy.deepcopy(base)
+                    for key, value in [*zip(fixed, other), (axis, rung), ("seed", seed), *values.items()]:
+                        set_dotted(config, key, copy.deepcopy(value))
+                    runs.append((values, config))
+    return runs
+
+
+def tuning_sweep(sweep, jobs: list[Job]):
+    """The Sweep that trains ``jobs``' tuning runs: one group per (mixer, group), named after the group,
+    so its runs go under DIR/tuning/<group>/."""
+    from emergence_bench.execution.sweep import Group, Sweep
+
+    groups = []
+    for job in jobs:
+        group = next(g for g in sweep.groups if g.name == job.group)
+        axis, rungs = rung_axis(group.grid, group.name)
+        grid = {k: v for k, v in {**sweep.grid, **group.grid}.items() if k not in ("seed", "mixer", axis)}
+        grid.update({axis: tuning_rungs(rungs, sweep.tuning.rung), "seed": sweep.tuning.seeds, **job.grid})
+        groups.append(Group(job.group, {**copy.deepcopy(group.base), "mixer": copy.deepcopy(job.mixer)}, grid))
+    return Sweep(name=f"{sweep.name}:tuning", base=copy.deepcopy(sweep.base), groups=groups,
+                 seed_parallel=sweep.tuning.seed_parallel, batching=sweep.batching, scale=sweep.scale)
+
+
+def job_table(sweep, job: Job, out: Path) -> dict:
+    """The tuning table of one job from the results under ``out`` (DIR/tuning): every point measured,
+    the choice and any edge. Runs not finished yet count as missing (the point is unmeasured)."""
+    from emergence_bench.run import check
+
+    group = next(g for g in sweep.groups if g.name == job.group)
+    axis, rungs = rung_axis(group.grid, group.name)
+    used = tuning_rungs(rungs, sweep.tuning.rung)
+    by_point: dict[str, dict[Any, list[ResultRow]]] = {}
+    for values, raw in runs_of(sweep, job):
+        if sweep.scale != 1.0:
+            sweep._rescale(raw)
+        record = read_result(out / job.group / check(raw).run_id())
+        if record is not None:
+            rung = _dotted(raw, axis)
+            by_point.setdefault(json.dumps(values, sort_keys=True), {}).setdefault(json.dumps(rung), []).append(record)
+    points = []
+    for point in itertools.product(*job.grid.values()):
+        values = dict(zip(job.grid, point))
+        found = by_point.get(json.dumps(values, sort_keys=True), {})
+        points.append(measure(values, [found.get(json.dumps(r), []) for r in used]))
+    chosen = choose(points)
+    edge = edges(points, chosen)
+    return {"mixer": job.name, "group": job.group, "family": group.base.get("task", {}).get("name", job.group),
+            "rung_axis": axis, "rungs": used, "seeds": sweep.tuning.seeds, "grid": job.grid,
+            "points": [p.to_dict() for p in points], "chosen": chosen.values, "edge": edge or None,
+            "widened": job.widened}
+
+
+def _dotted(config: dict, key: str) -> Any:
+    for part in key.split("."):
+        config = config.get(part, {}) if isinstance(config, dict) else {}
+    return config
+
+
+def jobs_for(sweep, retune: bool = False) -> list[Job]:
+    """The (mixer, group) pairs of ``sweep`` to tune: those its ``tuned`` map lacks (every one with
+    ``retune``)."""
+    jobs = []
+    for group in sweep.groups:
+        entries = group.grid.get("mixer", sweep.grid.get("mixer", [sweep.base.get("mixer", {})]))
+        for entry in entries:
+            name = entry.get("name")
+            if retune or group.name not in sweep.tuned.get(name, {}):
+                jobs.append(Job(copy.deepcopy(entry), group.name, copy.deepcopy(sweep.tuning.grid)))
+    return jobs
+
+
+def tune(sweep, out: Path, run: Callable[[Any, Path], dict], jobs: list[Job], say: Callable[[str], None]) -> list[dict]:
+    """Run ``jobs``' tuning sweep under ``out``/tuning (``run(sweep, folder)`` trains it, resuming),
+    widen the grid where a choice is strictly best on an edge, and set each choice in ``sweep.tuned``.
+    Returns the tuning tables."""
+    folder = Path(out) / TUNING_DIR
+    while True:  # ends: each job grows at most `widen` times
+        run(tuning_sweep(sweep, jobs), folder)
+        tables = [job_table(sweep, job, folder) for job in jobs]
+        grown = False
+        for job, table in zip(jobs, tables):
+            for key, side in (table["edge"] or {}).items():
+                if len(job.widened) >= sweep.tuning.widen:
+                    break
+                value = widened(job.grid[key], side)
+                job.grid[key] = sorted(job.grid[key] + [value])
+                job.widened.append({"key": key, "side": side, "value": value})
+                say(f"[{sweep.name}:tuning] {job.name} on {job.group}: best at the {side} edge of {key}, "
+                    f"grid widened to {job.grid[key]}")
+                grown = True
+        if not grown:
+            break
+    write_tables(folder, tables)
+    for table in tables:
+        sweep.tuned.setdefault(table["mixer"], {})[table["group"]] = dict(table["chosen"])
+        flag = f" (still on the {', '.join(f'{s} edge of {k}' for k, s in table['edge'].items())})" if table["edge"] else ""
+        say(f"[{sweep.name}:tuning] {table['mixer']} on {table['group']}: chose "
+            + ", ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in table["chosen"].items()) + flag)
+    return tables
+
+
+def write_tables(folder: Path, tables: list[dict]) -> None:
+    """Merge ``tables`` into ``folder``/tuning.json (a table per mixer and group; the newest wins)."""
+    merged = {(t["mixer"], t["group"]): t for t in read_tables(folder) + tables}
+    write_json(folder / TABLES_FILE, {"tables": [merged[k] for k in sorted(merged)]})
+
+
+def read_tables(folder: Path) -> list[dict]:
+    """The tuning tables in ``folder``/tuning.json; none where there is no file."""
+    path = Path(folder) / TABLES_FILE
+    return json.loads(path.read_text(encoding="utf-8"))["tables"] if path.is_file() else []

@@ -1,0 +1,172 @@
+"""Shipped reference results: the built-in mixers' ranking runs on a frozen ladder, so a plugin is
+ranked against them without training them again (``emergence-bench rank DIR --reference builtin``).
+
+A reference file (``benchmark/presets/reference/<preset>.json.gz``) holds compact rows (what the
+ranking reads: config, status, seed, emergence and plateau steps, steps trained, parameter count and
+state size), the tuning tables that chose each mixer's values, and where they came from: the commit,
+the package versions, the machine, the ladder version.
+
+A reference applies to runs on the same ladder only. Per task family it records the ladder's
+*signature* (every scientific config key but the seed, the mixer, the tuned keys and the rung); the
+user's runs of a family must have the same signature, rungs the reference has, and the same torch
+major version, or the reference is refused with one line saying what differs.
+
+Write one from a finished ranking sweep with
+``python -m emergence_bench.reporting.reference DIR --preset standard-cpu``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import platform
+import time
+from pathlib import Path
+from typing import Any
+
+from emergence_bench.config import ConfigError, scientific
+from emergence_bench.reporting.leaderboard import flatten
+from emergence_bench.result_row import ResultRow, section
+from emergence_bench.results import SCHEMA_VERSION, load_records, write_atomic
+
+REFERENCE_DIR = Path(__file__).parents[1] / "presets" / "reference"
+BUILTIN = "builtin"  # --reference builtin: the reference of the standard CPU ladder
+BUILTIN_PRESET = "standard-cpu"
+FORMAT = 1
+
+
+def path_of(name: str) -> Path:
+    """``builtin``, a preset name with a shipped reference, or the path of a reference file."""
+    if Path(name).is_file():
+        return Path(name)
+    preset = BUILTIN_PRESET if name == BUILTIN else name
+    found = REFERENCE_DIR / f"{preset}.json.gz"
+    if not found.is_file():
+        known = sorted(p.name.removesuffix(".json.gz") for p in REFERENCE_DIR.glob("*.json.gz"))
+        raise ConfigError(f"no reference {name!r}: give builtin, a preset with a shipped reference "
+                          f"({', '.join(known) or 'none'}), or a reference file")
+    return found
+
+
+def load(name: str) -> dict:
+    with gzip.open(path_of(name), "rt", encoding="utf-8") as file:
+        reference = json.load(file)
+    if reference.get("format") != FORMAT:
+        raise ConfigError(f"reference {name!r} has format {reference.get('format')!r}; this version reads {FORMAT}")
+    return reference
+
+
+def torch_major(version: str | None) -> str | None:
+    return version.split(".")[0] if version else None
+
+
+def signature(record: ResultRow, axis: str | None, tuned_keys: list[str]) -> dict[str, Any]:
+    """What a family's ladder fixes for every run on it: the scientific config without the seed, the
+    mixer, the tuned keys and the rung."""
+    flat = flatten(scientific(record["config"]))
+    return {k: v for k, v in sorted(flat.items())
+            if k != "seed" and not k.startswith("mixer.") and k not in tuned_keys and k != axis}
+
+
+def families(records: list[ResultRow], tuned_keys: list[str]) -> dict[str, dict]:
+    """family -> {axis, rungs, signature} of ``records``, which must be one ladder (one signature a family)."""
+    from emergence_bench.reporting.rank import ladders
+
+    found = {}
+    for family, ladder in ladders(records).items():
+        members = [r for r in records if r["config"]["task"]["name"] == family]
+        signatures = {json.dumps(signature(r, ladder["axis"], tuned_keys), default=str) for r in members}
+        if len(signatures) > 1:
+            raise ConfigError(f"the {family} runs are on {len(signatures)} different ladders: a reference holds one")
+        found[family] = {**ladder, "signature": json.loads(next(iter(signatures)))}
+    return found
+
+
+def refusal(reference: dict, records: list[ResultRow]) -> str | None:
+    """Why ``reference`` does not apply to ``records`` (one line), or None when it does."""
+    name = f"reference {reference['preset']} (ladder {reference['ladder']}, torch {reference['versions'].get('torch')})"
+    majors = {torch_major(r.get("versions", {}).get("torch")) for r in records}
+    if majors - {torch_major(reference["versions"].get("torch"))}:
+        return (f"{name} does not apply: your runs used torch {', '.join(sorted(str(m) for m in majors))}.x, "
+                f"another major version; rank without --reference, or rerun the built-ins")
+    by_family = reference["families"]
+    for family, ladder in families(records, reference["tuned_keys"]).items():
+        if family not in by_family:
+            return f"{name} does not apply: it has no {family} family (it has {', '.join(sorted(by_family))})"
+        theirs = by_family[family]
+        if ladder["axis"] not in (None, theirs["axis"]):
+            return f"{name} does not apply: your {family} ladder varies {ladder['axis']}, the reference's {theirs['axis']}"
+        extra = [r for r in ladder["rungs"] if r not in theirs["rungs"]]
+        if extra:
+            return f"{name} does not apply: your {family} runs have rung(s) {extra} it lacks (it has {theirs['rungs']})"
+        ours = {k: v for k, v in ladder["signature"].items() if k != theirs["axis"]}
+        for key in sorted(set(ours) | set(theirs["signature"])):
+            if ours.get(key) != theirs["signature"].get(key):
+                return (f"{name} does not apply: your {family} runs have {key}={ours.get(key)!r}, its ladder "
+                        f"{theirs['signature'].get(key)!r}: another ladder version")
+    return None
+
+
+def rows(reference: dict, without: set[str] = frozenset()) -> list[ResultRow]:
+    """The reference's rows as result rows the ranking reads, leaving out the mixers in ``without``
+    (those the user's own runs rank in their place)."""
+    header = {"schema_version": SCHEMA_VERSION, "versions": reference["versions"], "error": None,
+              "provenance": {"git": {"commit": reference["commit"], "dirty": False}, "machine": reference["machine"]}}
+    return [{**header, **row} for row in reference["rows"] if row["config"]["mixer"]["name"] not in without]
+
+
+def compact(record: ResultRow) -> dict:
+    """The part of a result row the ranking reads."""
+    emergence, plateau = section(record, "emergence"), section(record, "plateau")
+    return {"run_id": record["run_id"], "status": record["status"], "seed": record["seed"], "config": record["config"],
+            "parameters": record.get("parameters"), "state_size": record.get("state_size"),
+            "timing": {"steps": section(record, "timing").get("steps")},
+            "emergence": {"step": emergence.get("step"), "censored": emergence.get("censored")},
+            "plateau": {"end_step": plateau.get("end_step"), "censored": plateau.get("censored")}}
+
+
+def build(root: str | Path, preset: str) -> dict:
+    """A reference from the finished ranking under ``root`` (its tuning tables too, if there)."""
+    from emergence_bench.execution.sweep import load_sweep
+    from emergence_bench.execution.tuning import TUNING_DIR, read_tables
+
+    sweep = load_sweep(preset)
+    if sweep.tuning is None or sweep.ladder is None:
+        raise ConfigError(f"preset {preset!r} has no ladder version and tuning: a reference is of a tuned ladder")
+    records = load_records(root, strict=True, exclude=(TUNING_DIR,))
+    unfinished = [r["run_id"] for r in records if r["status"] == "failed"]
+    if unfinished or not records:
+        raise ConfigError(f"{root}: {len(unfinished)} failed run(s) (or none at all): finish the sweep first")
+    first = records[0]
+    commits = {section(r, "provenance").get("git", {}).get("commit") for r in records}
+    tuned_keys = sorted(sweep.tuning.grid)
+    return {"format": FORMAT, "preset": preset, "ladder": sweep.ladder, "tuned_keys": tuned_keys,
+            "commit": sorted(c or "unknown" for c in commits)[0] if len(commits) == 1 else sorted(map(str, commits)),
+            "versions": first["versions"], "machine": section(first, "provenance").get("machine", {}),
+            "created": time.strftime("%Y-%m-%d", time.gmtime()), "python": platform.python_version(),
+            "families": families(records, tuned_keys), "tuning": read_tables(Path(root) / TUNING_DIR),
+            "rows": [compact(r) for r in sorted(records, key=lambda r: r["run_id"])]}
+
+
+def write(reference: dict, path: str | Path) -> None:
+    text = json.dumps(reference, sort_keys=True, separators=(",", ":"), default=str).encode()
+    write_atomic(path, lambda file: file.write(gzip.compress(text, mtime=0)))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="write a reference file from a finished tuned ranking sweep")
+    parser.add_argument("dir")
+    parser.add_argument("--preset", default=BUILTIN_PRESET)
+    parser.add_argument("--out", help=f"default: {REFERENCE_DIR}/<preset>.json.gz")
+    args = parser.parse_args(argv)
+    reference = build(args.dir, args.preset)
+    out = Path(args.out or REFERENCE_DIR / f"{args.preset}.json.gz")
+    write(reference, out)
+    print(f"wrote {out}: {len(reference['rows'])} rows, {len(reference['tuning'])} tuning tables, "
+          f"ladder {reference['ladder']}, commit {reference['commit']}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,62 @@
+"""The tuning curves: per task family, success area against learning rate, one line per mixer, with
+95% Wilson intervals and the chosen lr marked, from the tuning tables (execution/tuning.py)."""
+
+from __future__ import annotations
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.figure import Figure  # noqa: E402
+
+from emergence_bench.reporting.comparison import plain_log  # noqa: E402
+
+KEY = "optim.lr"
+
+
+def tuning_figure(tables: list[dict]) -> Figure | None:
+    """One panel per family (the tables' groups), x: lr (log), y: success area on the tuning rung(s)
+    with its interval; a filled marker at each mixer's choice, a ring where the choice is on an edge
+    of the grid. None without a table over ``optim.lr``."""
+    tables = [t for t in tables if KEY in t["grid"] and len(t["grid"][KEY]) > 1]
+    if not tables:
+        return None
+    groups = sorted({t["group"] for t in tables})
+    mixers = sorted({t["mixer"] for t in tables})
+    colours = {m: f"C{i % 10}" for i, m in enumerate(mixers)}  # the ranking figures' colours
+    columns = min(4, len(groups))
+    rows = -(-len(groups) // columns)
+    figure, axes = plt.subplots(rows, columns, figsize=(3.4 * columns, 2.9 * rows + 0.6), squeeze=False,
+                                sharey=True)
+    for ax, group in zip(axes.flat, groups):
+        for i, table in enumerate(sorted((t for t in tables if t["group"] == group), key=lambda t: t["mixer"])):
+            points = sorted((p for p in table["points"] if p["area"] is not None), key=lambda p: p["values"][KEY])
+            if not points:
+                continue
+            # A small sideways offset per mixer, so equal areas (common with few seeds) stay readable.
+            shift = 1 + 0.06 * (i - (len(mixers) - 1) / 2) / max(1, len(mixers) - 1)
+            x = [p["values"][KEY] * shift for p in points]
+            y = [p["area"] for p in points]
+            errors = [[a - p["area_low"] for a, p in zip(y, points)], [p["area_high"] - a for a, p in zip(y, points)]]
+            colour = colours[table["mixer"]]
+            ax.errorbar(x, y, yerr=errors, color=colour, marker="o", markersize=3, linewidth=1.2, capsize=2,
+                        elinewidth=0.7, label=table["mixer"])
+            chosen = next(p for p in points if p["values"] == table["chosen"])
+            ax.plot([chosen["values"][KEY] * shift], [chosen["area"]], marker="o", markersize=8, color=colour,
+                    markerfacecolor=colour if not table.get("edge") else "white", markeredgewidth=1.5)
+        rungs = next(t for t in tables if t["group"] == group)
+        ax.set_title(f"{group} ({rungs['rung_axis'].removeprefix('task.')} = "
+                     f"{', '.join(map(str, rungs['rungs']))})", fontsize=9)
+        ax.set_xscale("log")
+        plain_log(ax.xaxis)
+        ax.set_xlabel("learning rate")
+        ax.set_ylim(-0.05, 1.05)
+        ax.grid(alpha=0.3)
+    for ax in list(axes.flat)[len(groups):]:
+        ax.set_visible(False)
+    for ax in axes[:, 0]:
+        ax.set_ylabel("success area")
+    handles, labels = axes.flat[0].get_legend_handles_labels()
+    figure.legend(handles, labels, loc="lower center", ncol=min(len(labels), 7), fontsize=8, frameon=False)
+    figure.tight_layout(rect=(0, 0.08 if rows == 1 else 0.05, 1, 1))
+    return figure

@@ -1,0 +1,185 @@
+"""The tuning protocol: the choice rule, edges and widening, the frozen tuned ladder, a plugin tuned
+before it is ranked."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from emergence_bench.config import ConfigError
+from emergence_bench.execution import tuning
+from emergence_bench.execution.sweep import load_sweep
+from emergence_bench.execution.tuning import Point, choose, edges, measure, widened
+
+
+def row(step, status="ok", budget=600):
+    """A result row as the rule reads it: emerged at ``step`` (None: never, within ``budget``)."""
+    return {"status": status, "emergence": {"step": step}, "timing": {"steps": step or budget},
+            "config": {"trainer": {"max_steps": budget}}}
+
+
+def point(lr, steps, **status):
+    return measure({"optim.lr": lr}, [[row(s, **status) for s in steps]])
+
+
+def test_measure_counts_diverged_as_not_emerged_and_leaves_failed_out():
+    p = measure({"optim.lr": 1e-3}, [[row(100), row(None, "diverged"), row(None, "failed")]])
+    assert (p.runs, p.failed, p.emerged, p.area) == (2, 1, 1, 0.5)
+    assert p.median_emergence_step == 100  # half emerged by step 100: the KM median is reached there
+
+
+def test_choice_rule_area_first_then_median_then_smaller_lr():
+    # The higher area wins although its runs emerge later.
+    assert choose([point(1e-3, [100, 100, None, None]), point(3e-3, [500, 500, 500, None])]).values["optim.lr"] == 3e-3
+    # Equal area: the lower Kaplan–Meier median emergence step wins.
+    assert choose([point(1e-3, [300, 300]), point(3e-3, [200, 200]), point(1e-2, [250, 250])]).values["optim.lr"] == 3e-3
+    # Equal area and median: the smaller learning rate.
+    assert choose([point(3e-3, [200, 200]), point(1e-3, [200, 200])]).values["optim.lr"] == 1e-3
+    # Nothing emerged anywhere (median not reached everywhere): a tie, so the smallest lr.
+    assert choose([point(lr, [None, None]) for lr in (1e-2, 1e-3, 3e-3)]).values["optim.lr"] == 1e-3
+
+
+def test_a_median_not_reached_is_worse_than_any_reached_one():
+    # Equal areas: a median reached late (step 590) beats one not reached at all.
+    reached = point(1e-3, [590, 590, None, None])
+    assert reached.median_emergence_step == 590
+    assert reached.merit() < Point({"optim.lr": 1e-2}, runs=4, emerged=2, area=0.5).merit()
+
+
+def test_unmeasured_points_are_skipped_and_none_measured_is_an_error():
+    assert choose([Point({"optim.lr": 1e-2}), point(1e-3, [None])]).values["optim.lr"] == 1e-3
+    with pytest.raises(ConfigError, match="every run failed"):
+        choose([Point({"optim.lr": 1e-3}), point(3e-3, [None], status="failed")])
+
+
+def test_an_edge_is_flagged_only_when_strictly_better_than_its_neighbour():
+    grid = [point(1e-3, [None, None]), point(3e-3, [400, None]), point(1e-2, [300, 300])]
+    assert edges(grid, choose(grid)) == {"optim.lr": "high"}
+    low = [point(1e-3, [200, 200]), point(3e-3, [300, 300]), point(1e-2, [None, None])]
+    assert edges(low, choose(low)) == {"optim.lr": "low"}
+    # On the edge only by the tie-break (equal merit): the best does not lie beyond it.
+    flat = [point(lr, [200, 200]) for lr in (1e-3, 3e-3, 1e-2)]
+    assert choose(flat).values["optim.lr"] == 1e-3 and edges(flat, choose(flat)) == {}
+    # Inside the grid: no edge.
+    inside = [point(1e-3, [None]), point(3e-3, [100]), point(1e-2, [None])]
+    assert edges(inside, choose(inside)) == {}
+
+
+def test_a_non_numeric_or_single_value_axis_is_never_widened():
+    assert not tuning.widenable([0.0, 0.1]) and not tuning.widenable([1e-3]) and not tuning.widenable(["a", "b"])
+    assert tuning.widenable([3e-4, 1e-3])
+
+
+def test_widening_continues_the_grid_at_its_own_spacing():
+    assert widened([3e-4, 1e-3, 3e-3, 1e-2], "high") == 3e-2
+    assert widened([3e-4, 1e-3, 3e-3, 1e-2], "low") == 1e-4
+    assert widened([1e-3, 1e-2], "high") == 0.1
+    assert widened([1e-4, 2e-4, 4e-4], "high") == 8e-4
+
+
+def test_the_tuned_ladder_is_ladder_v2_with_each_mixers_tuned_lr():
+    tuned, shared = load_sweep("standard-cpu"), load_sweep("standard-cpu-v2")
+    assert tuned.ladder == "v2-tuned" and tuned.tuning is not None and shared.tuning is None
+    assert tuned.tuning.seeds == [100, 101, 102, 103] and tuned.tuning.rung == "middle"
+    assert len(tuned.tuning.grid["optim.lr"]) >= 4
+    mixers = [m["name"] for m in tuned.grid["mixer"]]
+    groups = [g.name for g in tuned.groups]
+    # Every built-in mixer has a frozen lr for every group, so `sweep standard-cpu` tunes nothing.
+    assert tuning.jobs_for(tuned) == []
+    assert sorted(tuned.tuned) == sorted(mixers) and all(sorted(tuned.tuned[m]) == sorted(groups) for m in mixers)
+    runs, shared_runs = tuned.raw_runs(), shared.raw_runs()
+    assert len(runs) == len(shared_runs) == tuned.advertised == 672
+    for (group, config), (shared_group, shared_config) in zip(runs, shared_runs):
+        assert group == shared_group and config["optim"]["lr"] == tuned.tuned[config["mixer"]["name"]][group]["optim.lr"]
+        assert {**config, "optim": {}} == {**shared_config, "optim": {}}  # the same ladder but for the lr
+        assert config["optim"]["weight_decay"] == shared_config["optim"]["weight_decay"]
+    assert {c["optim"]["lr"] for _, c in shared_runs} == {1e-3}
+    # The tuning seeds are disjoint from the ranking's and its reproduction's (0-15).
+    assert not set(tuned.tuning.seeds) & set(range(16))
+
+
+def test_the_gpu_twin_has_the_same_protocol():
+    gpu = load_sweep("standard")
+    assert gpu.tuning is not None and gpu.tuning.rung == "middle" and gpu.ladder
+    assert set(gpu.tuning.seeds).isdisjoint(range(16)) and len(gpu.tuning.grid["optim.lr"]) >= 4
+    assert [g.name for g in gpu.groups] == [g.name for g in load_sweep("standard-cpu").groups]
+    # No value frozen yet: the first sweep on a device tunes all seven; otherwise it is standard-v2.
+    assert len(tuning.jobs_for(gpu)) == 7 * 4
+    gpu.tuning = None
+    assert gpu.raw_runs() == load_sweep("standard-v2").raw_runs()
+
+
+def test_setting_the_lr_by_hand_turns_tuning_off():
+    sweep = load_sweep("standard-cpu")
+    sweep.override({"optim.lr": 3e-3})
+    assert sweep.tuning is None and {c["optim"]["lr"] for _, c in sweep.raw_runs()} == {3e-3}
+
+
+def test_bad_tuning_sections_are_refused(tmp_path):
+    base = ("name: t\nbase: {task: {name: linear_map}}\ngroups: [{name: g, grid: {task.sparsity: [1, 2]}}]\n")
+    for bad, message in (("tuning: {seeds: [], grid: {optim.lr: [1e-3]}}", "seeds"),
+                         ("tuning: {seeds: [1], grid: {optim.lr: [1e-3]}, rung: top}", "middle or all"),
+                         ("tuning: {seeds: [1], grid: {optim.lr: [1e-3]}, widen_by: 2}", "unknown tuning key"),
+                         ("tuning: {seeds: [1], grid: {optim.lr: [1e-3]}}\ntuned: {lru: {h: {optim.lr: 1e-3}}}",
+                          "no group 'h'"),
+                         ("tuning: {seeds: [1], grid: {optim.lr: [1e-3]}}\ntuned: {lru: {g: {optim.wd: 0}}}",
+                          "exactly the tuning grid's keys")):
+        path = tmp_path / "t.yaml"
+        path.write_text(base + bad + "\n")
+        with pytest.raises(ConfigError, match=message):
+            load_sweep(str(path))
+
+
+TINY = """
+name: tiny
+ladder: tiny-v1
+seed_parallel: 2
+batching: always
+tuning: {seeds: [100, 101], seed_parallel: 2, grid: {optim.lr: [1.0e-3, 3.0e-3, 1.0e-2]}, widen: 1}
+tuned: {transformer: {lm: {optim.lr: 3.0e-3}}}
+base:
+  model: {d_model: 16, n_layers: 1, mlp_ratio: 2}
+  trainer: {max_steps: 40, eval_every: 20, eval_batches: 1}
+  callbacks: {emergence: {threshold: 0.95, stop: true}}
+grid:
+  seed: [0, 1]
+  mixer: [{name: transformer, n_heads: 2, head_dim: 8}]
+groups:
+  - {name: lm, base: {task: {name: linear_map, state_size: 4, sparsity: 1, trajectory_length: 2, batch_size: 8}},
+     grid: {task.sparsity: [1, 2]}}
+"""
+
+
+def cli(*args, cwd):
+    return subprocess.run([sys.executable, "-m", "emergence_bench", *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=600)
+
+
+def test_a_plugin_is_tuned_first_then_ranked_at_its_choice_and_it_resumes(tmp_path):
+    (tmp_path / "tiny.yaml").write_text(TINY)
+    first = cli("sweep", "tiny.yaml", "--mixers", "transformer,lru", "--out", "out", cwd=tmp_path)
+    assert first.returncode == 0, first.stderr
+    # The progress says the plugin (lru) is tuned first, on the middle rung of 2 (sparsity 2), and what it chose.
+    assert "[tiny:tuning] 6 runs, 0 already finished" in first.stderr
+    chosen = [line for line in first.stderr.splitlines() if "lru on lm: chose optim.lr=" in line]
+    assert len(chosen) == 1
+    lr = float(chosen[0].split("optim.lr=")[1].split()[0])
+    tables = json.loads((tmp_path / "out" / "tuning" / "tuning.json").read_text())["tables"]
+    assert [(t["mixer"], t["group"], t["rungs"]) for t in tables] == [("lru", "lm", [2])]
+    rows = [json.loads(p.read_text()) for p in (tmp_path / "out" / "lm").glob("*/result.json")]
+    assert sorted((r["config"]["mixer"]["name"], r["config"]["optim"]["lr"]) for r in rows) == \
+        sorted([("lru", lr)] * 4 + [("transformer", 3e-3)] * 4)
+    # Rerun: the tuning and the ranking are both finished, nothing trains again.
+    again = cli("sweep", "tiny.yaml", "--mixers", "transformer,lru", "--out", "out", cwd=tmp_path)
+    assert again.returncode == 0, again.stderr
+    assert "[tiny:tuning] 6 runs, 6 already finished, 0 to run" in again.stderr
+    assert "[tiny] 8 runs, 8 already finished, 0 to run" in again.stderr
+    # rank leaves the tuning runs out, and prints and records each mixer's lr and the tuning table.
+    ranked = cli("rank", "out", cwd=tmp_path)
+    assert ranked.returncode == 0, ranked.stderr
+    data = json.loads((tmp_path / "out" / "rank.json").read_text())
+    assert data["lr"] == {"lru": {"linear_map": [lr]}, "transformer": {"linear_map": [3e-3]}}
+    assert [t["mixer"] for t in data["tuning"]] == ["lru"]
+    assert {c["seeds"] for c in data["cells"]} == {2}  # seeds 0 and 1 only: no tuning seed joined a cell
+    assert "| lru | " + f"{lr:.0e}".replace("e-0", "e-") + " |" in ranked.stdout
