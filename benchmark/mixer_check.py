@@ -12,6 +12,8 @@ Each check is one small function ``check(subject) -> CheckResult`` over the mixe
     attention      the attention it exposes is causal and obeys bias and patch; or which callbacks are n/a
     seed_parallel  whether --seed-parallel batches its seeds, or why they run one by one
     learns         a short run of the suite learns a 1-sparse linear map (eval loss below LEARN_THRESHOLD)
+    noise          trained on noise (predict the next random token), its accuracy stays at chance: above
+                   it, the mixer sees the future in training (a leak the perturbation test can miss)
     speed          its training step over the Transformer's at two sequence lengths
 
 ``check_mixer`` runs them all and ``render`` prints the table; a check's status is ``pass`` or
@@ -46,6 +48,12 @@ ATOL = 1e-5  # float noise allowed where outputs are compared for "unchanged"
 LEARN_TASK = {"name": "linear_map", "state_size": 4, "sparsity": 1, "batch_size": 64}
 LEARN_STEPS = 100
 LEARN_THRESHOLD = 0.35
+# `noise`: random tokens of NOISE_VOCAB symbols; predicting the next one from the past is chance (1/8).
+# NOISE_STEPS of AdamW at 3e-3, then accuracy on fresh batches (2 × 32 × (L − 1) = 704 predictions at
+# L=12: a standard deviation of 0.012 at chance). A mixer that sees token t+1 copies it within these
+# steps (accuracy near 1); the limit, chance + 0.08 (about 6.5 standard deviations), leaves no doubt
+# either way.
+NOISE_VOCAB, NOISE_STEPS, NOISE_BATCH, NOISE_MARGIN = 8, 150, 32, 0.08
 SPEED_LENGTHS, SPEED_BATCH, SPEED_D_MODEL, SPEED_REPEATS = (64, 256), 8, 64, 5
 
 
@@ -347,6 +355,40 @@ def check_learns(s: Subject):
     if not loss < LEARN_THRESHOLD:
         return FAIL, f"eval loss {loss:.3f} after {LEARN_STEPS} steps, not below {LEARN_THRESHOLD} ({task})"
     return PASS, f"eval loss {loss:.3f} < {LEARN_THRESHOLD} after {LEARN_STEPS} steps ({task}; {seconds:.1f} s)"
+
+
+@register_check("noise")
+def check_noise(s: Subject):
+    generator = torch.Generator().manual_seed(0)
+
+    def batch() -> torch.Tensor:  # [NOISE_BATCH, length] random tokens
+        return torch.randint(NOISE_VOCAB, (NOISE_BATCH, s.length), generator=generator)
+
+    torch.manual_seed(0)
+    embed, mixer, head = nn.Embedding(NOISE_VOCAB, s.d_model), s.build(), nn.Linear(s.d_model, NOISE_VOCAB)
+    model = nn.ModuleList([embed, mixer, head])
+
+    def logits(tokens: torch.Tensor) -> torch.Tensor:  # [B, L - 1, V]: position t predicts token t + 1
+        return head(mixer(embed(tokens), MixerContext()))[:, :-1]
+
+    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    model.train()
+    for _ in range(NOISE_STEPS):
+        tokens = batch()
+        loss = nn.functional.cross_entropy(logits(tokens).reshape(-1, NOISE_VOCAB), tokens[:, 1:].reshape(-1))
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    model.eval()
+    with torch.no_grad():
+        tokens = torch.cat([batch(), batch()])
+        accuracy = (logits(tokens).argmax(-1) == tokens[:, 1:]).float().mean().item()
+    chance = 1 / NOISE_VOCAB
+    if accuracy > chance + NOISE_MARGIN:
+        return FAIL, (f"predicts the next random token with accuracy {accuracy:.2f} after {NOISE_STEPS} steps, "
+                      f"above chance {chance:.3f}: it sees the future in training")
+    return PASS, (f"next random token: accuracy {accuracy:.3f} after {NOISE_STEPS} steps, at chance {chance:.3f} "
+                  f"(limit {chance + NOISE_MARGIN:.2f}): no leak from the future")
 
 
 @register_check("speed")

@@ -8,7 +8,7 @@ from emergence_bench import cli, mixer_check
 from emergence_bench.mixers.base import TokenMixer
 from emergence_bench.registry import register_mixer
 
-CHEAP = ("learns", "speed")  # the two slow checks, run once (on the correct mixer) in this file
+CHEAP = ("learns", "noise", "speed")  # the slow checks, run once (on the correct mixer) in this file
 
 
 @register_mixer("test_check_prefix_mix")
@@ -93,6 +93,11 @@ def test_a_mixer_that_looks_ahead_fails_causal_naming_the_first_position_that_sa
     assert "output 3 changes when token 4 is perturbed (position 3 sees 1 position ahead)" in results["causal"].detail
 
 
+def test_a_mixer_that_sees_the_next_token_beats_chance_on_noise_and_fails():
+    result = mixer_check.check_noise(mixer_check.Subject("test_check_peek", {"start": 0}))
+    assert result.failed and "above chance 0.125: it sees the future in training" in result.detail
+
+
 def test_a_parameter_without_gradient_fails_gradients_naming_it():
     results = by_check(mixer_check.check_mixer("test_check_unused", skip=CHEAP))
     assert [name for name, r in results.items() if r.failed] == ["gradients"]
@@ -152,16 +157,16 @@ def test_the_command_on_an_installed_plugin_prints_the_table_and_exits_zero(tmp_
     rows = {line.split()[0]: line.split()[1] for line in lines[2:-1]}
     assert rows == {"builds": "pass", "shape": "pass", "causal": "pass", "gradients": "pass",
                     "deterministic": "pass", "state_dict": "pass", "attention": "info",
-                    "seed_parallel": "pass", "learns": "pass", "speed": "skip"}
+                    "seed_parallel": "pass", "learns": "pass", "noise": "pass", "speed": "skip"}
     assert "PrefixMix(width=4)" in result.stdout
     assert lines[-1].startswith("prefix_mix passes every check")
 
 
 def test_the_command_exits_one_naming_the_failed_check_and_two_on_bad_input(capsys):
-    assert cli.main(["check-mixer", "test_check_peek", "--mixer.start", "3", "--skip", "learns,speed"]) == 1
+    assert cli.main(["check-mixer", "test_check_peek", "--mixer.start", "3", "--skip", "learns,noise,speed"]) == 1
     out = capsys.readouterr().out
     assert "  causal         FAIL    not causal: output 3 changes when token 4 is perturbed" in out
-    assert out.splitlines()[-1] == "1 of 10 checks failed: causal"
+    assert out.splitlines()[-1] == "1 of 11 checks failed: causal"
     assert cli.main(["check-mixer", "transfomer"]) == 2
     assert "Did you mean 'transformer'" in capsys.readouterr().err
     assert cli.main(["check-mixer", "transformer", "--task.state_size", "4"]) == 2

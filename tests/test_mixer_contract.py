@@ -25,9 +25,9 @@ def subject(form: str) -> mixer_check.Subject:
     return mixer_check.Subject(form.split(":")[0], SMALL.get(form, {}), d_model=D, length=L)
 
 
-# Every check but `learns` (its own test below: the slow one) and `speed` (speed claims live in
-# `emergence-bench speed`, never in a timed unit test).
-CONTRACT = [c for c in mixer_check.CHECKS if c.check_name not in ("learns", "speed")]
+# Every check but `learns` and `noise` (their own tests below: the slow ones) and `speed` (speed
+# claims live in `emergence-bench speed`, never in a timed unit test).
+CONTRACT = [c for c in mixer_check.CHECKS if c.check_name not in ("learns", "noise", "speed")]
 
 
 @pytest.mark.parametrize("check", CONTRACT, ids=lambda c: c.check_name)
@@ -52,6 +52,13 @@ def test_the_registered_settings_build_at_their_widths(name):
 @pytest.mark.parametrize("name", MIXERS)
 def test_a_short_run_learns_a_one_sparse_map(name):
     result = mixer_check.check_learns(subject(name))
+    assert result.status == mixer_check.PASS, result.detail
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_trained_on_noise_a_mixer_stays_at_chance(name):
+    """No leak from the future in training: the next random token is not predictable from the past."""
+    result = mixer_check.check_noise(subject(name))
     assert result.status == mixer_check.PASS, result.detail
 
 

@@ -109,7 +109,7 @@ def test_write_puts_markdown_csv_and_json_next_to_the_results(tmp_path):
     assert (tmp_path / "rank.md").read_text().startswith("## Ranking")
     assert (tmp_path / "rank.csv").read_text().splitlines()[0].startswith("rank,mixer,score")
     data = json.loads((tmp_path / "rank.json").read_text())
-    assert set(data) == {"ladders", "baseline", "ranking", "families", "cells", "plateau"}
+    assert set(data) == {"ladders", "baseline", "ranking", "families", "cells", "plateau", "lr", "tuning", "reference"}
     assert len(data["cells"]) == 6 and data["baseline"] is None  # no transformer among a, b: no plateau score
 
 
@@ -120,7 +120,7 @@ def test_rank_command_prints_the_ranking_and_refuses_a_bad_rung(tmp_path, capsys
         (tmp_path / r["run_id"]).mkdir()
         (tmp_path / r["run_id"] / "result.json").write_text(json.dumps(r))
     assert main(["rank", str(tmp_path)]) == 0
-    assert "| 1 | a | 1000 | - | 0.67 ± 0.13 | - | 0.667 |" in capsys.readouterr().out
+    assert "| 1 | a | - | 1000 | - | 0.67 ± 0.13 | - | 0.667 |" in capsys.readouterr().out
     # --baseline: b's plateau ends over a's. b's median is never reached: at rung 1 over a's 120 (a
     # lower bound, 1000 / 120), at rung 2 over 400 (2.5); rung 3, where neither's is, is left out.
     assert main(["rank", str(tmp_path), "--baseline", "a"]) == 0
@@ -235,7 +235,7 @@ def test_the_report_compares_mixers_against_the_transformer_with_survival_forest
     # Without state sizes (older results) that figure is listed as not drawn, with the reason.
     page = Page()
     assert ranking_section([{k: v for k, v in r.items() if k != "state_size"} for r in records], page)
-    assert [name for name, _ in page.missing] == ["state"]
+    assert [name for name, _ in page.missing] == ["tuning", "state"]  # not tuned here: no tuning curves
 
 
 def test_two_rankings_disagree_only_where_one_puts_a_strictly_above_b_and_the_other_strictly_below():

@@ -35,9 +35,9 @@ from emergence_bench.reporting.plateau_score import plateau_end
 from emergence_bench.reporting.stats import kaplan_meier_median, wilson_interval
 from emergence_bench.reporting.table import Table
 from emergence_bench.result_row import ResultRow, emergence_step
-from emergence_bench.execution.tuning import TUNING_DIR, read_tables
+from emergence_bench.execution.tuning import read_tables
 from emergence_bench.reporting import reference
-from emergence_bench.results import RANK_STEM, load_records, write_json, write_text
+from emergence_bench.results import RANK_STEM, TUNING_DIR, load_records, write_json, write_text
 
 Z = 1.96  # 95%
 
@@ -195,8 +195,9 @@ def learning_rates(records: list[ResultRow]) -> dict[str, dict[str, list[float]]
     labels = mixer_labels(records)
     found: dict[str, dict[str, set[float]]] = {}
     for r in records:
-        found.setdefault(mixer_label(r, labels), {}).setdefault(r["config"]["task"]["name"], set()).add(
-            r["config"]["optim"]["lr"])
+        lrs = found.setdefault(mixer_label(r, labels), {}).setdefault(r["config"]["task"]["name"], set())
+        if (lr := r["config"].get("optim", {}).get("lr")) is not None:
+            lrs.add(lr)
     return {m: {f: sorted(v) for f, v in sorted(by.items())} for m, by in sorted(found.items())}
 
 
@@ -377,6 +378,7 @@ def reference_tuning(ref: dict | None, records: list[ResultRow], have: set[tuple
             return []
         if reference.refusal(ref, records) is not None:
             return []
-    used = {(r["config"]["mixer"]["name"], r["config"]["task"]["name"], r["config"]["optim"]["lr"]) for r in records}
+    used = {(r["config"]["mixer"]["name"], r["config"]["task"]["name"], r["config"].get("optim", {}).get("lr"))
+            for r in records}
     return [t for t in ref["tuning"] if (t["mixer"], t["group"]) not in have
             and (t["mixer"], t["family"], t["chosen"].get("optim.lr")) in used]

@@ -28,7 +28,7 @@ from typing import Any
 from emergence_bench.config import ConfigError, scientific
 from emergence_bench.reporting.leaderboard import flatten
 from emergence_bench.result_row import ResultRow, section
-from emergence_bench.results import SCHEMA_VERSION, load_records, write_atomic
+from emergence_bench.results import SCHEMA_VERSION, TUNING_DIR, code_version, load_records, write_atomic
 
 REFERENCE_DIR = Path(__file__).parents[1] / "presets" / "reference"
 BUILTIN = "builtin"  # --reference builtin: the reference of the standard CPU ladder
@@ -111,8 +111,9 @@ def refusal(reference: dict, records: list[ResultRow]) -> str | None:
 def rows(reference: dict, without: set[str] = frozenset()) -> list[ResultRow]:
     """The reference's rows as result rows the ranking reads, leaving out the mixers in ``without``
     (those the user's own runs rank in their place)."""
+    commit, dirty = reference["commit"].removesuffix(" (dirty)"), reference["commit"].endswith(" (dirty)")
     header = {"schema_version": SCHEMA_VERSION, "versions": reference["versions"], "error": None,
-              "provenance": {"git": {"commit": reference["commit"], "dirty": False}, "machine": reference["machine"]}}
+              "provenance": {"git": {"commit": commit, "dirty": dirty}, "machine": reference["machine"]}}
     return [{**header, **row} for row in reference["rows"] if row["config"]["mixer"]["name"] not in without]
 
 
@@ -129,7 +130,7 @@ def compact(record: ResultRow) -> dict:
 def build(root: str | Path, preset: str) -> dict:
     """A reference from the finished ranking under ``root`` (its tuning tables too, if there)."""
     from emergence_bench.execution.sweep import load_sweep
-    from emergence_bench.execution.tuning import TUNING_DIR, read_tables
+    from emergence_bench.execution.tuning import read_tables
 
     sweep = load_sweep(preset)
     if sweep.tuning is None or sweep.ladder is None:
@@ -139,10 +140,10 @@ def build(root: str | Path, preset: str) -> dict:
     if unfinished or not records:
         raise ConfigError(f"{root}: {len(unfinished)} failed run(s) (or none at all): finish the sweep first")
     first = records[0]
-    commits = {section(r, "provenance").get("git", {}).get("commit") for r in records}
+    commits = sorted({code_version(r) for r in records})  # "abc1234 (dirty)" where the tree had changes
     tuned_keys = sorted(sweep.tuning.grid)
     return {"format": FORMAT, "preset": preset, "ladder": sweep.ladder, "tuned_keys": tuned_keys,
-            "commit": sorted(c or "unknown" for c in commits)[0] if len(commits) == 1 else sorted(map(str, commits)),
+            "commit": ", ".join(commits),
             "versions": first["versions"], "machine": section(first, "provenance").get("machine", {}),
             "created": time.strftime("%Y-%m-%d", time.gmtime()), "python": platform.python_version(),
             "families": families(records, tuned_keys), "tuning": read_tables(Path(root) / TUNING_DIR),

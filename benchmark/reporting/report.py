@@ -35,12 +35,12 @@ import torch  # noqa: E402
 
 from emergence_bench.config import ConfigError, scientific  # noqa: E402
 from emergence_bench.reporting import comparison, leaderboard, rank  # noqa: E402
-from emergence_bench.execution.tuning import TUNING_DIR, read_tables  # noqa: E402
+from emergence_bench.execution.tuning import read_tables  # noqa: E402
 from emergence_bench.reporting.thresholds import threshold_figure  # noqa: E402
 from emergence_bench.reporting.tuning_curves import tuning_figure  # noqa: E402
 from emergence_bench.reporting.table import Table  # noqa: E402
 from emergence_bench.result_row import ResultRow, emergence_step, section, step_budget  # noqa: E402
-from emergence_bench.results import (MAPS_FILE, REPORT_FILE, RESULT_FILE, code_version, load_records,  # noqa: E402
+from emergence_bench.results import (MAPS_FILE, REPORT_FILE, RESULT_FILE, TUNING_DIR, code_version, load_records,  # noqa: E402
                                      mixed_code_note, write_atomic, write_text)
 
 # Every figure is drawn at the page's width (PAGE_INCHES at DPI: 1200 pixels, the page's max-width), so

@@ -1,0 +1,118 @@
+"""Shipped reference results (emergence_bench.reporting.reference): ranking a plugin against them, and
+refusing them, in one line, where they do not apply."""
+
+import copy
+import gzip
+import json
+
+import pytest
+
+from emergence_bench.cli import main
+from emergence_bench.config import ConfigError
+from emergence_bench.reporting import rank, reference
+
+
+def row(mixer, sparsity, seed, emerged, torch="2.13.0", max_steps=600, lr=1e-3):
+    return {"schema_version": 2, "run_id": f"{mixer}-{sparsity}-{seed}", "status": "ok", "seed": seed, "error": None,
+            "parameters": 100, "versions": {"torch": torch},
+            "config": {"seed": seed, "task": {"name": "linear_map", "sparsity": sparsity, "state_size": 10},
+                       "mixer": {"name": mixer}, "model": {"d_model": 32}, "optim": {"lr": lr, "weight_decay": 0.01},
+                       "trainer": {"max_steps": max_steps}, "callbacks": {}},
+            "timing": {"steps": emerged or max_steps}, "emergence": {"step": emerged}, "plateau": {"end_step": emerged}}
+
+
+def built_in_rows():
+    """Two built-in mixers on a 2-rung ladder, 4 seeds: transformer solves both, lru only the first."""
+    return [row("transformer", s, seed, 100 * s) for s in (1, 2) for seed in range(4)] + \
+           [row("lru", s, seed, 200 if s == 1 else None, lr=3e-3) for s in (1, 2) for seed in range(4)]
+
+
+def a_reference(rows=None):
+    rows = rows or built_in_rows()
+    tables = [{"mixer": "lru", "group": "lm", "family": "linear_map", "chosen": {"optim.lr": 3e-3}, "grid": {},
+               "points": [], "edge": None}]
+    return {"format": reference.FORMAT, "preset": "toy", "ladder": "toy-v1", "tuned_keys": ["optim.lr"],
+            "commit": "abc", "versions": {"torch": "2.13.0"}, "machine": {"cpus": 2}, "created": "2026-12-04",
+            "families": reference.families(rows, ["optim.lr"]), "tuning": tables,
+            "rows": [reference.compact(r) for r in rows]}
+
+
+def write_reference(path, data):
+    path.write_bytes(gzip.compress(json.dumps(data).encode()))
+    return str(path)
+
+
+def results(tmp_path, rows):
+    for r in rows:
+        folder = tmp_path / "runs" / "linear-map" / r["run_id"]
+        folder.mkdir(parents=True)
+        (folder / "result.json").write_text(json.dumps(r))
+    return tmp_path / "runs"
+
+
+def plugin(**kw):
+    return [row("my_mixer", s, seed, 150 if s == 1 else (300 if seed < 2 else None), **kw)
+            for s in (1, 2) for seed in range(4)]
+
+
+def test_a_plugin_is_ranked_against_the_reference_without_its_rows_being_retrained(tmp_path):
+    file = write_reference(tmp_path / "ref.json.gz", a_reference())
+    ranked, markdown = rank.write(results(tmp_path, plugin()), reference_name=file)
+    table = ranked["ranking"].set_index("mixer")
+    assert sorted(table.index) == ["lru", "my_mixer", "transformer"]
+    assert table.loc["transformer", "score"] == 1.0 and table.loc["my_mixer", "score"] == 0.75
+    assert table.loc["lru", "score"] == 0.5
+    assert ranked["lr"]["lru"] == {"linear_map": [3e-3]} and ranked["reference"]["ladder"] == "toy-v1"
+    assert [t["mixer"] for t in ranked["tuning"]] == ["lru"]  # the reference's table behind lru's lr
+    assert markdown.startswith("Ranked against reference toy (ladder toy-v1, commit abc")
+
+
+def test_the_users_own_run_of_a_built_in_mixer_replaces_the_references():
+    ours = [row("lru", s, seed, 50) for s in (1, 2) for seed in range(4)]
+    rows = reference.rows(a_reference(), without={"lru"})
+    assert {r["config"]["mixer"]["name"] for r in rows} == {"transformer"}
+    assert all(r["versions"] == {"torch": "2.13.0"} and r["schema_version"] == 2 for r in rows)
+    assert reference.refusal(a_reference(), ours) is None
+
+
+@pytest.mark.parametrize("change, says", [
+    (dict(torch="3.0.1"), "your runs used torch 3.x, another major version"),
+    (dict(max_steps=2400), "trainer.max_steps=2400, its ladder 600: another ladder version"),
+])
+def test_a_reference_that_does_not_apply_is_refused_in_one_line(tmp_path, change, says, capsys):
+    ref = a_reference()
+    assert says in reference.refusal(ref, plugin(**change))
+    file = write_reference(tmp_path / "ref.json.gz", ref)
+    folder = results(tmp_path, plugin(**change))
+    assert main(["rank", str(folder), "--reference", file]) != 0
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith("error: reference toy (ladder toy-v1, torch 2.13.0)")
+    assert says in err
+    assert not (folder / "rank.md").exists()
+
+
+def test_a_rung_or_family_the_reference_lacks_is_refused():
+    extra_rung = [row("my_mixer", 3, seed, None) for seed in range(4)] + plugin()
+    assert "rung(s) [3] it lacks" in reference.refusal(a_reference(), extra_rung)
+    other = copy.deepcopy(plugin())
+    for r in other:
+        r["config"]["task"]["name"] = "dyck"
+    assert "it has no dyck family" in reference.refusal(a_reference(), other)
+
+
+def test_an_unknown_reference_name_lists_what_there_is():
+    with pytest.raises(ConfigError, match="no reference 'nope'"):
+        reference.load("nope")
+
+
+def test_the_builtin_reference_is_of_the_frozen_tuned_ladder():
+    from emergence_bench.execution.sweep import load_sweep
+
+    ref = reference.load(reference.BUILTIN)
+    sweep = load_sweep(reference.BUILTIN_PRESET)
+    assert ref["ladder"] == sweep.ladder and ref["tuned_keys"] == sorted(sweep.tuning.grid)
+    # Every row is a run the frozen preset makes (same id), and every run of the preset has its row.
+    assert sorted(r["run_id"] for r in ref["rows"]) == sorted(c.run_id() for _, c in sweep.runs())
+    assert ref["commit"] and ref["versions"]["torch"] and ref["machine"]
+    assert {(t["mixer"], t["group"]) for t in ref["tuning"]} == {(m, g) for m in sweep.tuned for g in sweep.tuned[m]}
+    assert all(t["chosen"] == sweep.tuned[t["mixer"]][t["group"]] for t in ref["tuning"])
