@@ -146,7 +146,7 @@ def cmd_list(args, extra) -> int:
     lines.append("presets:")
     for name in presets():
         sweep = load_sweep(name)
-        lines.append(f"  {name}  ({len(sweep.raw_runs())} runs) {sweep.description}".rstrip())
+        lines.append(f"  {name}  ({sweep.count()} runs) {sweep.description}".rstrip())
     print("\n".join(lines))
     return 0
 
@@ -268,7 +268,7 @@ def cmd_sweep(args, extra) -> int:
                          seed_parallel=parallel, batching=args.batching or this.batching)
 
     try:
-        if jobs:
+        if jobs and sweep.tuning is not None:
             tuning_parallel = args.seed_parallel or (sweep.tuning.seed_parallel if args.executor == "local" else 1)
             tuning.tune(sweep, Path(out), lambda this, folder: train(this, folder, tuning_parallel), jobs,
                         lambda line: print(line, file=sys.stderr, flush=True))

@@ -125,8 +125,8 @@ def test_rank_command_prints_the_ranking_and_refuses_a_bad_rung(tmp_path, capsys
     # lower bound, 1000 / 120), at rung 2 over 400 (2.5); rung 3, where neither's is, is left out.
     assert main(["rank", str(tmp_path), "--baseline", "a"]) == 0
     out = capsys.readouterr().out
-    assert "| 1 | a | 1000 | - | 0.67 ± 0.13 | 1 (baseline) |" in out
-    assert f"| 2 | b | 1000 | - | 0.11 ± 0.14 | >{(1000 / 120 * 2.5) ** 0.5:.2g}× [" in out
+    assert "| 1 | a | - | 1000 | - | 0.67 ± 0.13 | 1 (baseline) |" in out
+    assert f"| 2 | b | - | 1000 | - | 0.11 ± 0.14 | >{(1000 / 120 * 2.5) ** 0.5:.2g}× [" in out
     assert "| linear_map | task.sparsity=1 | b | 3 | 1/3 (0.06–0.79) | >1000 | >8.3× [" in out
     assert main(["rank", str(tmp_path), "--baseline", "transformer"]) == 2
     assert main(["rank", str(tmp_path), "--rung", "linear_map"]) == 2

@@ -144,7 +144,8 @@ def test_every_figure_is_registered_with_its_reason_when_absent_and_the_cli_offe
     for figure in report.REGISTRY.values():
         assert figure.name and figure.title and figure.absent, figure
         assert figure.part_of in (None, *report.FIGURES), figure
-    assert [f.name for f in report.REGISTRY.values() if f.part_of == "ranking"] == ["survival", "forest", "state"]
+    assert [f.name for f in report.REGISTRY.values() if f.part_of == "ranking"] == ["tuning", "survival", "forest",
+                                                                                      "state"]
     with pytest.raises(SystemExit):
         parser().parse_args(["report", "DIR", "--help"])
     offered = " ".join(capsys.readouterr().out.split())

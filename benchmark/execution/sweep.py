@@ -36,10 +36,10 @@ from contextlib import contextmanager
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, Literal
 
 from emergence_bench.config import (Batching, ConfigError, RunConfig, TrainerConfig, check_choices, load_yaml, resolve,
                                     set_dotted)
-from emergence_bench.execution.tuning import Tuning, parse_tuned
 from emergence_bench.execution.workers import Interrupted, Workers, WorkerLost
 from emergence_bench.machine.threads import available_cpus, set_cpu_share
 from emergence_bench.result_row import Row
@@ -62,6 +62,52 @@ def merge(base: dict, override: dict) -> dict:
         else:
             merged[key] = copy.deepcopy(value)
     return merged
+
+
+Rung = Literal["middle", "all"]
+
+
+@dataclass
+class Tuning:
+    """A preset's ``tuning:`` section (see emergence_bench.execution.tuning)."""
+
+    seeds: list[int]
+    grid: dict[str, list]
+    rung: Rung = "middle"
+    seed_parallel: int = 1
+    widen: int = 2
+
+    @classmethod
+    def parse(cls, data: Any, where: str) -> Tuning:
+        if not isinstance(data, dict):
+            raise ConfigError(f"{where}tuning must be a mapping (seeds, grid, rung, seed_parallel, widen), got {data!r}")
+        allowed = {"seeds", "grid", "rung", "seed_parallel", "widen"}
+        if unknown := sorted(set(data) - allowed):
+            raise ConfigError(f"{where}unknown tuning key(s) {', '.join(unknown)}; valid: {', '.join(sorted(allowed))}")
+        seeds, grid = data.get("seeds"), data.get("grid")
+        if not isinstance(seeds, list) or not seeds or not all(isinstance(s, int) for s in seeds):
+            raise ConfigError(f"{where}tuning.seeds must be a non-empty list of whole numbers, got {seeds!r}")
+        if not isinstance(grid, dict) or not grid or not all(isinstance(v, list) and v for v in grid.values()):
+            raise ConfigError(f"{where}tuning.grid must map dotted keys to non-empty lists, got {grid!r}")
+        tuning = cls(seeds=seeds, grid={k: list(v) for k, v in grid.items()}, rung=data.get("rung", "middle"),
+                     seed_parallel=data.get("seed_parallel", 1), widen=data.get("widen", 2))
+        if tuning.rung not in ("middle", "all"):
+            raise ConfigError(f"{where}tuning.rung must be middle or all, got {tuning.rung!r}")
+        for name in ("seed_parallel", "widen"):
+            value = getattr(tuning, name)
+            if not isinstance(value, int) or value < (1 if name == "seed_parallel" else 0):
+                raise ConfigError(f"{where}tuning.{name} must be a whole number, got {value!r}")
+        return tuning
+
+
+def parse_tuned(data: Any, where: str) -> dict[str, dict[str, dict[str, Any]]]:
+    """A preset's ``tuned:`` map, checked: mixer name -> group name -> {dotted key: value}."""
+    if data is None:
+        return {}
+    if not isinstance(data, dict) or not all(isinstance(g, dict) and all(isinstance(v, dict) for v in g.values())
+                                             for g in data.values()):
+        raise ConfigError(f"{where}tuned must map mixer -> group -> {{dotted key: value}}, got {data!r}")
+    return copy.deepcopy(data)
 
 
 @dataclass

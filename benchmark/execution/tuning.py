@@ -33,60 +33,15 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from emergence_bench.config import ConfigError, set_dotted
+from emergence_bench.execution.sweep import Group, Sweep, merge
 from emergence_bench.reporting.stats import kaplan_meier_median, wilson_interval
 from emergence_bench.result_row import ResultRow, emergence_step, step_budget
 from emergence_bench.results import TUNING_DIR, read_result, write_json
 
 TABLES_FILE = "tuning.json"  # DIR/tuning/tuning.json: the tuning tables, rewritten after each tuning
-
-Rung = Literal["middle", "all"]
-
-
-@dataclass
-class Tuning:
-    """A preset's ``tuning:`` section (see the module docstring)."""
-
-    seeds: list[int]
-    grid: dict[str, list]
-    rung: Rung = "middle"
-    seed_parallel: int = 1
-    widen: int = 2
-
-    @classmethod
-    def parse(cls, data: Any, where: str) -> Tuning:
-        if not isinstance(data, dict):
-            raise ConfigError(f"{where}tuning must be a mapping (seeds, grid, rung, seed_parallel, widen), got {data!r}")
-        allowed = {"seeds", "grid", "rung", "seed_parallel", "widen"}
-        if unknown := sorted(set(data) - allowed):
-            raise ConfigError(f"{where}unknown tuning key(s) {', '.join(unknown)}; valid: {', '.join(sorted(allowed))}")
-        seeds, grid = data.get("seeds"), data.get("grid")
-        if not isinstance(seeds, list) or not seeds or not all(isinstance(s, int) for s in seeds):
-            raise ConfigError(f"{where}tuning.seeds must be a non-empty list of whole numbers, got {seeds!r}")
-        if not isinstance(grid, dict) or not grid or not all(isinstance(v, list) and v for v in grid.values()):
-            raise ConfigError(f"{where}tuning.grid must map dotted keys to non-empty lists, got {grid!r}")
-        tuning = cls(seeds=seeds, grid={k: list(v) for k, v in grid.items()}, rung=data.get("rung", "middle"),
-                     seed_parallel=data.get("seed_parallel", 1), widen=data.get("widen", 2))
-        if tuning.rung not in ("middle", "all"):
-            raise ConfigError(f"{where}tuning.rung must be middle or all, got {tuning.rung!r}")
-        for name in ("seed_parallel", "widen"):
-            value = getattr(tuning, name)
-            if not isinstance(value, int) or value < (1 if name == "seed_parallel" else 0):
-                raise ConfigError(f"{where}tuning.{name} must be a whole number, got {value!r}")
-        return tuning
-
-
-def parse_tuned(data: Any, where: str) -> dict[str, dict[str, dict[str, Any]]]:
-    """A preset's ``tuned:`` map, checked: mixer name -> group name -> {dotted key: value}."""
-    if data is None:
-        return {}
-    if not isinstance(data, dict) or not all(isinstance(g, dict) and all(isinstance(v, dict) for v in g.values())
-                                             for g in data.values()):
-        raise ConfigError(f"{where}tuned must map mixer -> group -> {{dotted key: value}}, got {data!r}")
-    return copy.deepcopy(data)
-
 
 # --- the choice rule -----------------------------------------------------------------------------
 @dataclass
@@ -198,7 +153,7 @@ def rung_axis(group_grid: dict[str, list], group: str) -> tuple[str, list]:
     return keys[0], list(group_grid[keys[0]])
 
 
-def tuning_rungs(rungs: list, rung: Rung) -> list:
+def tuning_rungs(rungs: list, rung: str) -> list:
     return rungs if rung == "all" else [rungs[len(rungs) // 2]]
 
 
@@ -219,8 +174,6 @@ class Job:
 def runs_of(sweep, job: Job) -> list[tuple[dict, dict]]:
     """[(grid point values, raw run config)] of ``job``'s tuning runs: the group's base and the sweep's
     other axes, the mixer, the tuning rungs and seeds, and every point of the job's grid."""
-    from emergence_bench.execution.sweep import merge
-
     group = next(g for g in sweep.groups if g.name == job.group)
     base = merge(merge(sweep.base, group.base), {"mixer": job.mixer})
     axis, rungs = rung_axis(group.grid, group.name)
@@ -242,8 +195,6 @@ def runs_of(sweep, job: Job) -> list[tuple[dict, dict]]:
 def tuning_sweep(sweep, jobs: list[Job]):
     """The Sweep that trains ``jobs``' tuning runs: one group per (mixer, group), named after the group,
     so its runs go under DIR/tuning/<group>/."""
-    from emergence_bench.execution.sweep import Group, Sweep
-
     groups = []
     for job in jobs:
         group = next(g for g in sweep.groups if g.name == job.group)

@@ -23,9 +23,11 @@ import json
 import platform
 import time
 from pathlib import Path
-from typing import Any
+from collections.abc import Collection
+from typing import Any, cast
 
 from emergence_bench.config import ConfigError, scientific
+from emergence_bench.reporting.ladder import ladders
 from emergence_bench.reporting.leaderboard import flatten
 from emergence_bench.result_row import ResultRow, section
 from emergence_bench.results import SCHEMA_VERSION, TUNING_DIR, code_version, load_records, write_atomic
@@ -71,8 +73,6 @@ def signature(record: ResultRow, axis: str | None, tuned_keys: list[str]) -> dic
 
 def families(records: list[ResultRow], tuned_keys: list[str]) -> dict[str, dict]:
     """family -> {axis, rungs, signature} of ``records``, which must be one ladder (one signature a family)."""
-    from emergence_bench.reporting.rank import ladders
-
     found = {}
     for family, ladder in ladders(records).items():
         members = [r for r in records if r["config"]["task"]["name"] == family]
@@ -108,13 +108,14 @@ def refusal(reference: dict, records: list[ResultRow]) -> str | None:
     return None
 
 
-def rows(reference: dict, without: set[str] = frozenset()) -> list[ResultRow]:
+def rows(reference: dict, without: Collection[str] = ()) -> list[ResultRow]:
     """The reference's rows as result rows the ranking reads, leaving out the mixers in ``without``
     (those the user's own runs rank in their place)."""
     commit, dirty = reference["commit"].removesuffix(" (dirty)"), reference["commit"].endswith(" (dirty)")
     header = {"schema_version": SCHEMA_VERSION, "versions": reference["versions"], "error": None,
               "provenance": {"git": {"commit": commit, "dirty": dirty}, "machine": reference["machine"]}}
-    return [{**header, **row} for row in reference["rows"] if row["config"]["mixer"]["name"] not in without]
+    return [cast(ResultRow, {**header, **row}) for row in reference["rows"]
+            if row["config"]["mixer"]["name"] not in without]
 
 
 def compact(record: ResultRow) -> dict:
