@@ -91,6 +91,14 @@ def test_a_reference_that_does_not_apply_is_refused_in_one_line(tmp_path, change
     assert not (folder / "rank.md").exists()
 
 
+def test_one_rung_of_the_ladder_is_ranked_against_the_reference(tmp_path):
+    one_rung = [r for r in plugin() if r["config"]["task"]["sparsity"] == 2]
+    assert reference.refusal(a_reference(), one_rung) is None
+    file = write_reference(tmp_path / "ref.json.gz", a_reference())
+    ranked, _ = rank.write(results(tmp_path, one_rung), reference_name=file)
+    assert sorted(ranked["ranking"]["mixer"]) == ["lru", "my_mixer", "transformer"]
+
+
 def test_a_rung_or_family_the_reference_lacks_is_refused():
     extra_rung = [row("my_mixer", 3, seed, None) for seed in range(4)] + plugin()
     assert "rung(s) [3] it lacks" in reference.refusal(a_reference(), extra_rung)

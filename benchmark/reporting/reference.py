@@ -97,7 +97,11 @@ def refusal(reference: dict, records: list[ResultRow]) -> str | None:
         theirs = by_family[family]
         if ladder["axis"] not in (None, theirs["axis"]):
             return f"{name} does not apply: your {family} ladder varies {ladder['axis']}, the reference's {theirs['axis']}"
-        extra = [r for r in ladder["rungs"] if r not in theirs["rungs"]]
+        rungs = ladder["rungs"]
+        if ladder["axis"] is None:  # one rung of the ladder run: its value under the reference's key
+            rungs = sorted({flatten(scientific(r["config"])).get(theirs["axis"]) for r in records
+                            if r["config"]["task"]["name"] == family}, key=str)
+        extra = [r for r in rungs if r not in theirs["rungs"]]
         if extra:
             return f"{name} does not apply: your {family} runs have rung(s) {extra} it lacks (it has {theirs['rungs']})"
         ours = {k: v for k, v in ladder["signature"].items() if k != theirs["axis"]}
