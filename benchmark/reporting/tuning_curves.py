@@ -3,13 +3,15 @@
 
 from __future__ import annotations
 
+import math
+
 import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
-from emergence_bench.reporting.comparison import plain_log  # noqa: E402
+from matplotlib import ticker  # noqa: E402
 
 KEY = "optim.lr"
 
@@ -33,14 +35,17 @@ def tuning_figure(tables: list[dict]) -> Figure | None:
             points = sorted((p for p in table["points"] if p["area"] is not None), key=lambda p: p["values"][KEY])
             if not points:
                 continue
-            # A small sideways offset per mixer, so equal areas (common with few seeds) stay readable.
-            shift = 1 + 0.06 * (i - (len(mixers) - 1) / 2) / max(1, len(mixers) - 1)
+            # A sideways offset per mixer (×0.84 to ×1.19), so equal areas (common with few seeds) stay
+            # apart; the grid's values are ×3 or more apart.
+            shift = math.exp(0.35 * (i - (len(mixers) - 1) / 2) / max(1, len(mixers) - 1))
             x = [p["values"][KEY] * shift for p in points]
             y = [p["area"] for p in points]
             errors = [[a - p["area_low"] for a, p in zip(y, points)], [p["area_high"] - a for a, p in zip(y, points)]]
             colour = colours[table["mixer"]]
-            ax.errorbar(x, y, yerr=errors, color=colour, marker="o", markersize=3, linewidth=1.2, capsize=2,
-                        elinewidth=0.7, label=table["mixer"])
+            bars = ax.errorbar(x, y, yerr=errors, color=colour, marker="o", markersize=3, linewidth=1.2, capsize=0,
+                               elinewidth=0.8, label=table["mixer"])
+            for line in bars[2]:
+                line.set_alpha(0.4)
             chosen = next(p for p in points if p["values"] == table["chosen"])
             ax.plot([chosen["values"][KEY] * shift], [chosen["area"]], marker="o", markersize=8, color=colour,
                     markerfacecolor=colour if not table.get("edge") else "white", markeredgewidth=1.5)
@@ -48,7 +53,9 @@ def tuning_figure(tables: list[dict]) -> Figure | None:
         ax.set_title(f"{group} ({rungs['rung_axis'].removeprefix('task.')} = "
                      f"{', '.join(map(str, rungs['rungs']))})", fontsize=9)
         ax.set_xscale("log")
-        plain_log(ax.xaxis)
+        values = sorted({p["values"][KEY] for t in tables if t["group"] == group for p in t["points"]})
+        ax.set_xticks(values, [f"{v:.0e}".replace("e-0", "e-") for v in values], fontsize=8)
+        ax.xaxis.set_minor_locator(ticker.NullLocator())
         ax.set_xlabel("learning rate")
         ax.set_ylim(-0.05, 1.05)
         ax.grid(alpha=0.3)
