@@ -156,6 +156,7 @@ def cli(*args, cwd):
                           timeout=600)
 
 
+@pytest.mark.slow  # three CLI processes; the rule, edges and the frozen ladder have fast tests above
 def test_a_plugin_is_tuned_first_then_ranked_at_its_choice_and_it_resumes(tmp_path):
     (tmp_path / "tiny.yaml").write_text(TINY)
     first = cli("sweep", "tiny.yaml", "--mixers", "transformer,lru", "--out", "out", cwd=tmp_path)
