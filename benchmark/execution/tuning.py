@@ -35,8 +35,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from emergence_bench.config import ConfigError, set_dotted
-from emergence_bench.execution.sweep import Group, Sweep, merge
+from emergence_bench.config import ConfigError
+from emergence_bench.execution.sweep import Group, Sweep
 from emergence_bench.reporting.stats import kaplan_meier_median, wilson_interval
 from emergence_bench.result_row import ResultRow, emergence_step, step_budget
 from emergence_bench.results import TUNING_DIR, read_result, write_json
@@ -171,27 +171,6 @@ class Job:
         return self.mixer["name"]
 
 
-def runs_of(sweep, job: Job) -> list[tuple[dict, dict]]:
-    """[(grid point values, raw run config)] of ``job``'s tuning runs: the group's base and the sweep's
-    other axes, the mixer, the tuning rungs and seeds, and every point of the job's grid."""
-    group = next(g for g in sweep.groups if g.name == job.group)
-    base = merge(merge(sweep.base, group.base), {"mixer": job.mixer})
-    axis, rungs = rung_axis(group.grid, group.name)
-    fixed = {k: v for k, v in {**sweep.grid, **group.grid}.items() if k not in ("seed", "mixer", axis)}
-    fixed = {k: v for k, v in fixed.items() if k not in job.grid}
-    runs = []
-    for point in itertools.product(*job.grid.values()):
-        values = dict(zip(job.grid, point))
-        for other in itertools.product(*fixed.values()):
-            for rung in tuning_rungs(rungs, sweep.tuning.rung):
-                for seed in sweep.tuning.seeds:
-                    config = copy.deepcopy(base)
-                    for key, value in [*zip(fixed, other), (axis, rung), ("seed", seed), *values.items()]:
-                        set_dotted(config, key, copy.deepcopy(value))
-                    runs.append((values, config))
-    return runs
-
-
 def tuning_sweep(sweep, jobs: list[Job]):
     """The Sweep that trains ``jobs``' tuning runs: one group per (mixer, group), named after the group,
     so its runs go under DIR/tuning/<group>/."""
@@ -215,9 +194,8 @@ def job_table(sweep, job: Job, out: Path) -> dict:
     axis, rungs = rung_axis(group.grid, group.name)
     used = tuning_rungs(rungs, sweep.tuning.rung)
     by_point: dict[str, dict[Any, list[ResultRow]]] = {}
-    for values, raw in runs_of(sweep, job):
-        if sweep.scale != 1.0:
-            sweep._rescale(raw)
+    for _, raw in tuning_sweep(sweep, [job]).raw_runs():  # the very runs the tuning sweep trains
+        values = {key: _dotted(raw, key) for key in job.grid}
         record = read_result(out / job.group / check(raw).run_id())
         if record is not None:
             rung = _dotted(raw, axis)
