@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import shutil
+import signal
 import subprocess
 import tempfile
 import time
@@ -95,37 +97,62 @@ def check_page(page: str | Path, screenshot: str | Path | None = None, browser: 
         raise FileNotFoundError(f"no headless browser found (one of {', '.join(BROWSERS)}); "
                                 "on Debian: apt-get install chromium")
     page = Path(page).resolve()
-    with tempfile.TemporaryDirectory(prefix="emergence-bench-browser-") as profile:
+    profile = tempfile.mkdtemp(prefix="emergence-bench-browser-")
+    # Its own session: the browser's helper processes (crash handler, utility) go with it at the end.
+    try:
         process = subprocess.Popen([browser, "--headless=new", "--no-sandbox", "--disable-gpu", "--no-first-run",
                                     "--remote-debugging-port=0", f"--user-data-dir={profile}", "about:blank"],
-                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    except OSError:
+        _remove(Path(profile))
+        raise
+    try:
+        port = _port(Path(profile) / "DevToolsActivePort", process, timeout)
+        targets = json.loads(urllib.request.urlopen(f"http://127.0.0.1:{port}/json/list", timeout=timeout).read())
+        target = next(t for t in targets if t.get("type") == "page")
+        tools = _DevTools(target["webSocketDebuggerUrl"], timeout)
+        for domain in ("Runtime", "Log", "Page"):
+            tools.call(f"{domain}.enable")
+        tools.call("Emulation.setDeviceMetricsOverride", width=WIDTH, height=900, deviceScaleFactor=1, mobile=False)
+        tools.call("Page.navigate", url=page.as_uri())
+        tools.wait_for("Page.loadEventFired", timeout)
+        images = json.loads(tools.call("Runtime.evaluate", expression=IMAGES, returnByValue=True)["result"]["value"])
+        check = PageCheck(images=[(alt, bool(loaded)) for alt, loaded in images], errors=tools.errors())
+        if screenshot is not None:
+            height = tools.call("Page.getLayoutMetrics")["cssContentSize"]["height"]
+            tools.call("Emulation.setDeviceMetricsOverride", width=WIDTH, height=min(int(height) + 1, MAX_HEIGHT),
+                       deviceScaleFactor=1, mobile=False)
+            data = base64.b64decode(tools.call("Page.captureScreenshot", format="png")["data"])
+            write_atomic(screenshot, lambda f: f.write(data))
+            check.screenshot = Path(screenshot)
+        tools.socket.close()
+        return check
+    finally:
+        _stop(process)
+        _remove(Path(profile))
+
+
+def _stop(process: subprocess.Popen) -> None:
+    """End the browser and every process of its session, so none writes into the profile afterwards."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
         try:
-            port = _port(Path(profile) / "DevToolsActivePort", process, timeout)
-            targets = json.loads(urllib.request.urlopen(f"http://127.0.0.1:{port}/json/list", timeout=timeout).read())
-            target = next(t for t in targets if t.get("type") == "page")
-            tools = _DevTools(target["webSocketDebuggerUrl"], timeout)
-            for domain in ("Runtime", "Log", "Page"):
-                tools.call(f"{domain}.enable")
-            tools.call("Emulation.setDeviceMetricsOverride", width=WIDTH, height=900, deviceScaleFactor=1, mobile=False)
-            tools.call("Page.navigate", url=page.as_uri())
-            tools.wait_for("Page.loadEventFired", timeout)
-            images = json.loads(tools.call("Runtime.evaluate", expression=IMAGES, returnByValue=True)["result"]["value"])
-            check = PageCheck(images=[(alt, bool(loaded)) for alt, loaded in images], errors=tools.errors())
-            if screenshot is not None:
-                height = tools.call("Page.getLayoutMetrics")["cssContentSize"]["height"]
-                tools.call("Emulation.setDeviceMetricsOverride", width=WIDTH, height=min(int(height) + 1, MAX_HEIGHT),
-                           deviceScaleFactor=1, mobile=False)
-                data = base64.b64decode(tools.call("Page.captureScreenshot", format="png")["data"])
-                write_atomic(screenshot, lambda f: f.write(data))
-                check.screenshot = Path(screenshot)
-            tools.socket.close()
-            return check
-        finally:
-            process.terminate()
-            try:
-                process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                process.kill()
+            os.killpg(process.pid, sig)
+        except ProcessLookupError:
+            return  # the whole group is gone
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            continue
+        time.sleep(0.2)  # helpers of the group exit a moment after the main process
+
+
+def _remove(profile: Path, tries: int = 5) -> None:
+    """Delete the throwaway profile; a file a late helper wrote gets a few more tries, then is left."""
+    for attempt in range(tries):
+        shutil.rmtree(profile, ignore_errors=True)
+        if not profile.exists():
+            return
+        time.sleep(0.2 * (attempt + 1))
 
 
 def _port(active: Path, process: subprocess.Popen, timeout: float) -> int:
