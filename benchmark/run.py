@@ -268,8 +268,11 @@ def failure(error: BaseException) -> str:
     return f"{type(error).__name__}: {error}\n{traceback.format_exc()}"
 
 
-def run(config: dict | RunConfig, out: str | Path, progress: bool = False, unfinished_only: bool = False) -> dict:
+def run(config: dict | RunConfig, out: str | Path, progress: bool = False, unfinished_only: bool = False,
+        extra: dict | None = None) -> dict:
     """Train one config and write its result row under ``out/<run_id>/``; returns the row.
+    ``extra`` (e.g. the seed-parallel fallback's note) joins the row before it is written, once,
+    under the run's lock.
 
     A NaN loss gives status ``diverged`` and any other error once the folder exists ``failed`` (with
     the traceback), so every run that starts ends with its row;
@@ -304,4 +307,4 @@ def run(config: dict | RunConfig, out: str | Path, progress: bool = False, unfin
         status, error = "diverged", str(diverged)
     except Exception as exception:
         status, error = "failed", failure(exception)
-    return folder.finish(status, error, trainer, module, module.model if module is not None else None)
+    return folder.finish(status, error, trainer, module, module.model if module is not None else None, extra)

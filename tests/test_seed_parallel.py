@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 
 import yaml
 
@@ -147,6 +148,36 @@ def test_each_mixer_matches_sequential_runs_or_falls_back(mixer, tmp_path, tiny_
         assert json.loads((tmp_path / "parallel" / row["run_id"] / "result.json").read_text()) == row
         assert row["status"] == "ok"
         assert_same_row(row, run(config, tmp_path / "sequential"))
+
+
+def test_the_one_by_one_fallback_writes_each_row_once_under_its_lock(tmp_path, tiny_config, monkeypatch):
+    import fcntl
+
+    from emergence_bench import results
+    from emergence_bench.execution.seed_parallel import group
+
+    monkeypatch.setattr(group, "seed_parallel_supported", lambda config: (False, "not batchable here"))
+    writes: list[tuple[str, bool]] = []
+    real_write = results.write_text
+
+    def watched(path, data):
+        path = Path(path)
+        if path.name == "result.json":
+            with open(tmp_path / ".locks" / f"{path.parent.name}.lock", "a+") as probe:
+                try:
+                    fcntl.flock(probe, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    held = False
+                except BlockingIOError:
+                    held = True
+            writes.append((path.parent.name, held))
+        real_write(path, data)
+
+    monkeypatch.setattr(results, "write_text", watched)  # every JSON write goes through it
+    rows = run_seed_parallel([tiny_config(seed=seed) for seed in (0, 1)], tmp_path)
+    assert writes == [(row["run_id"], True) for row in rows]  # once each, while the run was locked
+    for row in rows:
+        on_disk = json.loads((tmp_path / row["run_id"] / "result.json").read_text())
+        assert on_disk["seed_parallel"] == {"k": 1, "fallback": "not batchable here"} and on_disk == row
 
 
 def test_mamba_reference_is_vmappable_on_cpu(tiny_config):

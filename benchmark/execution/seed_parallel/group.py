@@ -12,7 +12,7 @@ from emergence_bench.execution.seed_parallel.ensemble import EnsembleModule, See
 from emergence_bench.execution.seed_parallel.probe import batching_speedup, seed_parallel_supported
 from emergence_bench.execution.seed_parallel.seeds import Seed, SeedCallbacks
 from emergence_bench.machine.allocator import keep_freed_memory
-from emergence_bench.results import RESULT_FILE, busy_row, write_json
+from emergence_bench.results import busy_row
 from emergence_bench.run import RunBusy, apply_threads, check, failure, run
 from emergence_bench.trainer import build_trainer, quiet_lightning
 
@@ -56,13 +56,10 @@ def run_seed_parallel(given: Sequence[dict | RunConfig], out: str | Path, progre
         rows: list[dict] = []
         for config in configs:
             try:
-                row = run(config, out, progress=progress, unfinished_only=unfinished_only)
+                rows.append(run(config, out, progress=progress, unfinished_only=unfinished_only,
+                                extra={"seed_parallel": {"k": 1, "fallback": reason, **probe}}))
             except RunBusy as error:
                 rows.append(busy_row(config.run_id(), error))
-                continue
-            row["seed_parallel"] = {"k": 1, "fallback": reason, **probe}
-            write_json(Path(out) / row["run_id"] / RESULT_FILE, row)
-            rows.append(row)
         return rows
     apply_threads(configs[0], seeds=len(configs))  # the thread policy, sized for K models
     quiet_lightning()
