@@ -290,6 +290,7 @@ def _grid_axis(spec: str) -> tuple[str, list]:
     """``--grid optim.lr=1e-3,3e-3`` → ("optim.lr", [0.001, 0.003]): the values are a YAML flow list
     without its brackets, so ``--grid "mixer={name: mamba},{name: lru}"`` works too."""
     from emergence_bench.config import ConfigError, parse_value
+    from emergence_bench.execution.sweep import check_distinct
 
     key, _, values = spec.partition("=")
     key = key.strip().removeprefix("--")
@@ -299,6 +300,7 @@ def _grid_axis(spec: str) -> tuple[str, list]:
         parsed = parse_value(f"[{values}]")
     except Exception as error:  # a YAML syntax error: the message names the text
         raise ConfigError(f"--grid {spec!r}: the values are not a comma-separated list ({error})".replace("\n", " ")) from None
+    check_distinct(f"--grid {key}", parsed)
     return key, parsed
 
 

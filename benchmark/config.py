@@ -407,7 +407,22 @@ def _check_rename(section: str, node: dict, name) -> None:
 
 class YamlLoader(yaml.SafeLoader):
     """PyYAML's safe loader (YAML 1.1), except that ``1e-3``, ``3e-4`` and ``-2E+5`` are floats, as in
-    YAML 1.2 and Python: YAML 1.1 reads a float only with a dot (``1.0e-3``), the rest as strings."""
+    YAML 1.2 and Python: YAML 1.1 reads a float only with a dot (``1.0e-3``), the rest as strings;
+    and a key given twice in one mapping is an error (PyYAML keeps the last value silently)."""
+
+    def construct_mapping(self, node, deep=False):
+        if isinstance(node, yaml.MappingNode):
+            first: dict = {}
+            for key_node, _ in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge":
+                    continue  # `<<: *defaults`: a key given here overrides the merged one, as YAML says
+                key = self.construct_object(key_node, deep=True)
+                if not isinstance(key, (list, dict)) and key in first:
+                    raise yaml.constructor.ConstructorError(
+                        None, None, f"key {key!r} is given twice in one mapping (first at line {first[key] + 1})",
+                        key_node.start_mark)
+                first.setdefault(key, key_node.start_mark.line)
+        return super().construct_mapping(node, deep=deep)
 
 
 YamlLoader.add_implicit_resolver(  # (a subclass's resolvers are its own copy: yaml.safe_load is untouched)
@@ -425,8 +440,13 @@ def dump_yaml(data) -> str:
 
 
 def parse_value(text: str):
-    """A command-line value as YAML: ``16`` → int, ``1e-3`` → float, ``[1, 3e-4]`` → list."""
-    return load_yaml_text(text)
+    """A command-line value as YAML: ``16`` → int, ``1e-3`` → float, ``[1, 3e-4]`` → list.
+    ConfigError, naming the value, where it is not YAML (or gives a key twice)."""
+    try:
+        return load_yaml_text(text)
+    except yaml.YAMLError as error:
+        problem = getattr(error, "problem", None) or str(error).splitlines()[0]
+        raise ConfigError(f"the value {text!r} is not valid YAML: {problem}") from None
 
 
 def load_yaml(path: str | Path) -> dict:

@@ -25,6 +25,20 @@ def files(tmp_path):
     (results / "result.json").write_text('{"schema_version": 2, "run_id": "run-1", "sta')
     (tmp_path / "empty").mkdir()
     (tmp_path / "curriculum.yaml").write_text(json.dumps({"curriculum": [{"task": {"name": "nope"}, "steps": 5}]}))
+    (tmp_path / "twice.yaml").write_text("optim:\n  lr: 1.0e-3\n  lr: 3.0e-3\n")
+    (tmp_path / "sweep-repeat.yaml").write_text("name: s\ngrid: {seed: [0, 1, 0]}\n")
+    two_runs(tmp_path / "two-runs")
+
+
+def two_runs(out):
+    """Two finished runs equal but for the seed (a fleet too small to forecast)."""
+    from emergence_bench.run import run
+
+    for seed in (0, 1):
+        run({"seed": seed, "task": {"name": "linear_map", "state_size": 4, "sparsity": 2, "batch_size": 16},
+             "mixer": {"name": "transformer", "n_heads": 2, "head_dim": 4},
+             "model": {"d_model": 16, "n_layers": 1, "mlp_ratio": 2},
+             "trainer": {"max_steps": 10, "eval_every": 5, "eval_batches": 1, "accelerator": "cpu"}}, out)
 
 
 # (case, command line with {tmp} for the folder, words the error line must contain)
@@ -53,12 +67,18 @@ CASES = [
     ("curriculum", ["run", "--config", "{tmp}/curriculum.yaml"], ["nope"]),
     ("flag without value", ["run", "--task.sparsity"], ["--task.sparsity", "value"]),
     ("stray argument", ["run", "oops"], ["oops"]),
+    ("yaml key twice", ["run", "--config", "{tmp}/twice.yaml"], ["twice.yaml", "line 3", "'lr'", "twice"]),
+    ("flag value key twice", ["run", "--mixer", "{name: transformer, name: lru}"], ["'name'", "twice"]),
+    ("flag value not yaml", ["run", "--mixer", "{name: transformer"], ["{name: transformer", "YAML"]),
     # folders
     ("out under a file", ["run", "--out", "{tmp}/a-file/sub", "--trainer.max_steps", "1"], ["a-file"]),
     ("sweep out under a file", ["sweep", "quick", "--out", "{tmp}/a-file/sub"], ["a-file"]),
     ("leaderboard of nothing", ["leaderboard", "{tmp}/nowhere"], ["nowhere"]),
     ("report of an empty folder", ["report", "{tmp}/empty"], ["empty"]),
     ("rank of an empty folder", ["rank", "{tmp}/empty"], ["no results"]),
+    ("leaderboard baseline no row has", ["leaderboard", "{tmp}/two-runs", "--baseline", "mixer=transformr"],
+     ["transformr", "transformer"]),
+    ("forecast of two runs", ["forecast", "{tmp}/two-runs", "--window", "5"], ["at least 3 runs", "all runs: 2"]),
     # results
     ("corrupt result, strict leaderboard", ["leaderboard", "{tmp}/results", "--strict"], ["run-1", "result.json"]),
     ("corrupt result, strict report", ["report", "{tmp}/results", "--strict"], ["run-1", "result.json"]),
@@ -73,6 +93,8 @@ CASES = [
     ("sweep grid not a list", ["sweep", "{tmp}/sweep-grid.yaml"], ["grid.seed"]),
     ("sweep groups not mappings", ["sweep", "{tmp}/sweep-groups.yaml"], ["groups[0]"]),
     ("sweep key", ["sweep", "{tmp}/sweep-key.yaml"], ["bsae"]),
+    ("sweep grid value twice", ["sweep", "{tmp}/sweep-repeat.yaml", "--dry-run"], ["grid.seed", "0", "twice"]),
+    ("--grid value twice", ["sweep", "quick", "--grid", "seed=1,1", "--dry-run"], ["--grid seed", "1", "twice"]),
     ("bad scale", ["sweep", "quick", "--scale", "-1"], ["--scale"]),
     # other commands
     ("check-mixer unknown", ["check-mixer", "transfomer"], ["transfomer", "transformer"]),

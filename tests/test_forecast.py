@@ -7,6 +7,7 @@ from __future__ import annotations
 import copy
 import json
 import math
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -118,6 +119,32 @@ def test_permutation_p_is_uniform_under_the_null():
     observed = scores(y, y, np.zeros(20, bool), np.zeros(20))
     assert permutation_p(observed, lambda y_, c_: scores(y, y_, c_, np.zeros(20)), y, np.zeros(20, bool),
                          permutations=49, seed=0)["p_spearman"] == pytest.approx(1 / 50)
+
+
+def test_a_score_not_defined_has_no_p_and_is_written_as_null(tmp_path, monkeypatch):
+    # Two emerged runs: no correlation is defined, so neither is its p (it read 1/(1+permutations)).
+    y, censored = np.array([5.0, 6.0, 7.0]), np.array([False, False, True])
+    observed = scores(np.array([1.0, 2.0, 3.0]), y, censored, np.zeros(3))
+    assert np.isnan(observed["spearman"])
+    p = permutation_p(observed, lambda y_, c_: scores(np.array([1.0, 2.0, 3.0]), y_, c_, np.zeros(3)), y, censored,
+                      permutations=9, seed=0)
+    assert np.isnan(p["p_spearman"]) and 0 < p["p_c_index"] <= 1
+    # ... and forecast.json stays strict JSON, with null for what is not defined.
+    from emergence_bench.forecast import command, evaluate
+
+    monkeypatch.setattr(command, "fleets", lambda rows: {"all runs": rows})
+    monkeypatch.setattr(command, "window_of", lambda rows, window: 5)
+    monkeypatch.setattr(command, "fleet", lambda name, rows, window: SimpleNamespace(y=y, window=window))
+    monkeypatch.setattr(evaluate, "in_domain", lambda one, k, permutations: {
+        "fit": "all runs", "apply": "all runs", "window": 5, "features": ["mass"], **observed, **p})
+    import emergence_bench.results as results
+    monkeypatch.setattr(results, "load_records", lambda root: [{"status": "ok"}] * 3)
+    from emergence_bench.cli import main
+
+    assert main(["forecast", str(tmp_path)]) == 0
+    written = json.loads((tmp_path / "forecast.json").read_text(),
+                         parse_constant=lambda name: pytest.fail(f"{name} in forecast.json"))
+    assert written["results"][0]["spearman"] is None and written["results"][0]["p_spearman"] is None
 
 
 def fleet(n: int, seed: int, shift: float = 0.0) -> Fleet:

@@ -89,6 +89,9 @@ class Tuning:
             raise ConfigError(f"{where}tuning.seeds must be a non-empty list of whole numbers, got {seeds!r}")
         if not isinstance(grid, dict) or not grid or not all(isinstance(v, list) and v for v in grid.values()):
             raise ConfigError(f"{where}tuning.grid must map dotted keys to non-empty lists, got {grid!r}")
+        check_distinct(f"{where}tuning.seeds", seeds)
+        for key, values in grid.items():
+            check_distinct(f"{where}tuning.grid.{key}", values)
         tuning = cls(seeds=seeds, grid={k: list(v) for k, v in grid.items()}, rung=data.get("rung", "middle"),
                      seed_parallel=data.get("seed_parallel", 1), widen=data.get("widen", 2))
         if tuning.rung not in ("middle", "all"):
@@ -218,6 +221,7 @@ class Sweep:
             for grid in [self.grid] + [g.grid for g in self.groups]:
                 if key in grid:
                     grid[key] = value if isinstance(value, list) else [value]
+                    check_distinct(f"--{key}", grid[key])
                     narrowed = True
             if not narrowed:
                 set_dotted(self.base, key, value)
@@ -313,7 +317,19 @@ def _grid(grid, path) -> dict[str, list]:
     for key, values in grid.items():
         if not isinstance(values, list) or not values:
             raise ConfigError(f"grid.{key} in {path} must be a non-empty list, got {values!r}")
+        check_distinct(f"grid.{key} in {path}", values)
     return grid
+
+
+def check_distinct(where: str, values: list) -> None:
+    """ConfigError naming the first value of ``values`` given twice: a repeated grid value would
+    count one run twice (it has one run id)."""
+    seen = set()
+    for value in values:
+        canonical = json.dumps(value, sort_keys=True, default=str)
+        if canonical in seen:
+            raise ConfigError(f"{where}: the value {value!r} is given twice (one run cannot be counted twice)")
+        seen.add(canonical)
 
 
 # --- execution --------------------------------------------------------------------------------

@@ -24,6 +24,8 @@ if TYPE_CHECKING:  # the CLI imports this module for its parser: the numerical s
 
 from emergence_bench.forecast import PERMUTATIONS
 
+MIN_FLEET = 3  # leave-one-out on 2 runs fits on 1: no score of it means anything
+
 
 def fleets(rows: Sequence[ResultRow]) -> dict[str, list[ResultRow]]:
     """Rows that differ only in their seed, labelled by the config keys that tell the fleets apart."""
@@ -113,12 +115,21 @@ def main(args: argparse.Namespace, extra: list[str] | None = None) -> int:
     if args.features < 1 or args.permutations < 1:
         raise ValueError("--features and --permutations must be ≥ 1")
     from emergence_bench.forecast.evaluate import in_domain, transfer
-    from emergence_bench.results import load_records, write_json, write_text
+    from emergence_bench.results import load_records, without_non_finite, write_json, write_text
 
     rows = [r for r in load_records(args.dir) if r.get("status") == "ok"]
     if not rows:
         raise ValueError(f"no finished runs under {args.dir}")
-    groups = {name: fleet(name, members, window_of(members, args.window)) for name, members in fleets(rows).items()}
+    found = fleets(rows)
+    small = {name: len(members) for name, members in found.items() if len(members) < MIN_FLEET}
+    if len(small) == len(found):
+        sizes = ", ".join(f"{name}: {n}" for name, n in small.items())
+        raise ValueError(f"a forecast needs at least {MIN_FLEET} runs equal but for the seed, and no fleet under "
+                         f"{args.dir} has them ({sizes})")
+    for name, n in small.items():
+        print(f"[forecast] {name}: {n} run(s), fewer than {MIN_FLEET}: left out", file=sys.stderr)
+    groups = {name: fleet(name, members, window_of(members, args.window))
+              for name, members in found.items() if name not in small}
     results = []
     for name, one in groups.items():
         print(f"[forecast] {name}: {len(one.y)} runs, window {one.window}, leave-one-out …", file=sys.stderr)
@@ -132,7 +143,8 @@ def main(args: argparse.Namespace, extra: list[str] | None = None) -> int:
     markdown = to_markdown(results)
     print(markdown, end="")
     write_text(Path(args.dir) / "forecast.md", markdown)
-    write_json(Path(args.dir) / "forecast.json", {"results": results})
+    # A score that is not defined (e.g. a correlation over fewer than 3 emerged runs) is null.
+    write_json(Path(args.dir) / "forecast.json", {"results": without_non_finite(results)[0]})
     if args.save:
         _save(args.save, groups, args.features)
     if args.replay:

@@ -88,7 +88,8 @@ def scores(forecast: np.ndarray, y: np.ndarray, censored: np.ndarray, baseline: 
 def permutation_p(observed: dict, rerun, y: np.ndarray, censored: np.ndarray, permutations: int,
                   seed: int) -> dict:
     """One-sided p of ``c_index`` and ``spearman``: (1 + #null ≥ observed) / (1 + permutations), the
-    null from ``rerun(y', censored')`` (the whole pipeline) on outcomes shuffled by run."""
+    null from ``rerun(y', censored')`` (the whole pipeline) on outcomes shuffled by run; NaN for a
+    score that is not defined on the real outcomes."""
     generator = np.random.default_rng(seed)
     higher = {"c_index": 0, "spearman": 0}
     for _ in range(permutations):
@@ -96,7 +97,8 @@ def permutation_p(observed: dict, rerun, y: np.ndarray, censored: np.ndarray, pe
         null = rerun(y[order], censored[order])
         for key in higher:
             higher[key] += bool(null[key] >= observed[key]) if np.isfinite(null[key]) else 0
-    return {f"p_{key}": (1 + count) / (1 + permutations) for key, count in higher.items()}
+    return {f"p_{key}": (1 + count) / (1 + permutations) if np.isfinite(observed[key]) else float("nan")
+            for key, count in higher.items()}
 
 
 def in_domain(fleet: Fleet, k: int = 2, permutations: int = PERMUTATIONS, seed: int = 0) -> dict:

@@ -242,6 +242,10 @@ def _baseline_ratios(rows: list[dict], flats: dict[str, dict], spec: str) -> Non
     if not any(key == k or k.startswith(key + ".") for flat in flats.values() for k in flat):
         raise ValueError(f"--baseline: no config key {key!r} in these results")
     baselines = {outside(flats[row["_key"]]): row for row in rows if is_baseline(flats[row["_key"]])}
+    if not baselines:
+        present = sorted({str(flat.get(key, flat.get(f"{key}.name"))) for flat in flats.values()})
+        raise ValueError(f"--baseline {key}={value}: no row has {key} {value!r}; here {key} is one of "
+                         f"{', '.join(present)}")
     for row in rows:
         base = baselines.get(outside(flats[row["_key"]]))
         for column, name in (("median_emergence_step", "emergence"), ("median_plateau_end", "plateau")):
