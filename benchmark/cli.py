@@ -379,9 +379,15 @@ def cmd_report(args, extra) -> int:
 def cmd_speed(args, extra) -> int:
     from emergence_bench.perf import speed
 
-    lengths = tuple(int(n) for n in args.lengths.split(","))
-    seeds = tuple(int(n) for n in args.seeds.split(","))
-    speed.main(args.out, lengths=lengths, repeats=args.repeats, quick=args.quick, steps=args.steps, seeds=seeds)
+    try:
+        lengths = tuple(int(n) for n in args.lengths.split(",")) if args.lengths else None
+        seeds = tuple(int(n) for n in args.seeds.split(","))
+    except ValueError:
+        raise ValueError(f"--lengths and --seeds take comma-separated whole numbers, got {args.lengths!r} and "
+                         f"{args.seeds!r}") from None
+    mixers = [m.strip() for m in args.mixers.split(",")] if args.mixers else None
+    speed.main(args.out, lengths=lengths, repeats=args.repeats, quick=args.quick, steps=args.steps, seeds=seeds,
+               mixers=mixers, cells=not args.no_cells, cell_steps=args.cell_steps)
     print(f"wrote {args.out}", file=sys.stderr)
     return 0
 
@@ -501,7 +507,12 @@ def parser() -> argparse.ArgumentParser:
     forecast.add_parser(sub)
     speed = sub.add_parser("speed", help="speed ratios measured side by side on this machine")
     speed.add_argument("--out", default="speed.json", help="where to write the table as JSON")
-    speed.add_argument("--lengths", default="64,256", help="sequence lengths (comma-separated)")
+    speed.add_argument("--lengths", default=None, help="the mixer table's sequence lengths (comma-separated; "
+                       "default 16,64,256, with --quick 16)")
+    speed.add_argument("--mixers", default=None, help="the mixers of the mixer tables (comma-separated; default: "
+                       "the built-in ones); --quick honours it")
+    speed.add_argument("--cell-steps", type=int, default=100, help="steps of each ranking cell the cell clock times")
+    speed.add_argument("--no-cells", action="store_true", help="leave out the ranking-cell clock")
     speed.add_argument("--repeats", type=int, default=5, help="interleaved repeats per ratio (≥ 5; the median and range are printed)")
     speed.add_argument("--steps", type=int, default=100, help="timed training steps per suite measurement")
     speed.add_argument("--seeds", default="1,4,16", help="seed-parallel group sizes K (comma-separated)")

@@ -394,7 +394,7 @@ def check_noise(s: Subject):
 @register_check("speed")
 def check_speed(s: Subject):
     from emergence_bench.perf.loops import step_seconds
-    from emergence_bench.perf.speed import width_matched
+    from emergence_bench.perf.mixers import width_matched
 
     reference = width_matched("transformer")
     parts = []

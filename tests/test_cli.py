@@ -156,9 +156,17 @@ def test_speed_command_prints_every_mixer_and_writes_json(tmp_path, cli):
     names = {row["mixer"] for row in report["mixers"]}
     assert names == {n for n in registry.mixers.names() if not n.startswith("test_")}
     for name in names:
-        assert f"| {name} | 16 | cpu |" in result.stdout
+        assert f"| {name} | 16 | 8 |" in result.stdout  # the ranking's K = 8 seeds batched
     transformer = next(r for r in report["mixers"] if r["mixer"] == "transformer")
-    assert transformer["vs_transformer"] > 0 and transformer["step_ms"] > 0
+    assert transformer["vs_transformer"]["median"] == 1 and transformer["step_ms"] > 0  # the reference itself
+    assert "| transformer | 16 | 8 |" in result.stdout and "1 (reference)" in result.stdout
+    cells = {(r["family"], r["mixer"]) for r in report["cells"]}
+    assert cells == {(f, n) for f in ("linear-map", "cellular-automata", "mqar", "dyck") for n in names}
+    # --quick honours --mixers and --lengths
+    result = cli("speed", "--quick", "--mixers", "lru", "--lengths", "8,12", "--no-cells", "--out", out)
+    assert result.returncode == 0, result.stderr
+    report = json.loads(out.read_text())
+    assert [(r["mixer"], r["length"]) for r in report["mixers"]] == [("lru", 8), ("lru", 12)] and not report["cells"]
 
 
 @pytest.mark.slow

@@ -14,7 +14,8 @@ from emergence_bench.mixers.init import WeightInit
 from emergence_bench.mixers.lru import LRU
 from emergence_bench.mixers.ops.lru_scan import lru_scan
 from emergence_bench.model import SequenceModel
-from emergence_bench.perf.speed import builtin_mixers, step_seconds
+from emergence_bench.perf.loops import step_seconds
+from emergence_bench.perf.mixers import builtin_mixers
 
 # ---- the mixer -------------------------------------------------------------------------------------
 

@@ -12,7 +12,8 @@ from emergence_bench.mixers.init import WeightInit
 from emergence_bench.mixers.mlstm import KERNEL_MODULE, MLSTM
 from emergence_bench.mixers.ops.mlstm import mlstm_recurrent
 from emergence_bench.model import SequenceModel
-from emergence_bench.perf.speed import builtin_mixers, step_seconds
+from emergence_bench.perf.loops import step_seconds
+from emergence_bench.perf.mixers import builtin_mixers
 
 # ---- the mixer -------------------------------------------------------------------------------------
 

@@ -11,25 +11,25 @@ import torch
 from emergence_bench import training
 from emergence_bench.config import resolve
 from emergence_bench.execution.seed_parallel import run_seed_parallel
-from emergence_bench.perf import loops, speed
+from emergence_bench.perf import loops, speed, timing
 from emergence_bench.run import run
 
 
 # --- the arithmetic, on scripted timings -----------------------------------------------------------
 def test_summary_gives_median_and_spread():
-    s = speed.summary([1.10, 0.90, 1.00, 1.40, 1.05])
+    s = timing.summary([1.10, 0.90, 1.00, 1.40, 1.05])
     assert s["median"] == pytest.approx(1.05)
     assert (s["min"], s["max"]) == (0.90, 1.40)
     assert (s["q1"], s["q3"]) == (pytest.approx(1.00), pytest.approx(1.10))
     assert s["values"] == [1.10, 0.90, 1.00, 1.40, 1.05]
-    one = speed.summary([2.0])
+    one = timing.summary([2.0])
     assert one["median"] == one["min"] == one["max"] == one["q1"] == one["q3"] == 2.0
 
 
 def test_bracketed_divides_by_the_reference_blocks_either_side():
-    assert speed.bracketed([1.0, 3.0, 1.0], [4.0, 6.0]) == [2.0, 3.0]
+    assert timing.bracketed([1.0, 3.0, 1.0], [4.0, 6.0]) == [2.0, 3.0]
     with pytest.raises(ValueError, match="one more reference block"):
-        speed.bracketed([1.0, 2.0], [1.0, 1.0])
+        timing.bracketed([1.0, 2.0], [1.0, 1.0])
 
 
 class FakeClock:
@@ -54,7 +54,7 @@ def test_interleave_alternates_blocks_and_cancels_a_drifting_load():
             clock.now += cost * steps * slowdown
         return run
 
-    ref, times = speed.interleave((block("ref", 1.0), 10), {"a": (block("a", 2.0), 5), "b": (block("b", 0.5), 20)},
+    ref, times = timing.interleave((block("ref", 1.0), 10), {"a": (block("a", 2.0), 5), "b": (block("b", 0.5), 20)},
                                   repeats=3, clock=clock)
     assert [name for name, _ in order] == ["ref", "a", "b", "ref", "b", "a", "ref", "a", "b", "ref"]
     assert dict(order) == {"ref": 10, "a": 5, "b": 20}
@@ -62,9 +62,9 @@ def test_interleave_alternates_blocks_and_cancels_a_drifting_load():
     assert ref[0] == pytest.approx(1.1) and times["a"][0] == pytest.approx(2.0 * 1.2)
     # a sits right after its repeat's first reference block, so its ratio is off by the drift
     # within the repeat only; b's ratio errs the other way in the next repeat.
-    a = speed.bracketed(ref, times["a"])
+    a = timing.bracketed(ref, times["a"])
     assert all(1.8 < r < 2.2 for r in a)
-    assert speed.summary(a)["median"] == pytest.approx(2.0, rel=0.05)
+    assert timing.summary(a)["median"] == pytest.approx(2.0, rel=0.05)
 
 
 def test_repeats_below_the_minimum_are_refused_before_anything_runs(tmp_path):
@@ -173,3 +173,43 @@ def test_the_timed_settings_are_the_ones_described():
         params = sum(p.numel() for p in build_model(peer, build_task(peer)).parameters())
     assert 195_000 < params < 210_000
     assert set(speed.SUITE_RUNS) == {"quick", "paper-linear-map"}
+
+
+# --- the mixer tables at the ranking's size --------------------------------------------------
+def test_the_mixer_clocks_time_the_rankings_own_runs():
+    from emergence_bench.execution.sweep import load_sweep
+    from emergence_bench.perf import mixers
+
+    ranking = load_sweep(mixers.RANKING)
+    raw = mixers.length_config("gated_deltanet", 256)
+    assert raw["task"]["length"] == 256 and raw["model"] == ranking.base["model"]
+    assert raw["mixer"] == {"name": "gated_deltanet", "n_heads": 2, "head_dim": 16}  # the ranking's spec
+    cell = mixers.cell_configs("mamba", "cellular-automata", steps=30)
+    assert [c["seed"] for c in cell] == list(range(mixers.SEEDS))
+    assert {c["task"]["rules"] for c in cell} == {3}  # the middle rung
+    assert {c["optim"]["lr"] for c in cell} == {ranking.tuned["mamba"]["cellular-automata"]["optim.lr"]}
+    assert all(c["trainer"]["max_steps"] == 30 and c["callbacks"]["emergence"]["stop"] is False for c in cell)
+
+
+def test_a_mixer_without_a_tuned_value_is_clocked_at_the_base_lr():
+    from emergence_bench.mixers.attention import CausalSelfAttention
+    from emergence_bench.perf import mixers
+    from emergence_bench.registry import register_mixer
+
+    register_mixer("test_clock_plugin")(type("ClockPlugin", (CausalSelfAttention,), {}))
+    cell = mixers.cell_configs("test_clock_plugin", "mqar", steps=5)  # a plugin has no tuned lr: no error
+    assert {c["optim"]["lr"] for c in cell} == {1e-3} and {c["mixer"]["name"] for c in cell} == {"test_clock_plugin"}
+
+
+def test_the_transformer_reads_one_in_the_mixer_tables():
+    from emergence_bench.perf import mixers
+
+    steps = [{"mixer": "transformer", "length": 16, "seeds": 8, "step_ms": 40.0, "vs_transformer": timing.summary([1.0, 1.0]),
+              "kernel_vs_reference": None},
+             {"mixer": "lru", "length": 16, "seeds": 8, "step_ms": 60.0, "vs_transformer": timing.summary([1.4, 1.6]),
+              "kernel_vs_reference": None}]
+    table = mixers.render_steps(steps)
+    assert "| transformer | 16 | 8 | 40.0 | 1 (reference) | - |" in table and "| lru | 16 | 8 | 60.0 | 1.50 (1.40–1.60) | - |" in table
+    cells = mixers.render_cells([{"family": "mqar", "mixer": "transformer", "seconds": 10.0, "vs_transformer": 1.0},
+                                 {"family": "mqar", "mixer": "lru", "seconds": 15.0, "vs_transformer": 1.5}])
+    assert "| transformer | 1 (10.0 s) |" in cells and "| lru | 1.50 (15.0 s) |" in cells

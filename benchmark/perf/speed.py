@@ -25,7 +25,8 @@ import os
 import statistics
 import tempfile
 import time
-from contextlib import contextmanager
+import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 import lightning as L
@@ -36,110 +37,12 @@ from emergence_bench.machine.allocator import keep_freed_memory
 from emergence_bench.config import RunConfig, resolve
 from emergence_bench.machine.devices import resolve_device
 from emergence_bench.execution.sweep import load_sweep
-from emergence_bench.perf.loops import ensemble_loop, single_loop, step_seconds
+from emergence_bench.perf.loops import ensemble_loop, single_loop
+from emergence_bench.perf.mixers import (RANKING, SEEDS, builtin_mixers, cell_clock, render_cells, render_steps,
+                                         step_ratios)
+from emergence_bench.perf.timing import bracketed, interleave, summary
 from emergence_bench.results import write_json
 from emergence_bench.training import StepLoop
-from emergence_bench.mixers.backend import ENV
-
-def width_matched(name: str) -> dict:
-    """A mixer's spec at the Transformer's width (d_model 64, 4 heads × 16), as it registers it
-    beside itself (``TokenMixer.width_matched``)."""
-    return {"name": name, **getattr(registry.mixers.get(name), "width_matched", {})}
-
-
-@contextmanager
-def backend(name: str | None):
-    previous = os.environ.get(ENV)
-    if name is not None:
-        os.environ[ENV] = name
-    try:
-        yield
-    finally:
-        if previous is None:
-            os.environ.pop(ENV, None)
-        else:
-            os.environ[ENV] = previous
-
-
-def builtin_mixers() -> list[str]:
-    """The registered mixers that ship with the suite (defined in ``emergence_bench.mixers``), not
-    plugins or mixers registered elsewhere (e.g. by tests): the speed table compares the suite's own."""
-    package = registry.mixers.builtin_package + "."
-    return [name for name in registry.mixers.names() if registry.mixers.get(name).__module__.startswith(package)]
-
-
-def mixer_ratios(lengths=(64, 256), batch: int = 8, d_model: int = 64, repeats: int = 5,
-                 device: str | None = None) -> list[dict]:
-    """Each built-in mixer's training-step time over the Transformer's, per sequence length;
-    on CUDA also each kernel-backed mixer's kernel over its reference."""
-    device = device or resolve_device("auto").type
-    rows = []
-    names = builtin_mixers()
-    for length in lengths:
-        with backend("reference"):
-            base = step_seconds(width_matched("transformer"), length, batch,
-                                d_model, device, repeats)
-        for name in names:
-            spec = width_matched(name)
-            with backend("reference"):
-                seconds = step_seconds(spec, length, batch, d_model, device, repeats)
-            row = {"mixer": name, "length": length, "device": device, "step_ms": seconds * 1e3,
-                   "vs_transformer": seconds / base, "kernel_vs_reference": None}
-            if device == "cuda" and "kernel" in getattr(registry.mixers.get(name), "backends", ()):
-                with backend("kernel"):
-                    row["kernel_vs_reference"] = step_seconds(spec, length, batch, d_model, device, repeats) / seconds
-            rows.append(row)
-    return rows
-
-
-def render(rows: list[dict]) -> str:
-    lines = ["| mixer | length | device | step (ms) | × transformer | kernel / reference |",
-             "|---|---|---|---|---|---|"]
-    for r in rows:
-        kernel = "-" if r["kernel_vs_reference"] is None else f"{r['kernel_vs_reference']:.2f}"
-        lines.append(f"| {r['mixer']} | {r['length']} | {r['device']} | {r['step_ms']:.1f} | "
-                     f"{r['vs_transformer']:.2f} | {kernel} |")
-    return "\n".join(lines) + "\n"
-
-
-# ----------------------------------------------------------------------------------------------
-# Interleaved repeats: the arithmetic.
-
-
-def summary(values: list[float]) -> dict:
-    """The median of per-repeat ``values`` with their spread: {median, min, max, q1, q3, values}."""
-    values = [float(v) for v in values]
-    q1, _, q3 = statistics.quantiles(values, n=4, method="inclusive") if len(values) > 1 else values * 3
-    return {"median": statistics.median(values), "min": min(values), "max": max(values), "q1": q1, "q3": q3,
-            "values": values}
-
-
-def bracketed(reference: list[float], other: list[float]) -> list[float]:
-    """Per repeat r: other[r] / mean(reference[r], reference[r + 1]), the reference blocks timed just
-    before and just after block r (so a load that drifts linearly cancels). len(reference) = R + 1."""
-    if len(reference) != len(other) + 1:
-        raise ValueError(f"need one more reference block than others, got {len(reference)} and {len(other)}")
-    return [o / ((reference[r] + reference[r + 1]) / 2) for r, o in enumerate(other)]
-
-
-def interleave(reference: tuple, others: dict, repeats: int, clock=time.perf_counter) -> tuple[list, dict]:
-    """Time blocks in the order ref, others..., ref, others reversed..., ref, ... (R repeats, R + 1
-    reference blocks). ``reference`` and each of ``others`` (name -> ...) is (run, steps): ``run(steps)``
-    trains ``steps`` steps. Returns (reference seconds per step [R + 1], {name: seconds per step [R]})."""
-
-    def timed(run, steps: int) -> float:
-        start = clock()
-        run(steps)
-        return (clock() - start) / steps
-
-    ref = [timed(*reference)]
-    times: dict = {name: [] for name in others}
-    for r in range(repeats):
-        for name in list(others) if r % 2 == 0 else list(others)[::-1]:
-            times[name].append(timed(*others[name]))
-        ref.append(timed(*reference))
-    return ref, times
-
 
 def _fmt(s: dict, unit: str = "") -> str:
     """``median (min–max)`` of a ``summary``."""
@@ -440,19 +343,24 @@ def render_seeds(rows: list[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
-# ----------------------------------------------------------------------------------------------
-
-
 MIN_REPEATS = 5  # fewer interleaved repeats give no usable spread
+LENGTHS = (16, 64, 256)  # the mixer table's sequence lengths (issue: the ranking's and beyond)
+MIXER_STEPS = 10  # steps per block of the mixer table (K = 8 seeds at length 256 is slow)
+CELL_STEPS = 100  # steps of each ranking cell the cell clock times
 
 
-def main(out: str | Path, lengths=(64, 256), repeats: int = 5, quick: bool = False, steps: int = 100,
-         seeds=(1, 4, 16)) -> dict:
+def main(out: str | Path, lengths: Sequence[int] | None = None, repeats: int = 5, quick: bool = False,
+         steps: int = 100, seeds=(1, 4, 16), mixers: Sequence[str] | None = None, cells: bool = True,
+         cell_steps: int = CELL_STEPS) -> dict:
     """Print the speed tables and write them as JSON to ``out``: ``repeats`` interleaved repeats (at
-    least ``MIN_REPEATS``) of ``steps``-step blocks per ratio, seed-parallel at K in ``seeds``. ``quick``: a smoke run of the same code
-    paths, in seconds: 2 repeats of 2 steps, K in (1, 2), the `quick` model (per step: at 16 sequences)."""
+    least ``MIN_REPEATS``) of ``steps``-step blocks per ratio, seed-parallel at K in ``seeds``; the
+    mixer tables (``perf.mixers``) for ``mixers`` (default: the built-in ones) at ``lengths``
+    (default ``LENGTHS``) and, with ``cells``, one ranking cell per family of ``cell_steps`` steps.
+    ``quick``: a smoke run of the same code paths, in seconds: 2 repeats of 2 steps, K in (1, 2), the
+    `quick` model (per step: at 16 sequences), length 16 unless ``lengths`` is given, cells of 2 steps."""
     if quick:
-        lengths, repeats, steps, ks, mixer_repeats, warmup = (16,), 2, 2, (1, 2), 1, 1
+        repeats, steps, ks, mixer_repeats, warmup, cell_steps = 2, 2, (1, 2), 2, 1, 2
+        lengths = lengths or (16,)
         models = {"quick": preset_run(*SUITE_RUNS["quick"])}
         settings = {"quick-b16": preset_run(*SEED_RUNS["quick-b16"])}
     else:
@@ -460,6 +368,10 @@ def main(out: str | Path, lengths=(64, 256), repeats: int = 5, quick: bool = Fal
             raise ValueError(f"--repeats must be at least {MIN_REPEATS} for a median with a spread, got {repeats} "
                              "(--quick for a smoke run)")
         ks, mixer_repeats, warmup, models, settings = tuple(seeds), repeats, 5, None, None
+    lengths = tuple(lengths or LENGTHS)
+    names = list(mixers or builtin_mixers())
+    if unknown := [n for n in names if n not in registry.mixers.names()]:
+        raise ValueError(f"--mixers: unknown mixer(s) {', '.join(unknown)}; known: {', '.join(registry.mixers.names())}")
     keep_freed_memory()  # as every run does (emergence_bench.run.run), so both loops time with it
     start = machine()
     print(f"machine: {start['cores']} cores, torch {start['torch']} with {start['threads']} threads, "
@@ -472,12 +384,21 @@ def main(out: str | Path, lengths=(64, 256), repeats: int = 5, quick: bool = Fal
     print(render_seed_steps(seed_steps))
     seeds = seed_parallel_rows(ks=ks, steps=steps, repeats=repeats, models=models)
     print(render_seeds(seeds))
-    rows = mixer_ratios(lengths=lengths, repeats=mixer_repeats)
-    print(render(rows), end="")
+    device = resolve_device("auto").type
+    print(f"Each mixer's training step over the Transformer's at the ranking's size ({RANKING}: d_model 32, "
+          f"2 layers, {SEEDS} seeds batched), {mixer_repeats} interleaved repeats of {MIXER_STEPS}-step blocks:\n")
+    rows = step_ratios(names, lengths, steps=2 if quick else MIXER_STEPS, repeats=mixer_repeats, device=device)
+    print(render_steps(rows))
+    cell_rows: list[dict] = []
+    if cells:
+        print(f"One ranking cell per family ({SEEDS} seeds batched on its middle rung at the tuned lr, "
+              f"{cell_steps} steps, emergence stop off; setup, evals and rows included), over the Transformer's:\n")
+        cell_rows = cell_clock(names, steps=cell_steps, say=lambda line: print(line, file=sys.stderr))
+        print(render_cells(cell_rows), end="")
     end = machine()
     print(f"\nload average at end {end['load_1m']} (1 min)")
     report = {"machine": {"start": start, "end": end}, "threads": start["threads"], "torch": torch.__version__,
               "repeats": repeats, "steps": steps, "suite": suite, "seed_parallel_steps": seed_steps,
-              "seed_parallel": seeds, "mixers": rows}
+              "seed_parallel": seeds, "mixers": rows, "cells": cell_rows}
     write_json(Path(out), report)
     return report
