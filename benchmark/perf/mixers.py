@@ -92,10 +92,15 @@ def _block(mixer: str, length: int, seeds: int, steps: int) -> Callable[[int], N
         loop = ensemble_loop(config, seeds)
         loop.run(2)  # warm-up: the allocator's first blocks
         return loop.run
-    loops = [single_loop(resolve({**length_config(mixer, length, seed)})) for seed in range(seeds)]
+    loops = [single_loop(resolve(length_config(mixer, length, seed))) for seed in range(seeds)]
     for one in loops:
         one.run(2)
-    return lambda n: [one.run(n) for one in loops] and None
+
+    def one_by_one(steps: int) -> None:
+        for one in loops:
+            one.run(steps)
+
+    return one_by_one
 
 
 def step_ratios(mixers: Sequence[str], lengths: Sequence[int], seeds: int = SEEDS, steps: int = 10,
