@@ -206,3 +206,20 @@ def test_python_dash_m_runs_the_command(tmp_path):
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     assert "usage: emergence-bench" in result.stdout and "sweep" in result.stdout
+
+
+def test_a_result_rows_sections_are_read_through_section():
+    """``section(row, name)`` is the one reader of a row's sections: a new ``row.get("metrics") or {}``
+    elsewhere fails here, naming the file and line."""
+    import re
+    from typing import get_args
+
+    from emergence_bench.result_row import SectionName
+
+    names = "|".join(get_args(SectionName))
+    # (a config's callbacks section shares two names with row sections: ``callbacks.get("emergence")``)
+    bypass = re.compile(rf"""(?<!callbacks)\.get\(\s*["']({names})["']\s*\)\s*or\s*\{{\}}""")
+    found = [f"{path.relative_to(REPO)}:{number}: {line.strip()}"
+             for module, path in modules().items() if module != f"{PACKAGE}.result_row"
+             for number, line in enumerate(path.read_text().splitlines(), 1) if bypass.search(line)]
+    assert not found, "read these sections with emergence_bench.result_row.section:\n" + "\n".join(found)

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from emergence_bench.result_row import Row
+from emergence_bench.result_row import Row, forecast_stopped
 import torch
 from torchmetrics.functional import pearson_corrcoef, spearman_corrcoef
 
@@ -144,7 +144,7 @@ def stop_savings(outcomes_known: Sequence[Row], stopped: Sequence[Row]) -> dict:
         raise ValueError("no run of the forecast-stopped sweep matches a run with a known outcome (same config and seed)")
     steps = sum(full["timing"]["steps"] for full, _ in pairs)
     used = sum(r["timing"]["steps"] for _, r in pairs)
-    halted = [(full, r) for full, r in pairs if (r.get("forecast_stop") or {}).get("stopped")]
+    halted = [(full, r) for full, r in pairs if forecast_stopped(r)]
     emerged = [full for full, _ in pairs if not full["emergence"]["censored"]]
     wrong = [full for full, _ in halted if not full["emergence"]["censored"]]
     return {"runs": len(pairs), "stopped": len(halted), "would_emerge": len(emerged), "wrongly_stopped": len(wrong),

@@ -31,7 +31,7 @@ import math
 
 import numpy as np
 
-from emergence_bench.result_row import Row, emergence_step, step_budget
+from emergence_bench.result_row import Row, emergence_step, section, step_budget
 
 FEATURES = ("mass", "mass_rate", "crossing", "entropy", "loss", "loss_rate", "cells")
 FOUND_MASS = 0.5  # the probes' default "pattern found" mass
@@ -41,10 +41,10 @@ _EDGE = 1e-4  # masses are clipped to [_EDGE, 1 - _EDGE] before the logit
 def probe_history(row: Row) -> list[list[float]]:
     """[[step, best mass, lowest entropy], ...]: the attention probe's where it applies, else the
     influence probe's; [] when the run has neither."""
-    attention = row.get("attention_probe") or {}
+    attention = section(row, "attention_probe")
     if attention.get("applicable") and attention.get("history"):
         return attention["history"]
-    return (row.get("influence_probe") or {}).get("history") or []
+    return section(row, "influence_probe").get("history") or []
 
 
 def _logit(p: float) -> float:
@@ -85,13 +85,13 @@ def window_features(row: Row, window: int) -> dict[str, float]:
         else:
             crossing = math.inf
         features["crossing"] = math.log(min(crossing, 10 * window))
-    evals = [e for e in (row.get("curves") or {}).get("eval", []) if e[0] <= window and e[1] is not None]
+    evals = [e for e in section(row, "curves").get("eval", []) if e[0] <= window and e[1] is not None]
     if evals:
         logs = [[e[0], math.log(max(e[1], 1e-8))] for e in evals]
         late = _second_half(logs, window)
         features.update(loss=logs[-1][1], loss_rate=_slope([p[0] for p in late], [p[1] for p in late]))
-    cells = [c for c in (row.get("curves") or {}).get("eval_cells", []) if c[0] <= window]
-    chance = (row.get("task_facts") or {}).get("chance_loss")
+    cells = [c for c in section(row, "curves").get("eval_cells", []) if c[0] <= window]
+    chance = section(row, "task_facts").get("chance_loss")
     if cells and chance:
         losses = cells[-1][1]
         features["cells"] = sum(loss < chance / 2 for loss in losses) / len(losses)
@@ -115,7 +115,7 @@ def first_emergence(rows: Sequence[Row]) -> int | None:
 
 def last_eval_before(rows: Sequence[Row], step: int) -> int:
     """The last eval step < ``step`` that every row recorded (the longest window ending before it)."""
-    evals = sorted({e[0] for r in rows for e in (r.get("curves") or {}).get("eval", []) if e[0] < step})
+    evals = sorted({e[0] for r in rows for e in section(r, "curves").get("eval", []) if e[0] < step})
     if not evals:
         raise ValueError(f"no eval before step {step}: the runs record too rarely for a forecast window")
     return int(evals[-1])
