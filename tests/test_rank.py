@@ -246,3 +246,10 @@ def test_two_rankings_disagree_only_where_one_puts_a_strictly_above_b_and_the_ot
     assert rank.disagreements(first, table({"a": 2, "b": 1, "c": 3, "d": 3})) == []  # ties agree with anything
     assert rank.disagreements(first, table({"a": 1, "b": 2, "c": 4, "d": 3})) == [("c", "d")]
     assert rank.disagreements(first, table({"a": 1, "e": 2})) == []  # only mixers both rankings hold
+
+
+def test_a_count_beside_a_missing_value_prints_as_a_count():
+    # A plugin that does not state its state size makes the column float (pandas): 2816 stays 2816.
+    from emergence_bench.reporting.rank import _value
+
+    assert [_value(v) for v in (2816.0, 37036, 0.708, None, float("nan"))] == ["2816", "37036", "0.708", "-", "-"]

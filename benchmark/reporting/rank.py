@@ -184,6 +184,8 @@ def _lr_cell(by_family: dict[str, list[float]], families: list[str]) -> str:
 def _value(value) -> str:
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "-"
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))  # a count in a column that also holds a missing value (pandas made it float)
     return f"{value:.3g}" if isinstance(value, float) else str(value)
 
 
