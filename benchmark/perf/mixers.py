@@ -81,7 +81,7 @@ def length_config(mixer: str, length: int, seed: int = 0) -> dict:
     return sweep.raw_runs()[0][1]
 
 
-def _block(mixer: str, length: int, seeds: int, steps: int) -> Callable[[int], None]:
+def _block(mixer: str, length: int, seeds: int) -> Callable[[int], None]:
     """``run(steps)`` trains ``seeds`` seeds of the mixer's ranking run: batched as the ranking does,
     or, where the mixer cannot be batched here, one seed after another (what the ranking then does)."""
     from emergence_bench.execution.seed_parallel import seed_parallel_supported
@@ -110,8 +110,8 @@ def step_ratios(mixers: Sequence[str], lengths: Sequence[int], seeds: int = SEED
     kernel_vs_reference (CUDA only: a 1-layer step, kernel over reference)}."""
     rows = []
     for length in lengths:
-        reference = _block(BASELINE, length, seeds, steps)
-        others = {name: (_block(name, length, seeds, steps), steps) for name in mixers if name != BASELINE}
+        reference = _block(BASELINE, length, seeds)
+        others = {name: (_block(name, length, seeds), steps) for name in mixers if name != BASELINE}
         ref, times = interleave((reference, steps), others, repeats)
         base_ms = summary(ref)["median"] * 1e3
         for name in mixers:
