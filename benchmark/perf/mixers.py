@@ -114,7 +114,7 @@ def step_ratios(mixers: Sequence[str], lengths: Sequence[int], seeds: int = SEED
         others = {name: (_block(name, length, seeds), steps) for name in mixers if name != BASELINE}
         ref, times = interleave((reference, steps), others, repeats)
         base_ms = summary(ref)["median"] * 1e3
-        for name in mixers:
+        for name in sorted(mixers, key=lambda n: n != BASELINE):  # the reference row first
             if name == BASELINE:
                 row = {"mixer": name, "length": length, "seeds": seeds, "step_ms": base_ms,
                        "vs_transformer": summary([1.0] * repeats)}
