@@ -480,6 +480,32 @@ def test_a_callback_that_stops_or_fails_ends_its_seed_alone(callback, tmp_path, 
         assert_same_row(row, expected)
 
 
+@pytest.mark.parametrize("mixer", ["transformer", "mamba", "gated_deltanet"])
+def test_ended_seeds_leave_the_step_and_the_others_keep_their_bits(mixer, tmp_path, tiny_config, monkeypatch):
+    """Seeds that stop at different steps leave the forward and backward (down to two seeds), and
+    every row is the same, bit for bit, as when the ended seeds are computed to the group's end."""
+    configs = [tiny_config(seed=seed, mixer={"name": mixer, **SMALL.get(mixer, {})},
+                           callbacks={**MEASURED, "test_stop_early": {}}, trainer={"eval_every": 4})
+               for seed in range(4)]
+    held = []
+    compact = EnsembleModule.compact
+
+    def watched(self):
+        compact(self)
+        held.append(len(self.slots))
+
+    monkeypatch.setattr(EnsembleModule, "compact", watched)
+    rows = run_seed_parallel(configs, tmp_path / "compacted")
+    monkeypatch.setattr(EnsembleModule, "compacts", False)
+    full = run_seed_parallel(configs, tmp_path / "full")
+    assert len({row["timing"]["steps"] for row in full}) > 1  # the seeds end at different steps
+    assert held[0] == 4 and min(held) == 2  # the step shrank, and never below two seeds
+    for row, expected in zip(rows, full):
+        for key in set(expected) - {"timing", "started_at"}:
+            assert row[key] == expected[key], key
+        assert row["timing"]["steps"] == expected["timing"]["steps"]
+
+
 @pytest.mark.parametrize("measured", [0.6, 3.0])
 def test_auto_batches_only_where_its_probe_says_it_pays(measured, tmp_path, monkeypatch, tiny_config):
     from emergence_bench.execution import seed_parallel

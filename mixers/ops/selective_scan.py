@@ -59,9 +59,10 @@ def _scan_backward(grad_y, u, delta, A, B, C, D, decay, h):
     grad_z[1:].mul_(h[:-1])
     grad_z[0].zero_()  # h_{-1} = 0
     grad_z.mul_(decay)
-    # grad_A = sum over (L, b) of grad_z delta, a block of time steps at a time: a small scratch
-    # that stays in cache instead of one more [L, *S, n, d] tensor.
-    block = max(1, (1 << 18) // max(1, grad_z[0].numel()))
+    # grad_A = sum over (L, b) of grad_z delta, one time step at a time: a small scratch that stays
+    # in cache instead of one more [L, *S, n, d] tensor. Always one: a block sized by the tensor's
+    # size would sum in another order when K seeds are batched, so a seed's bits would depend on K.
+    block = 1
     A_t = A.transpose(-1, -2).contiguous()  # [*P, n, d]
     grad_A_t = torch.zeros_like(A_t)
     scratch = torch.empty_like(grad_z[:block])

@@ -32,14 +32,25 @@ class EnsembleModule(L.LightningModule):
     own parameters are never read (``functional_call`` substitutes the stack) and never trained.
     ``version`` counts backward passes and optimiser steps, so a seed's view knows when it is stale.
 
+    Seeds that ended leave the forward and backward at the next training step (``compact``): those
+    run over ``slots`` (the seeds still in, in order), gathered from the stack, so a step's cost falls
+    with the live seeds (a batched step costs about K times one seed's at the ranking's size). The
+    stack, AdamW and everything outside stay indexed by seed (0..K-1): the batch [K, ...], the losses
+    [K] (an ended seed's read 0, its gradients are 0), ``live``, the biases. AdamW keeps all K slices
+    because its fused CPU kernel rounds a tensor's tail elements differently from the rest, so the
+    bits of a seed's update would depend on K. A seed's forward and backward do not depend on the other
+    slices, so a compacted group trains each seed to the same bits as one that is not
+    (tests/test_seed_parallel.py).
+
     The ensemble knows nothing of the seeds' callbacks, views or folders. The group gives it
     ``live`` (the seeds still training, [K] bools on the host: a step costs no device sync), ``bias``
     (their attention biases stacked, {layer: [K, ...]}) and two listeners: ``on_losses(steps, scored
     [n][K], full [n][K], at_step)`` for each read of the loss buffer, ``on_eval(results)`` (one
-    EvalResult per seed) for each eval.
+    EvalResult per seed, None for a seed out of the stack) for each eval.
     """
 
     rows: torch.Tensor  # a buffer: the scored rows [N]
+    compacts = True  # ended seeds leave the forward and backward (False: computed to the group's end)
 
     def __init__(self, models: list[SequenceModel], task: SyntheticTask, optim: OptimConfig, max_steps: int,
                  train_on: str = "scored", log_every: int = 1):
@@ -58,9 +69,10 @@ class EnsembleModule(L.LightningModule):
         self.register_buffer("rows", scored_rows(task), persistent=False)  # [N]
         self.task, self.optim, self.max_steps, self.train_on, self.log_every = task, optim, max_steps, train_on, log_every
         self.live = [True] * self.K
+        self.slots = list(range(self.K))  # the seeds in the forward and backward, in order
         self.bias: dict[int, torch.Tensor] = {}
         self.on_losses: Callable[[list[int], list, list, bool], None] | None = None
-        self.on_eval: Callable[[list[EvalResult]], None] | None = None
+        self.on_eval: Callable[[list[EvalResult | None]], None] | None = None
         self.loss_buffer = LossBuffer(log_every, max_steps)  # per step not read yet: [2, K] (scored, every-row)
         self.trained_losses: torch.Tensor | None = None  # [K], what the latest step trains on
         self.version = 0
@@ -68,9 +80,19 @@ class EnsembleModule(L.LightningModule):
         self._eval = vmap(self._seed_logits, in_dims=(0, None, 0))
 
     # --- one seed's computation (vmapped over the leading dim of the stack) -------------------
+    def _slot_index(self) -> torch.Tensor | None:
+        """[len(slots)] the seeds the stack holds, as indices; None while it holds all K in order."""
+        return None if len(self.slots) == self.K else torch.tensor(self.slots, device=self.device)
+
+    def _held(self, per_seed: torch.Tensor) -> torch.Tensor:
+        """[K, ...] (one slice per seed) -> [len(slots), ...], the slices of the seeds in the stack."""
+        index = self._slot_index()
+        return per_seed if index is None else per_seed.index_select(0, index)
+
     def _weights(self) -> dict[str, torch.Tensor]:
-        weights = dict(zip(self.names, self.stacked))
-        weights.update({name: getattr(self, f"seed_buffer{i}") for i, name in enumerate(self.buffer_names)})
+        """The weights of the seeds in the forward: {name: [len(slots), ...]}."""
+        weights = {name: self._held(p) for name, p in zip(self.names, self.stacked)}
+        weights.update({name: self._held(getattr(self, f"seed_buffer{i}")) for i, name in enumerate(self.buffer_names)})
         return weights
 
     def _seed_logits(self, weights: dict, tokens: torch.Tensor, bias: dict) -> torch.Tensor:
@@ -83,26 +105,45 @@ class EnsembleModule(L.LightningModule):
 
     def losses(self, tokens: torch.Tensor, bias: dict[int, torch.Tensor] | None = None):
         """tokens [K, B, L+1] (seed k's batch in slice k), bias {layer: [K, ...]} (default: ``self.bias``)
-        -> (scored losses [K], every-row losses [K])."""
+        -> (scored losses [K], every-row losses [K]); a seed out of the stack reads 0."""
+        bias = self.bias if bias is None else bias
         with vmapped(self.device):
-            return self._train(self._weights(), tokens, self.bias if bias is None else bias)
+            scored, full = self._train(self._weights(), self._held(tokens),
+                                       {layer: self._held(b) for layer, b in bias.items()})
+        index = self._slot_index()
+        if index is None:
+            return scored, full
+        return tuple(torch.zeros(self.K, dtype=t.dtype, device=t.device).index_copy(0, index, t) for t in (scored, full))
 
     def logits(self, tokens: torch.Tensor, bias: dict[int, torch.Tensor] | None = None) -> torch.Tensor:
-        """tokens [B, L+1] shared by every seed, bias as in ``losses`` -> logits [K, B, L, V]."""
+        """tokens [B, L+1] shared by every seed, bias as in ``losses`` -> logits [S, B, L, V] of the
+        S seeds in the stack (``slots``; all K until one has ended)."""
+        bias = self.bias if bias is None else bias
         with vmapped(self.device):
-            return self._eval(self._weights(), tokens, self.bias if bias is None else bias)
+            return self._eval(self._weights(), tokens, {layer: self._held(b) for layer, b in bias.items()})
 
     def live_mask(self) -> torch.Tensor:
         """[K] bool on the device: the seeds still training."""
         return torch.tensor(self.live, device=self.device)
 
+    def compact(self) -> None:
+        """Take the seeds that ended out of the forward and backward (``slots``). Called between steps.
+        Two seeds stay in at least (a live one and, if need be, an ended one): a vmapped dim of size 1
+        takes other reduction paths (Mamba's step-size bias gradient), so a last seed alone would not
+        keep its bits."""
+        live = [k for k in self.slots if self.live[k]]
+        ended = [k for k in self.slots if not self.live[k]]
+        self.slots = sorted(live + ended[:max(0, 2 - len(live))])
+
     # --- training -----------------------------------------------------------------------------
     def training_step(self, tokens: torch.Tensor, batch_idx: int) -> torch.Tensor | None:
         """tokens [K, B, L+1] -> the sum of the live seeds' losses (their gradients are independent)."""
-        losses = training.step(self, tokens, batch_idx)  # [K]
         if not any(self.live):
             self.trainer.should_stop = True
             return None  # Lightning skips the update
+        if self.compacts:
+            self.compact()
+        losses = training.step(self, tokens, batch_idx)  # [K]
         self.trained_losses = losses
         if all(self.live):
             return losses.sum()
@@ -149,7 +190,7 @@ class EnsembleModule(L.LightningModule):
 
     # --- evaluation ---------------------------------------------------------------------------
     def on_validation_epoch_start(self) -> None:
-        self._tally = EvalTally(self.task, self.K, self.device)
+        self._tally = EvalTally(self.task, len(self.slots), self.device)
 
     def validation_step(self, tokens: torch.Tensor, batch_idx: int) -> None:
         """tokens [B, L+1], the same for every seed."""
@@ -157,7 +198,10 @@ class EnsembleModule(L.LightningModule):
 
     def on_validation_epoch_end(self) -> None:
         if self.on_eval is not None:
-            self.on_eval(self._tally.results(self.global_step))
+            results: list[EvalResult | None] = [None] * self.K  # a seed out of the stack has none
+            for k, result in zip(self.slots, self._tally.results(self.global_step)):
+                results[k] = result
+            self.on_eval(results)
 
     # --- one seed's weights -------------------------------------------------------------------
     @torch.no_grad()
