@@ -315,10 +315,11 @@ class SeedCallbacks(L.Callback):
                 seed.log({"train/loss": seed.joined.last_train_loss,
                           "train/full_sequence_loss": seed.joined.recent_full_sequence_losses[-1]}, steps[-1])
 
-    def evaluated(self, results: list[EvalResult]) -> None:
-        """An eval of every seed (one EvalResult each): the live seeds it was for take theirs."""
+    def evaluated(self, results: list[EvalResult | None]) -> None:
+        """An eval of the seeds in the step (one EvalResult each; None for a seed that left it): the
+        live seeds it was for take theirs."""
         for seed, result in zip(self.seeds, results):
-            if seed.live and (self.eval_for is None or seed in self.eval_for):
+            if result is not None and seed.live and (self.eval_for is None or seed in self.eval_for):
                 seed.joined.last_eval = result
                 seed.log(eval_metrics(result), self.ensemble.global_step - 1)  # the step Lightning logs a run's eval at
 
