@@ -137,7 +137,7 @@ def _describe(reg) -> list[str]:
 
 def cmd_list(args, extra) -> int:
     from emergence_bench import registry
-    from emergence_bench.execution.sweep import load_sweep, presets
+    from emergence_bench.execution.sweep_spec import load_sweep, presets
 
     lines = _sections()
     for title, reg in (("mixers", registry.mixers), ("tasks", registry.tasks), ("callbacks", registry.callbacks)):
@@ -206,7 +206,8 @@ def _run_seeds(config, args) -> int:
 
 def cmd_sweep(args, extra) -> int:
     from emergence_bench.execution import tuning
-    from emergence_bench.execution.sweep import clock, load_sweep, presets, run_sweep
+    from emergence_bench.execution.sweep_spec import load_sweep, presets
+    from emergence_bench.execution.sweep import clock, run_sweep
 
     if args.list:
         for name in presets():
@@ -290,7 +291,7 @@ def _grid_axis(spec: str) -> tuple[str, list]:
     """``--grid optim.lr=1e-3,3e-3`` → ("optim.lr", [0.001, 0.003]): the values are a YAML flow list
     without its brackets, so ``--grid "mixer={name: mamba},{name: lru}"`` works too."""
     from emergence_bench.config import ConfigError, parse_value
-    from emergence_bench.execution.sweep import check_distinct
+    from emergence_bench.execution.sweep_spec import check_distinct
 
     key, _, values = spec.partition("=")
     key = key.strip().removeprefix("--")

@@ -166,7 +166,7 @@ BUILT_IN = {"transformer", "mlp_mixer", "mamba", "gated_deltanet", "rwkv7", "mls
 
 def ladder_cells(preset: str, ladder: dict) -> tuple[dict, list[dict]]:
     """(family, mixer, rung) -> its seeds, and the raw configs, of a preset checked against ``ladder``."""
-    from emergence_bench.execution.sweep import load_sweep
+    from emergence_bench.execution.sweep_spec import load_sweep
 
     raw = [config for _, config in load_sweep(preset).raw_runs()]
     found = rank.ladders([{"config": config, "status": "ok"} for config in raw])
@@ -189,7 +189,7 @@ def test_v1_presets_hold_ladder_v1_for_every_mixer_and_seed(preset):
 
 @pytest.mark.parametrize("preset", ["standard-cpu", "standard-cpu-v2", "standard-v2"])
 def test_standard_presets_hold_ladder_v2_for_all_seven_mixers_and_eight_seeds(preset):
-    from emergence_bench.execution.sweep import load_sweep
+    from emergence_bench.execution.sweep_spec import load_sweep
 
     cells, raw = ladder_cells(preset, LADDER_V2)
     assert {c["mixer"]["name"] for c in raw} == BUILT_IN
@@ -205,7 +205,7 @@ def test_standard_presets_hold_ladder_v2_for_all_seven_mixers_and_eight_seeds(pr
 def test_the_two_reproducibility_seed_sets_are_disjoint_from_the_pilot_and_each_other():
     # standard-cpu trains seeds 0-7; its reproduction, seeds 8-15 (`--grid seed=8,...,15`); the pilot
     # that chose the rungs used seeds 100-103.
-    from emergence_bench.execution.sweep import load_sweep
+    from emergence_bench.execution.sweep_spec import load_sweep
 
     seeds = {c["seed"] for _, c in load_sweep("standard-cpu").raw_runs()}
     assert seeds == set(range(8)) and not seeds & set(range(8, 16)) and not seeds & set(range(100, 104))

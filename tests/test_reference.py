@@ -114,7 +114,7 @@ def test_an_unknown_reference_name_lists_what_there_is():
 
 
 def test_the_builtin_reference_is_of_the_frozen_tuned_ladder():
-    from emergence_bench.execution.sweep import load_sweep
+    from emergence_bench.execution.sweep_spec import load_sweep
 
     ref = reference.load(reference.BUILTIN)
     sweep = load_sweep(reference.BUILTIN_PRESET)

@@ -4,6 +4,9 @@ import re
 import pytest
 
 from emergence_bench.reporting import report
+from emergence_bench.reporting.figure import REGISTRY, Results, show
+from emergence_bench.reporting.figures import FIGURES, attention, axes, curves, seeds, staircase
+from emergence_bench.reporting.page import Page
 from emergence_bench.run import run
 
 
@@ -62,7 +65,7 @@ def test_seed_scatter_keeps_settings_of_one_mixer_apart():
                 "config": {"task": {"sparsity": sparsity}, "trainer": {"max_steps": 600}}}
 
     groups = [("transformer · s=2", [row(2, 50), row(2, 80)]), ("transformer · s=3", [row(3, 200), row(3, None)])]
-    assert report.seed_columns(groups) == [("transformer · s=2", [50, 80], []),
+    assert seeds.seed_columns(groups) == [("transformer · s=2", [50, 80], []),
                                            ("transformer · s=3", [200], [600])]
 
 
@@ -75,22 +78,22 @@ def test_metric_against_an_axis_has_one_line_per_mixer_and_censored_medians():
 
     records = ([row("transformer", s, i, 10 * s) for s in (4, 8, 16) for i in range(3)]
                + [row("mamba", s, i, None if s == 16 else 50) for s in (4, 8, 16) for i in range(3)])
-    assert report.numeric_axes(records) == ["task.state_size"]
-    lines = report.axis_lines(records, "task.state_size")
+    assert axes.numeric_axes(records) == ["task.state_size"]
+    lines = axes.axis_lines(records, "task.state_size")
     assert set(lines) == {"name=transformer", "name=mamba"}
     assert [p["emergence"]["median"] for p in lines["name=transformer"]] == [40, 80, 160]
     assert lines["name=mamba"][2]["emergence"]["median"] is None  # censored: drawn at the budget
     assert lines["name=mamba"][2]["emergence"]["budget"] == 1000
-    assert report.axis_figure(records, "task.state_size")
+    assert axes.axis_figure(records, "task.state_size")
     # A key that changes with the axis (head_dim as heads rise at a fixed width) makes no line of its own.
     heads = [{**row("transformer", 8, i, 10 * h), "config": {**row("transformer", 8, i, 0)["config"],
                                                             "mixer": {"name": "transformer", "n_heads": h, "head_dim": 64 // h}}}
              for h in (1, 4, 16) for i in range(2)]
-    assert list(report.axis_lines(heads, "mixer.n_heads")) == ["all runs"]
+    assert list(axes.axis_lines(heads, "mixer.n_heads")) == ["all runs"]
     # An axis whose every value is another mixer compares the mixers, not the axis: no figure.
     two = [row("transformer", 8, 0, 10), row("mamba", 8, 0, 20)]
     two[0]["config"]["mixer"]["n_heads"], two[1]["config"]["mixer"]["n_heads"] = 2, 8
-    assert report.axis_lines(two, "mixer.n_heads") == {}
+    assert axes.axis_lines(two, "mixer.n_heads") == {}
 
 
 def test_the_staircase_shows_the_median_emergence_seed_and_needs_per_cell_curves():
@@ -99,11 +102,11 @@ def test_the_staircase_shows_the_median_emergence_seed_and_needs_per_cell_curves
                 "curves": {"eval_cells": [[0, [0.7, 0.7]], [step or 10, [0.1, 0.6]]] if cells else []}}
 
     members = [seed(0, 300), seed(1, 100), seed(2, None), seed(3, 200)]
-    assert report.staircase_seed(members)["seed"] == 3  # 100, 200, 300: the median is 200
-    assert report.staircase_seed([seed(0, None), seed(1, None)])["seed"] == 0
-    assert report.staircase_seed([seed(0, 50, cells=False)]) is None  # an older result: nothing to draw
-    assert report.staircase_seed(members, seed=2)["seed"] == 2  # --seed chooses
-    figure = report.staircase([("g", members)], limit=4)
+    assert staircase.staircase_seed(members)["seed"] == 3  # 100, 200, 300: the median is 200
+    assert staircase.staircase_seed([seed(0, None), seed(1, None)])["seed"] == 0
+    assert staircase.staircase_seed([seed(0, 50, cells=False)]) is None  # an older result: nothing to draw
+    assert staircase.staircase_seed(members, seed=2)["seed"] == 2  # --seed chooses
+    figure = staircase.staircase([("g", members)], limit=4)
     assert len(figure.axes[0].lines) == 2  # one line per output cell
 
 
@@ -115,7 +118,7 @@ def test_heads_and_ground_truth_share_one_colour_scale(tmp_path):
     truth = torch.tensor([[1, 0, 0], [1, 0, 0], [0, 1, 1]])
     maps = [torch.tensor([[[0.9, 0.1, 0.0], [0.2, 0.3, 0.5], [0.1, 0.45, 0.45]]])]
     torch.save({"layers": [0], "maps": maps, "ground_truth": truth, "step": 10}, tmp_path / MAPS_FILE)
-    figure = report.attention_maps(tmp_path, "g")
+    figure = attention.attention_maps(tmp_path, "g")
     head, ground = (ax.images[0] for ax in figure.axes[:2])
     assert head.get_cmap().name == ground.get_cmap().name and head.get_clim() == ground.get_clim() == (0.0, 1.0)
     # The truth is drawn as the attention that follows it: row 2 spreads evenly over its two sources.
@@ -129,29 +132,29 @@ def test_loss_curves_stay_small_for_a_large_sweep():
                 "curves": {"train_loss": [[i, 1.0] for i in range(n)]}}
 
     groups = [(f"g{i}", [member(5000), member(3000)]) for i in range(30)]
-    figure = report.loss_curves(groups)
+    figure = curves.loss_curves(groups)
     drawn = [ax for ax in figure.axes if ax.lines]
-    assert len(drawn) == report.MAX_CURVE_PANELS  # the first 24 of 30 groups
+    assert len(drawn) == curves.MAX_CURVE_PANELS  # the first 24 of 30 groups
     longest = max(len(line.get_xdata()) for ax in drawn for line in ax.lines)
-    assert longest <= report.CURVE_POINTS + 1
+    assert longest <= curves.CURVE_POINTS + 1
 
 
 def test_every_figure_is_registered_with_its_reason_when_absent_and_the_cli_offers_each(capsys):
     from emergence_bench.cli import parser
 
-    assert report.FIGURES == ("curves", "staircase", "seeds", "ranking", "axes", "thresholds", "heatmap", "filmstrip",
+    assert FIGURES == ("curves", "staircase", "seeds", "ranking", "axes", "thresholds", "heatmap", "filmstrip",
                               "maps")
-    for figure in report.REGISTRY.values():
+    for figure in REGISTRY.values():
         assert figure.name and figure.title and figure.absent, figure
-        assert figure.part_of in (None, *report.FIGURES), figure
-    assert [f.name for f in report.REGISTRY.values() if f.part_of == "ranking"] == ["tuning", "survival", "forest",
+        assert figure.part_of in (None, *FIGURES), figure
+    assert [f.name for f in REGISTRY.values() if f.part_of == "ranking"] == ["tuning", "survival", "forest",
                                                                                       "state"]
     with pytest.raises(SystemExit):
         parser().parse_args(["report", "DIR", "--help"])
     offered = " ".join(capsys.readouterr().out.split())
-    assert all(name in offered for name in report.FIGURES)
+    assert all(name in offered for name in FIGURES)
     # Nothing drawable: each figure is listed, by name, with its reason.
-    page = report.Page()
-    for name in report.FIGURES:
-        assert not report.show(page, report.REGISTRY[name], report.Results([]))
-    assert page.missing == [(name, report.REGISTRY[name].absent) for name in report.FIGURES]
+    page = Page()
+    for name in FIGURES:
+        assert not show(page, REGISTRY[name], Results([]))
+    assert page.missing == [(name, REGISTRY[name].absent) for name in FIGURES]

@@ -177,7 +177,7 @@ def test_the_timed_settings_are_the_ones_described():
 
 # --- the mixer tables at the ranking's size --------------------------------------------------
 def test_the_mixer_clocks_time_the_rankings_own_runs():
-    from emergence_bench.execution.sweep import load_sweep
+    from emergence_bench.execution.sweep_spec import load_sweep
     from emergence_bench.perf import mixers
 
     ranking = load_sweep(mixers.RANKING)

@@ -9,7 +9,7 @@ import pytest
 
 from emergence_bench.config import ConfigError
 from emergence_bench.execution import tuning
-from emergence_bench.execution.sweep import load_sweep
+from emergence_bench.execution.sweep_spec import load_sweep
 from emergence_bench.execution.tuning import Point, choose, edges, measure, widened
 
 

@@ -8,7 +8,7 @@ import yaml
 
 from emergence_bench.cli import _grid_axis, main
 from emergence_bench.config import load_yaml_text, parse_value, resolve
-from emergence_bench.execution.sweep import load_sweep
+from emergence_bench.execution.sweep_spec import load_sweep
 
 
 def test_print_config_fed_back_gives_the_same_run_id(tmp_path, cli, tiny_config):

@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from emergence_bench.config import ConfigError
-from emergence_bench.execution.sweep import Group, Sweep
+from emergence_bench.execution.sweep_spec import Group, Sweep
 from emergence_bench.reporting.stats import kaplan_meier_median, wilson_interval
 from emergence_bench.result_row import ResultRow, emergence_step, step_budget
 from emergence_bench.results import TUNING_DIR, read_result, write_json

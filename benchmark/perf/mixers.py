@@ -25,7 +25,7 @@ from pathlib import Path
 from emergence_bench import registry
 from emergence_bench.config import resolve
 from emergence_bench.mixers.backend import ENV
-from emergence_bench.execution.sweep import Sweep, load_sweep
+from emergence_bench.execution.sweep_spec import Sweep, load_sweep
 from emergence_bench.perf.loops import ensemble_loop, single_loop, step_seconds
 from emergence_bench.perf.timing import bracketed, interleave, summary
 

@@ -36,7 +36,7 @@ from emergence_bench import registry
 from emergence_bench.machine.allocator import keep_freed_memory
 from emergence_bench.config import RunConfig, resolve
 from emergence_bench.machine.devices import resolve_device
-from emergence_bench.execution.sweep import load_sweep
+from emergence_bench.execution.sweep_spec import load_sweep
 from emergence_bench.perf.loops import ensemble_loop, single_loop
 from emergence_bench.perf.mixers import (RANKING, SEEDS, builtin_mixers, cell_clock, render_cells, render_steps,
                                          step_ratios)

@@ -134,7 +134,7 @@ def compact(record: ResultRow) -> dict:
 
 def build(root: str | Path, preset: str) -> dict:
     """A reference from the finished ranking under ``root`` (its tuning tables too, if there)."""
-    from emergence_bench.execution.sweep import load_sweep
+    from emergence_bench.execution.sweep_spec import load_sweep
     from emergence_bench.execution.tuning import read_tables
 
     sweep = load_sweep(preset)

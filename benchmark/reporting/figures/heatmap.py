@@ -1,0 +1,52 @@
+"""The final eval loss over two numeric sweep axes, as a heatmap."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+from matplotlib.figure import Figure
+
+from emergence_bench.reporting import leaderboard
+from emergence_bench.reporting.figure import Drawn, Results, register_figure
+from emergence_bench.reporting.plotting import PAGE_INCHES, plt
+from emergence_bench.result_row import ResultRow
+
+
+def heatmap(records: list[ResultRow], axes: tuple[str, str] | None) -> tuple[Figure | None, tuple[str, str] | None]:
+    """Mean final eval loss over two config axes (the first two numeric axes that vary, unless given)."""
+    measured = [r for r in records if r["status"] in ("ok", "diverged")
+                and r["metrics"].get("final_eval_loss") is not None]
+    if not measured:
+        return None, None
+    flats = pd.DataFrame([leaderboard.flatten(r["config"]) for r in measured])
+    if axes is None:
+        numeric = [k for k in flats.columns if k != "seed" and pd.api.types.is_numeric_dtype(flats[k])
+                   and flats[k].nunique() > 1]
+        if len(numeric) < 2:
+            return None, None
+        axes = (numeric[0], numeric[1])
+    for axis in axes:
+        if axis not in flats.columns:
+            raise ValueError(f"no config key {axis!r} in these results; keys: {', '.join(sorted(flats.columns))}")
+    flats["loss"] = [r["metrics"]["final_eval_loss"] for r in measured]
+    grid = flats.groupby(list(axes))["loss"].mean().unstack()
+    figure, ax = plt.subplots(figsize=(min(PAGE_INCHES, 2.5 + 0.8 * grid.shape[1]), 1.5 + 0.5 * grid.shape[0]))
+    image = ax.imshow(grid.values, cmap="viridis", aspect="auto")
+    ax.set_xticks(range(grid.shape[1]), [str(c) for c in grid.columns])
+    ax.set_yticks(range(grid.shape[0]), [str(i) for i in grid.index])
+    ax.set_xlabel(axes[1])
+    ax.set_ylabel(axes[0])
+    for (i, j), value in np.ndenumerate(grid.values):
+        if not np.isnan(value):
+            ax.text(j, i, f"{value:.2f}", ha="center", va="center", color="white", fontsize=9)
+    figure.colorbar(image, ax=ax, label="final eval loss")
+    return figure, axes
+
+
+
+@register_figure("heatmap", "Final eval loss over two sweep axes",
+                 "The mean over seeds of each cell's final eval loss: darker is lower.",
+                 "fewer than two numeric config keys vary (or --axes names them)")
+def _heatmap(results: Results) -> list[Drawn]:
+    figure, used = heatmap(results.records, results.axes)
+    return [Drawn(figure, "heatmap", title=f"Final eval loss over {used[0]} × {used[1]}")] if figure and used else []

@@ -1,0 +1,128 @@
+"""The ranking's section: its tables and ladder figure (success and plateau against the rung), and
+the figures drawn with it: tuning curves, survival by rung, the plateau-ratio forest, state size."""
+
+from __future__ import annotations
+
+import html
+
+from matplotlib.figure import Figure
+
+from emergence_bench.config import ConfigError
+from emergence_bench.execution.tuning import read_tables
+from emergence_bench.reporting import comparison, rank
+from emergence_bench.reporting.figure import Drawn, Results, register_figure
+from emergence_bench.reporting.plotting import PAGE_INCHES, plain_log, plt
+from emergence_bench.reporting.tuning_curves import tuning_figure
+from emergence_bench.results import TUNING_DIR
+
+
+def ladder_figure(ranked: dict) -> Figure | None:
+    """Per task family (columns): success rate vs rung per mixer with 95% Wilson intervals (top), and
+    the median plateau end vs rung on a log axis (bottom), a median not reached drawn as an arrow
+    at the budget. None when no family has more than one rung."""
+    ladders = {f: l for f, l in ranked["ladders"].items() if len(l["rungs"]) > 1}
+    if not ladders:
+        return None
+    cells = ranked["cells"]
+    mixers = sorted(cells["mixer"].unique())
+    figure, axes = plt.subplots(2, len(ladders), figsize=(PAGE_INCHES, 6.5), squeeze=False)
+    for column, (family, ladder) in enumerate(sorted(ladders.items())):
+        top, bottom = axes[0, column], axes[1, column]
+        for i, mixer in enumerate(mixers):
+            rows = cells[(cells["family"] == family) & (cells["mixer"] == mixer)].sort_values("rung_index")
+            rows = rows[rows["success_rate"].notna()]
+            if rows.empty:
+                continue
+            x = rows["rung_index"] + (i - (len(mixers) - 1) / 2) * 0.06  # side by side, not on top of each other
+            rate = rows["success_rate"]
+            top.errorbar(x, rate, yerr=[rate - rows["success_low"], rows["success_high"] - rate], marker="o",
+                         capsize=3, color=f"C{i}", label=mixer)
+            reached = rows["median_plateau_end"].notna()
+            bottom.plot(x[reached], rows["median_plateau_end"][reached], marker="o", color=f"C{i}", label=mixer)
+            bottom.scatter(x[~reached], rows["budget"][~reached], marker="^", s=60, color=f"C{i}")
+        for ax in (top, bottom):
+            ax.set_xticks(range(len(ladder["rungs"])), [str(r) for r in ladder["rungs"]])
+            ax.set_xlabel(ladder["axis"])
+        top.set_ylim(-0.05, 1.05)
+        top.set_title(family)
+        top.set_ylabel("success rate (emerged)")
+        plain_log(bottom)
+        bottom.set_ylabel("median plateau end\n(▲: not reached, at budget)")
+    axes[0, 0].legend()
+    figure.tight_layout()
+    return figure
+
+
+
+@register_figure("ranking", "Ranking", "",
+                 "no task family varies one numeric task key over two or more mixers (see `rank`)")
+def _ranking(results: Results) -> list[Drawn]:
+    """The ranking's tables and ladder figure, where the results hold a ladder (``rank``)."""
+    try:
+        ranked = rank.build(results.records)
+    except ConfigError:  # no single ladder per family: the sweep is not a ranking
+        return []
+    figure = ladder_figure(ranked)
+    if figure is None or ranked["ranking"]["mixer"].nunique() < 2:
+        if figure is not None:
+            plt.close(figure)
+        return []
+    results.ranked = ranked
+    tables = rank.tables(ranked)
+    return [Drawn(figure, "ranking", caption=html.escape(rank.ranking_note(ranked["baseline"])),
+                  alt="success and plateau vs rung",
+                  html=(tables["ranking"].html(), "<h3>Frontier per task family</h3>", tables["frontier"].html(),
+                        "<p>Top: success rate per rung with 95% Wilson intervals, one line per mixer. Bottom: the "
+                        "median plateau end per rung on a log axis; a triangle at the budget where the median was "
+                        "not reached.</p>"))]
+
+
+
+@register_figure("tuning", "Tuning curves",
+                 "Per task family, each mixer's success area on the tuning rung(s) against its learning rate, on the "
+                 "tuning seeds, with 95% Wilson intervals (mixers offset a little sideways where they overlap); the "
+                 "large dot is the lr the ranking used (the choice rule: area, then the median emergence step, then "
+                 "the smaller lr), hollow where it lies on an edge of the grid even after widening.",
+                 "no tuning table: the runs were not tuned here (DIR/tuning) nor at the shipped reference's values",
+                 part_of="ranking")
+def _tuning(results: Results) -> list[Drawn]:
+    tables = read_tables(results.root / TUNING_DIR) if results.root else []
+    have = {(t["mixer"], t["group"]) for t in tables}
+    tables += rank.reference_tuning(None, results.records, have)
+    figure = tuning_figure(tables)
+    return [Drawn(figure, "tuning-curves", alt="success area against learning rate")] if figure else []
+
+
+
+@register_figure("survival", "Survival by rung",
+                 "Per rung, the fraction of each mixer's seeds not yet emerged (upper row of a family) and still on "
+                 "the loss plateau (lower row) against step: Kaplan–Meier curves, a tick where a run stopped "
+                 "before the event (censored). A curve that falls earlier is a mixer that finds the pattern sooner.",
+                 "no ranked runs", part_of="ranking")
+def _survival(results: Results) -> list[Drawn]:
+    figure = comparison.survival_figure(results.ranked, results.records) if results.ranked else None
+    return [Drawn(figure, "survival")] if figure else []
+
+
+
+@register_figure("forest", "Plateau ratio", "", "no baseline mixer (rank --baseline) among the results",
+                 part_of="ranking")
+def _forest(results: Results) -> list[Drawn]:
+    figure = comparison.forest_figure(results.ranked) if results.ranked else None
+    if figure is None or results.ranked is None:
+        return []
+    baseline = results.ranked["baseline"] or "the baseline"
+    return [Drawn(figure, "forest", caption=(
+        f"Each mixer's median plateau end over {html.escape(baseline)}'s: the geometric mean over cells "
+        "(square) with its 95% bootstrap interval, each cell's ratio behind it (open: a bound, the median "
+        "not reached within the budget). Left of the dashed line: off the plateau sooner."))]
+
+
+
+@register_figure("state", "State size and quality",
+                 "Success score and plateau ratio against the state each mixer carries per sequence at inference "
+                 "(attention's grows with the sequence; the largest in the ranking is drawn).",
+                 "the results do not record state sizes (runs from before state_size was recorded)", part_of="ranking")
+def _state(results: Results) -> list[Drawn]:
+    figure = comparison.state_figure(results.ranked) if results.ranked else None
+    return [Drawn(figure, "state")] if figure else []

@@ -1,0 +1,103 @@
+"""What every figure of the report shares: the page's width and resolution, the text sizes, and
+small drawing helpers (a grid of panels, titles that name only what varies, plain log axes)."""
+
+from __future__ import annotations
+
+import re
+import textwrap
+
+import matplotlib
+
+matplotlib.use("Agg")  # no display; must precede pyplot
+import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib import ticker  # noqa: E402
+
+# Every figure is drawn at the page's width (PAGE_INCHES at DPI: 1200 pixels, the page's max-width), so
+# it is shown at 100% and its text at the sizes below is readable without zooming.
+DPI, PAGE_INCHES = 96, 12.5
+
+STYLE = {"font.size": 10, "axes.titlesize": 10.5, "axes.labelsize": 10, "xtick.labelsize": 9, "ytick.labelsize": 9,
+         "legend.fontsize": 9, "figure.titlesize": 11}
+
+plt.style.use(STYLE)  # this module only draws reports (and runs headless: Agg above)
+
+
+
+def slug(text: str) -> str:
+    """``text`` as a file name: lower case, runs of other characters as one dash."""
+    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")[:80] or "figure"
+
+
+
+def panels(n: int, columns: int = 3, height: float = 3.2):
+    """A grid of ``n`` panels, ``columns`` a row, at the page's width: (figure, the n axes in order);
+    the grid's spare cells hidden."""
+    columns = min(columns, n)
+    rows = (n + columns - 1) // columns
+    figure, axes = plt.subplots(rows, columns, figsize=(PAGE_INCHES, height * rows), squeeze=False)
+    for ax in list(axes.flat)[n:]:
+        ax.axis("off")
+    return figure, list(axes.flat)[:n]
+
+
+
+def short_titles(labels: list[str]) -> tuple[list[str], str]:
+    """Panel titles that name only what varies between ``labels`` (leaderboard row labels, "task
+    params · mixer params · setting · intervention"), and a caption with the rest: the task or mixer
+    name all rows share, and per task (per mixer) the parameters all its rows share. So a title never
+    repeats what every panel has, and long names do not overprint their neighbours."""
+    parsed = []
+    for label in labels:
+        parts = label.split(" · ")
+        task, mixer = (parts + ["", ""])[:2]
+        parsed.append((task.split(), mixer.split(), parts[2:]))
+    common: dict[tuple[int, str], set] = {}
+    for tokens in parsed:
+        for slot in (0, 1):
+            if tokens[slot]:
+                name, params = tokens[slot][0], set(tokens[slot][1:])
+                common[slot, name] = common.get((slot, name), params) & params
+    shared = [slot for slot in (0, 1) if len({t[slot][0] for t in parsed if t[slot]}) == 1 and len(parsed) > 1]
+    titles = []
+    for tokens in parsed:
+        pieces = []
+        for slot in (0, 1):
+            if not tokens[slot]:
+                continue
+            name, own = tokens[slot][0], [p for p in tokens[slot][1:] if p not in common[slot, tokens[slot][0]]]
+            pieces.append(" ".join(([] if slot in shared else [name]) + own))
+        titles.append(" · ".join(p for p in pieces + tokens[2] if p) or ("all runs" if len(parsed) > 1 else ""))
+    notes = []
+    for (slot, name), params in sorted(common.items(), key=lambda item: item[0]):
+        what = "task" if slot == 0 else "mixer"
+        if slot in shared or params:
+            notes.append(f"{what} {name}" + (f" ({' '.join(sorted(params))})" if params else ""))
+    caption = ("Every panel: " if len(parsed) > 1 else "") + "; ".join(notes) + "." if notes else ""
+    if len(parsed) == 1:
+        caption, titles = f"{labels[0]}.", [""]
+    return titles, caption
+
+
+
+def panel_title(ax, text: str, width: int = 48) -> None:
+    """A panel title wrapped to its panel (``width`` characters a line), never over its neighbour."""
+    if text:
+        ax.set_title("\n".join(textwrap.wrap(text, width)) or text)
+
+
+
+def plain_log(ax, axis: str = "y") -> None:
+    """A log axis with plain tick labels (50, 100, 200; 0.001), not 2×10²."""
+    which = ax.yaxis if axis == "y" else ax.xaxis
+    (ax.set_yscale if axis == "y" else ax.set_xscale)("log")
+    which.set_major_locator(ticker.LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+    which.set_major_formatter(ticker.FuncFormatter(lambda value, _: f"{value:g}"))
+    which.set_minor_formatter(ticker.NullFormatter())
+
+
+
+def draw_line(ax, x, y, **style) -> None:
+    """A curve; with fewer than three points also its markers, so a one-point curve is still seen."""
+    if len(x) < 3:
+        style.setdefault("marker", "o")
+    ax.plot(x, y, **style)
