@@ -138,12 +138,12 @@ class EnsembleModule(L.LightningModule):
     # --- training -----------------------------------------------------------------------------
     def training_step(self, tokens: torch.Tensor, batch_idx: int) -> torch.Tensor | None:
         """tokens [K, B, L+1] -> the sum of the live seeds' losses (their gradients are independent)."""
-        if not any(self.live):
-            self.trainer.should_stop = True
-            return None  # Lightning skips the update
         if self.compacts:
             self.compact()
         losses = training.step(self, tokens, batch_idx)  # [K]
+        if not any(self.live):
+            self.trainer.should_stop = True
+            return None  # Lightning skips the update
         self.trained_losses = losses
         if all(self.live):
             return losses.sum()
