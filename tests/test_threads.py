@@ -12,7 +12,7 @@ from emergence_bench.machine import threads as cfg
 from emergence_bench.cli import main
 from emergence_bench.config import ConfigError, resolve, scientific
 from emergence_bench.machine.threads import SMALL_STEP_FLOPS, choose_threads, step_flops
-from emergence_bench.execution import ray_executor, sweep as sweeps
+from emergence_bench.execution import ray_executor, sweep as sweeps, sweep_spec
 from emergence_bench.registry import register_callback
 from emergence_bench.run import apply_threads, run
 
@@ -61,8 +61,8 @@ def test_auto_gives_small_models_one_thread_and_large_ones_the_share(four_cores)
 
 
 def test_size_estimate_puts_quick_below_the_threshold_and_a_wide_model_above(four_cores):
-    quick = resolve(sweeps.load_sweep("quick").base)
-    wide = resolve({**sweeps.load_sweep("quick").base, "model": {"d_model": 512, "n_layers": 2}})
+    quick = resolve(sweep_spec.load_sweep("quick").base)
+    wide = resolve({**sweep_spec.load_sweep("quick").base, "model": {"d_model": 512, "n_layers": 2}})
     assert apply_threads(quick) == 1
     assert apply_threads(wide) == 4 and torch.get_num_threads() == 4
     assert apply_threads(quick, seeds=64) == 4  # 64 seeds trained together are one large step
@@ -92,7 +92,7 @@ def test_a_sweep_worker_s_share_bounds_auto(tmp_path, four_cores, monkeypatch, p
 
 @pytest.mark.slow
 def test_a_two_worker_sweep_keeps_workers_times_threads_within_the_cores(tmp_path, tiny_config):
-    sweep = sweeps.Sweep("t", tiny_config(trainer={"max_steps": 5, "eval_every": 5}), {"seed": [0, 1]})
+    sweep = sweep_spec.Sweep("t", tiny_config(trainer={"max_steps": 5, "eval_every": 5}), {"seed": [0, 1]})
     counts = sweeps.run_sweep(sweep, tmp_path, workers=2, stream=open(tmp_path / "log", "w"))
     assert counts["ok"] == 2
     rows = [json.loads(p.read_text()) for p in tmp_path.glob("*/result.json")]
@@ -133,7 +133,7 @@ def test_more_threads_than_cores_is_rejected_before_anything_runs(tmp_path, four
     assert not (tmp_path / "run").exists()
     assert main(["run", "--threads", "5", "--out", str(tmp_path / "cli")]) == 2
     assert "trainer.threads=5" in capsys.readouterr().err and not (tmp_path / "cli").exists()
-    sweep = sweeps.Sweep("t", tiny_config(trainer={"threads": 3}), {"seed": [0, 1]})
+    sweep = sweep_spec.Sweep("t", tiny_config(trainer={"threads": 3}), {"seed": [0, 1]})
     with pytest.raises(ConfigError, match=r"trainer.threads=3 with 2 worker\(s\) needs 6 cores"):
         sweeps.run_sweep(sweep, tmp_path / "sweep", workers=2)
     assert not list((tmp_path / "sweep").glob("*/result.json"))
