@@ -19,7 +19,6 @@ from emergence_bench.result_row import ResultRow
 from emergence_bench.results import RESULT_FILE
 
 
-# --- the figures, registered in the page's order (like check-mixer's checks) ------------------------
 @dataclass
 class Drawn:
     """One figure drawn for the report, saved as ``file``. The first of a registered figure's drawings
@@ -33,7 +32,6 @@ class Drawn:
     caption: str | None = None
     alt: str | None = None
     html: tuple[str, ...] = ()
-
 
 
 @dataclass
@@ -56,7 +54,6 @@ class Results:
         return dict(zip(labels, short_titles(labels)[0]))
 
 
-
 @dataclass(frozen=True)
 class ReportFigure:
     """A figure of the report: ``name`` (what ``--figures`` chooses), its section's ``title`` and
@@ -71,9 +68,7 @@ class ReportFigure:
     part_of: str | None = None
 
 
-
 REGISTRY: dict[str, ReportFigure] = {}
-
 
 
 def register_figure(name: str, title: str, caption: str, absent: str, part_of: str | None = None):
@@ -83,7 +78,6 @@ def register_figure(name: str, title: str, caption: str, absent: str, part_of: s
         return draw
 
     return decorator
-
 
 
 def show(page: Page, figure: ReportFigure, results: Results) -> bool:
@@ -103,7 +97,6 @@ def show(page: Page, figure: ReportFigure, results: Results) -> bool:
         if part.part_of == figure.name:
             show(page, part, results)
     return True
-
 
 
 def find_run_dir(root: Path, record: ResultRow) -> Path | None:

@@ -22,11 +22,9 @@ STYLE = {"font.size": 10, "axes.titlesize": 10.5, "axes.labelsize": 10, "xtick.l
 plt.style.use(STYLE)  # this module only draws reports (and runs headless: Agg above)
 
 
-
 def slug(text: str) -> str:
     """``text`` as a file name: lower case, runs of other characters as one dash."""
     return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")[:80] or "figure"
-
 
 
 def panels(n: int, columns: int = 3, height: float = 3.2):
@@ -38,7 +36,6 @@ def panels(n: int, columns: int = 3, height: float = 3.2):
     for ax in list(axes.flat)[n:]:
         ax.axis("off")
     return figure, list(axes.flat)[:n]
-
 
 
 def short_titles(labels: list[str]) -> tuple[list[str], str]:
@@ -78,12 +75,10 @@ def short_titles(labels: list[str]) -> tuple[list[str], str]:
     return titles, caption
 
 
-
 def panel_title(ax, text: str, width: int = 48) -> None:
     """A panel title wrapped to its panel (``width`` characters a line), never over its neighbour."""
     if text:
         ax.set_title("\n".join(textwrap.wrap(text, width)) or text)
-
 
 
 def plain_log(ax, axis: str = "y") -> None:
@@ -93,7 +88,6 @@ def plain_log(ax, axis: str = "y") -> None:
     which.set_major_locator(ticker.LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
     which.set_major_formatter(ticker.FuncFormatter(lambda value, _: f"{value:g}"))
     which.set_minor_formatter(ticker.NullFormatter())
-
 
 
 def draw_line(ax, x, y, **style) -> None:

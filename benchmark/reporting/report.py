@@ -40,7 +40,6 @@ def _groups(records: list[ResultRow], table: pd.DataFrame, over: tuple[str, ...]
     return rows
 
 
-
 def write(root: str | Path, out: str | Path | None = None, axes: tuple[str, str] | None = None,
           maps: int = 4, over: tuple[str, ...] = ("seed",), strict: bool = False,
           figures: tuple[str, ...] | None = None, seed: int | None = None) -> Path:
@@ -77,7 +76,6 @@ def write(root: str | Path, out: str | Path | None = None, axes: tuple[str, str]
     return out
 
 
-
 def provenance_table(records: list[ResultRow]) -> Table:
     """What the runs were computed with: commits (dirty or not), versions, devices, machines, thread
     and allocator policies, commands; each value with its number of runs."""
@@ -110,7 +108,6 @@ def provenance_table(records: list[ResultRow]) -> Table:
                       ["threads (setting → used)", counted(threads(r) for r in records)],
                       ["allocator", counted(provenance(r, "allocator") for r in records)],
                       ["command", counted(provenance(r, "command") for r in records)]], row_headers=True)
-
 
 
 def ranking_section(records: list[ResultRow], page: Page) -> bool:

@@ -60,15 +60,13 @@ def _scan_backward(grad_y, u, delta, A, B, C, D, decay, h):
     grad_z[0].zero_()  # h_{-1} = 0
     grad_z.mul_(decay)
     # grad_A = sum over (L, b) of grad_z delta, one time step at a time: a small scratch that stays
-    # in cache instead of one more [L, *S, n, d] tensor. Always one: a block sized by the tensor's
-    # size would sum in another order when K seeds are batched, so a seed's bits would depend on K.
-    block = 1
+    # in cache instead of one more [L, *S, n, d] tensor. One step, not a block sized by the tensor:
+    # with K seeds batched that block would change with K, and so would the order of a seed's sum.
     A_t = A.transpose(-1, -2).contiguous()  # [*P, n, d]
     grad_A_t = torch.zeros_like(A_t)
-    scratch = torch.empty_like(grad_z[:block])
-    for t in range(0, grad_z.shape[0], block):
-        rows = slice(t, t + block)
-        part = torch.mul(grad_z[rows], delta[rows].unsqueeze(-2), out=scratch[: grad_z[rows].shape[0]])
+    scratch = torch.empty_like(grad_z[:1])
+    for t in range(grad_z.shape[0]):
+        part = torch.mul(grad_z[t:t + 1], delta[t:t + 1].unsqueeze(-2), out=scratch)
         grad_A_t += _sum_over_time_and_broadcast(part, A_t.shape)
     grad_delta = grad_z.mul_(A_t).sum(-2).addcmul_(grad_delta_u, u)  # sum_n grad_z A + ...
     grad_u = torch.addcmul(grad_y * D, grad_delta_u, delta)

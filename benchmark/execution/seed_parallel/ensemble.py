@@ -70,6 +70,7 @@ class EnsembleModule(L.LightningModule):
         self.task, self.optim, self.max_steps, self.train_on, self.log_every = task, optim, max_steps, train_on, log_every
         self.live = [True] * self.K
         self.slots = list(range(self.K))  # the seeds in the forward and backward, in order
+        self.slot_index: torch.Tensor | None = None  # slots as an index tensor; None while it is all K
         self.bias: dict[int, torch.Tensor] = {}
         self.on_losses: Callable[[list[int], list, list, bool], None] | None = None
         self.on_eval: Callable[[list[EvalResult | None]], None] | None = None
@@ -80,14 +81,9 @@ class EnsembleModule(L.LightningModule):
         self._eval = vmap(self._seed_logits, in_dims=(0, None, 0))
 
     # --- one seed's computation (vmapped over the leading dim of the stack) -------------------
-    def _slot_index(self) -> torch.Tensor | None:
-        """[len(slots)] the seeds the stack holds, as indices; None while it holds all K in order."""
-        return None if len(self.slots) == self.K else torch.tensor(self.slots, device=self.device)
-
     def _held(self, per_seed: torch.Tensor) -> torch.Tensor:
-        """[K, ...] (one slice per seed) -> [len(slots), ...], the slices of the seeds in the stack."""
-        index = self._slot_index()
-        return per_seed if index is None else per_seed.index_select(0, index)
+        """[K, ...] (one slice per seed) -> [len(slots), ...], the slices of the seeds in the step."""
+        return per_seed if self.slot_index is None else per_seed.index_select(0, self.slot_index)
 
     def _weights(self) -> dict[str, torch.Tensor]:
         """The weights of the seeds in the forward: {name: [len(slots), ...]}."""
@@ -110,10 +106,10 @@ class EnsembleModule(L.LightningModule):
         with vmapped(self.device):
             scored, full = self._train(self._weights(), self._held(tokens),
                                        {layer: self._held(b) for layer, b in bias.items()})
-        index = self._slot_index()
-        if index is None:
+        if self.slot_index is None:
             return scored, full
-        return tuple(torch.zeros(self.K, dtype=t.dtype, device=t.device).index_copy(0, index, t) for t in (scored, full))
+        return tuple(torch.zeros(self.K, dtype=t.dtype, device=t.device).index_copy(0, self.slot_index, t)
+                     for t in (scored, full))
 
     def logits(self, tokens: torch.Tensor, bias: dict[int, torch.Tensor] | None = None) -> torch.Tensor:
         """tokens [B, L+1] shared by every seed, bias as in ``losses`` -> logits [S, B, L, V] of the
@@ -133,7 +129,9 @@ class EnsembleModule(L.LightningModule):
         keep its bits."""
         live = [k for k in self.slots if self.live[k]]
         ended = [k for k in self.slots if not self.live[k]]
-        self.slots = sorted(live + ended[:max(0, 2 - len(live))])
+        slots = sorted(live + ended[:max(0, 2 - len(live))])
+        if slots != self.slots:  # the index is made once per change, not per parameter and step
+            self.slots, self.slot_index = slots, torch.tensor(slots, device=self.device)
 
     # --- training -----------------------------------------------------------------------------
     def training_step(self, tokens: torch.Tensor, batch_idx: int) -> torch.Tensor | None:

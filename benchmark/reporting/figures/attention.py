@@ -35,13 +35,11 @@ def _map(ax, image: torch.Tensor, scored: torch.Tensor, scale: dict, title: str,
     return shown
 
 
-
 def _map_grid(rows: int, columns: int):
     """A grid of square map panels at most the page's width, laid out to leave room for a colour bar."""
     side = min(1.9, (PAGE_INCHES - 1.2) / columns)
     return plt.subplots(rows, columns, figsize=(side * columns + 1.2, side * rows + 0.9), squeeze=False,
                         layout="constrained")
-
 
 
 def attention_maps(run_dir: Path, label: str) -> Figure | None:
@@ -73,12 +71,10 @@ def attention_maps(run_dir: Path, label: str) -> Figure | None:
     return figure
 
 
-
 def _ideal(truth: torch.Tensor) -> torch.Tensor:
     """The ground truth [L, L] drawn as the attention that would follow it exactly: each row spread
     evenly over its sources."""
     return truth.float() / truth.float().sum(-1, keepdim=True).clamp_min(1)
-
 
 
 def filmstrip(run_dir: Path, record: ResultRow, label: str) -> Figure | None:
@@ -106,7 +102,6 @@ def filmstrip(run_dir: Path, record: ResultRow, label: str) -> Figure | None:
     return figure
 
 
-
 @register_figure("filmstrip", "Attention over time",
                  "The best head's map at the start, when the pattern was found, at emergence and at the end, beside "
                  "the ground truth, all on one colour scale (the truth drawn as the attention that follows it "
@@ -123,7 +118,6 @@ def _filmstrip(results: Results) -> list[Drawn]:
         if figure:
             drawn.append(Drawn(figure, f"filmstrip-{slug(label)}", alt=f"attention over time {label}"))
     return drawn
-
 
 
 @register_figure("maps", "Attention maps beside the ground truth",

@@ -20,13 +20,11 @@ from emergence_bench.result_row import ResultRow
 MAX_LINES = 10  # lines in one metric-vs-axis figure; more cannot be told apart
 
 
-
 def numeric_axes(records: list[ResultRow]) -> list[str]:
     """The numeric config keys that vary among ``records`` (seed aside), in config order."""
     flats = pd.DataFrame([leaderboard.flatten(scientific(r["config"])) for r in records])
     return [k for k in flats.columns if k != "seed" and pd.api.types.is_numeric_dtype(flats[k])
             and not pd.api.types.is_bool_dtype(flats[k]) and flats[k].nunique() > 1]
-
 
 
 def axis_lines(records: list[ResultRow], axis: str) -> dict[str, list[dict]]:
@@ -58,7 +56,6 @@ def axis_lines(records: list[ResultRow], axis: str) -> dict[str, list[dict]]:
                                            "plateau": leaderboard.km_time(members, "plateau", "end_step"),
                                            "emergence": leaderboard.km_time(members, "emergence", "step")})
     return lines
-
 
 
 def axis_figure(records: list[ResultRow], axis: str) -> Figure | None:
@@ -99,7 +96,6 @@ def axis_figure(records: list[ResultRow], axis: str) -> Figure | None:
                   bbox_to_anchor=(0.5, 0.0), ncol=2 if len(labels) > 1 else 1, frameon=False)
     figure.tight_layout()
     return figure
-
 
 
 @register_figure("axes", "Plateau and emergence against a sweep axis",

@@ -19,13 +19,11 @@ MAX_CURVE_PANELS = 24  # loss-curve panels on one page: a 200-run sweep's page s
 CURVE_POINTS = 400  # points per drawn curve at most (every k-th kept)
 
 
-
 def _thin(curves: list[np.ndarray]) -> list[np.ndarray]:
     """Each curve [N, 2] with every k-th row, one k for all so their rows stay aligned: the longest
     keeps at most CURVE_POINTS rows."""
     step = max(1, -(-max(len(c) for c in curves) // CURVE_POINTS))
     return [c[::step] for c in curves]
-
 
 
 def loss_curves(groups: list[tuple[str, list[ResultRow]]]) -> Figure | None:
@@ -80,7 +78,6 @@ def loss_curves(groups: list[tuple[str, list[ResultRow]]]) -> Figure | None:
     axes[1].legend(loc="upper left")
     figure.tight_layout()
     return figure
-
 
 
 @register_figure("curves", "Loss curves, and accuracy beside them",

@@ -43,7 +43,6 @@ def heatmap(records: list[ResultRow], axes: tuple[str, str] | None) -> tuple[Fig
     return figure, axes
 
 
-
 @register_figure("heatmap", "Final eval loss over two sweep axes",
                  "The mean over seeds of each cell's final eval loss: darker is lower.",
                  "fewer than two numeric config keys vary (or --axes names them)")

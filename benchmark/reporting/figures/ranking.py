@@ -53,7 +53,6 @@ def ladder_figure(ranked: dict) -> Figure | None:
     return figure
 
 
-
 @register_figure("ranking", "Ranking", "",
                  "no task family varies one numeric task key over two or more mixers (see `rank`)")
 def _ranking(results: Results) -> list[Drawn]:
@@ -77,7 +76,6 @@ def _ranking(results: Results) -> list[Drawn]:
                         "not reached.</p>"))]
 
 
-
 @register_figure("tuning", "Tuning curves",
                  "Per task family, each mixer's success area on the tuning rung(s) against its learning rate, on the "
                  "tuning seeds, with 95% Wilson intervals (mixers offset a little sideways where they overlap); the "
@@ -93,7 +91,6 @@ def _tuning(results: Results) -> list[Drawn]:
     return [Drawn(figure, "tuning-curves", alt="success area against learning rate")] if figure else []
 
 
-
 @register_figure("survival", "Survival by rung",
                  "Per rung, the fraction of each mixer's seeds not yet emerged (upper row of a family) and still on "
                  "the loss plateau (lower row) against step: Kaplan–Meier curves, a tick where a run stopped "
@@ -102,7 +99,6 @@ def _tuning(results: Results) -> list[Drawn]:
 def _survival(results: Results) -> list[Drawn]:
     figure = comparison.survival_figure(results.ranked, results.records) if results.ranked else None
     return [Drawn(figure, "survival")] if figure else []
-
 
 
 @register_figure("forest", "Plateau ratio", "", "no baseline mixer (rank --baseline) among the results",
@@ -116,7 +112,6 @@ def _forest(results: Results) -> list[Drawn]:
         f"Each mixer's median plateau end over {html.escape(baseline)}'s: the geometric mean over cells "
         "(square) with its 95% bootstrap interval, each cell's ratio behind it (open: a bound, the median "
         "not reached within the budget). Left of the dashed line: off the plateau sooner."))]
-
 
 
 @register_figure("state", "State size and quality",

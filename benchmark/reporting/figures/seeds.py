@@ -26,7 +26,6 @@ def seed_columns(groups: list[tuple[str, list[ResultRow]]]) -> list[tuple[str, l
     return columns
 
 
-
 def seed_scatter(groups: list[tuple[str, list[ResultRow]]]) -> Figure | None:
     """Emergence step per seed, one column per leaderboard row, on a log axis: dots for seeds that
     emerged, triangles at the budget for seeds that never did. Different seeds, different steps."""
@@ -49,7 +48,6 @@ def seed_scatter(groups: list[tuple[str, list[ResultRow]]]) -> Figure | None:
     ax.set_ylabel("emergence step (log)")
     ax.legend()
     return figure
-
 
 
 @register_figure("seeds", "Emergence step per seed",

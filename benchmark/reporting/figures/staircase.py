@@ -21,7 +21,6 @@ def staircase_seed(members: list[ResultRow], seed: int | None = None) -> ResultR
     return emerged[(len(emerged) - 1) // 2][1] if emerged else (kept[0] if kept else None)
 
 
-
 def staircase(groups: list[tuple[str, list[ResultRow]]], limit: int, seed: int | None = None) -> Figure | None:
     """Per group (up to ``limit``): each output cell's eval loss over training for the group's
     median-emergence seed, one line per cell, a dot where that cell emerged. Capabilities arriving
@@ -59,7 +58,6 @@ def staircase(groups: list[tuple[str, list[ResultRow]]], limit: int, seed: int |
         ax.set_ylabel("eval loss per cell (log)")
     figure.tight_layout()
     return figure
-
 
 
 @register_figure("staircase", "Per-cell eval loss (the staircase)",
