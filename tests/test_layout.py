@@ -143,6 +143,15 @@ def test_every_folder_is_in_the_graph():
         assert name in found, name
 
 
+def test_every_package_folder_is_shipped():
+    """A folder with an ``__init__.py`` that pyproject's ``packages`` leaves out works in the editable
+    checkout and is missing from a built wheel (as ``reporting.figures`` once was)."""
+    listed = set(tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    found = {name for name, path in modules().items() if path.name == "__init__.py"}
+    assert found - listed == set(), f"add to pyproject's packages: {sorted(found - listed)}"
+    assert listed - found == set(), f"listed but not a package folder: {sorted(listed - found)}"
+
+
 def test_no_import_cycles():
     cycle = find_cycle(import_graph())
     assert cycle is None, "import cycle: " + " -> ".join(cycle)
