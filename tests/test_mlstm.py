@@ -125,6 +125,16 @@ def test_seed_parallel_batches_it(forget_gate, tiny_config):
     assert supported, reason
 
 
+def test_the_ranking_cells_batch():
+    """standard-cpu's mLSTM cellular-automata cell once fell back to one seed at a time: its input-gate
+    bias gradient is float noise (1e-6 of the model's largest), which the trial judged at its own scale."""
+    from emergence_bench.perf.mixers import ranking_sweep
+
+    _, raw = ranking_sweep(["mlstm"], "cellular-automata").raw_runs()[0]
+    supported, reason = seed_parallel_supported(raw)
+    assert supported, reason
+
+
 def test_it_is_in_the_speed_table():
     assert "mlstm" in builtin_mixers()
     assert step_seconds({"name": "mlstm"}, length=16, batch=2, d_model=64, device="cpu", repeats=1) > 0

@@ -380,6 +380,31 @@ def test_support_check_leaves_the_random_state_alone(tiny_config):
     assert not supported and "broken on purpose" in reason
 
 
+@register_mixer("test_skewed_under_vmap")
+class SkewedUnderVmap(TokenMixer):
+    """A projection whose gradient is 1% too large under vmap, its value unchanged: a batching rule
+    that is a little wrong, which the loss cannot see."""
+
+    def __init__(self, d_model: int, max_len: int, layer_idx: int, skew: float = 0.01):
+        super().__init__(d_model, max_len, layer_idx)
+        self.proj, self.skew = nn.Linear(d_model, d_model), skew
+
+    def forward(self, x, ctx):
+        out = self.proj(x)
+        if torch._C._are_functorch_transforms_active():
+            out = out * (1 + self.skew) - out.detach() * self.skew
+        return out
+
+
+def test_the_trial_rejects_a_gradient_a_percent_off(tiny_config):
+    """The trial's gradient tolerance (1e-3 of a gradient's own scale, floored at 1e-4 of the model's
+    largest) lets float noise through but not a batching rule 1% off."""
+    supported, reason = seed_parallel_supported(tiny_config(mixer={"name": "test_skewed_under_vmap"}))
+    assert not supported and "batched gradient of" in reason, reason
+    assert seed_parallel_supported(tiny_config(mixer={"name": "test_skewed_under_vmap", "skew": 0.0})) \
+        == (True, "vmap over seeds")
+
+
 # --- one engine: every hook fires for every seed ---------------------------------------------------
 HOOK_COUNTER = '''
 import lightning as L
