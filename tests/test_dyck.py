@@ -4,6 +4,7 @@ import math
 import pytest
 import torch
 
+from emergence_bench.tasks.base import seeded_generator
 from emergence_bench.tasks.dyck import Dyck
 
 
@@ -61,6 +62,34 @@ def test_batch_shape_vocabulary_and_determinism():
     assert torch.equal(tokens, task.batch("train", 0))
     assert not torch.equal(tokens, task.batch("train", 1))
     assert not torch.equal(tokens, task.batch("eval", 0))
+
+
+def walk_with_torch_ops(task: Dyck, generator: torch.Generator, batch_size: int) -> torch.Tensor:
+    """The generator as first written, with torch ops: the spec ``generate``'s numpy form must equal."""
+    k, n = task.bracket_types, task.length
+    coins = torch.rand(batch_size, n, generator=generator)
+    types = torch.randint(0, k, (batch_size, n), generator=generator)
+    depth = torch.zeros(batch_size, dtype=torch.long)
+    stack = torch.zeros(batch_size, min(task.max_depth, n // 2) + 1, dtype=torch.long)
+    rows = torch.arange(batch_size)
+    tokens = torch.empty(batch_size, n, dtype=torch.long)
+    for i in range(n):
+        can_open = (depth < task.max_depth) & (depth + 2 <= n - i)
+        opens = can_open & (~(depth > 0) | (coins[:, i] < task.open_prob))
+        tokens[:, i] = torch.where(opens, types[:, i], k + stack[rows, (depth - 1).clamp_min(0)])
+        slot = depth.clamp_max(stack.shape[1] - 1)
+        stack[rows, slot] = torch.where(opens, types[:, i], stack[rows, slot])
+        depth = depth + torch.where(opens, 1, -1)
+    return tokens
+
+
+@pytest.mark.parametrize("k,depth,length,open_prob", [(2, 8, 32, 0.5), (4, 3, 64, 0.3), (1, 1, 10, 0.7), (3, 16, 16, 0.45)])
+def test_generation_equals_the_torch_walk_token_for_token(k, depth, length, open_prob):
+    task = Dyck(bracket_types=k, max_depth=depth, length=length, open_prob=open_prob)
+    for index in range(5):
+        ours = task.generate(seeded_generator("dyck-test", index), 33)
+        theirs = walk_with_torch_ops(task, seeded_generator("dyck-test", index), 33)
+        assert ours.dtype == torch.long and torch.equal(ours, theirs)
 
 
 @pytest.mark.parametrize("k, depth, length", [(1, 1, 10), (2, 3, 30), (4, 8, 64), (3, 40, 24)])
