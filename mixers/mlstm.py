@@ -15,9 +15,11 @@ exp(-m_t); the 1 of the normaliser then reads exp(-m_t). h_t does not depend on 
 through ``eps``, a guard added to the stabilised denominator (as xLSTM and mlstm-kernels add it).
 
 The core op (``mixers/ops/mlstm.py``) has two backends over the same tensors: mlstm-kernels'
-chunkwise Triton kernel on CUDA, sigmoid forget gate only, and the pure-PyTorch stabilised quadratic
-form (as xLSTM trains). mlstm-kernels ships under the NXAI Community License (not an OSI licence), so
-it is only ever an optional extra: the ``dev`` oracle and the ``kernels`` GPU path.
+chunkwise Triton kernel on CUDA, sigmoid forget gate only, and the pure-PyTorch reference: the
+stabilised quadratic form (as xLSTM trains) up to ``PARALLEL_UP_TO`` steps, the stabilised chunkwise
+form above (the same numbers up to summation order, at a cost linear in the length). mlstm-kernels
+ships under the NXAI Community License (not an OSI licence), so it is only ever an optional extra:
+the ``dev`` oracle and the ``kernels`` GPU path.
 """
 
 from __future__ import annotations
@@ -30,7 +32,11 @@ from emergence_bench.registry import register_mixer
 from emergence_bench.mixers.backend import KERNEL, REFERENCE, ENV, choose, requested
 from emergence_bench.mixers.base import MixerContext, TokenMixer
 from emergence_bench.mixers.init import WeightInit
-from emergence_bench.mixers.ops.mlstm import KERNEL_MODULE, mlstm_kernel, mlstm_parallel
+from emergence_bench.mixers.ops.mlstm import KERNEL_MODULE, mlstm_chunkwise, mlstm_kernel, mlstm_parallel
+
+# The reference's quadratic form up to this many steps, chunkwise in chunks of it above (measured:
+# docs/speed.md). The ranking's rungs are all within it, so its rows are the quadratic form's.
+PARALLEL_UP_TO = 64
 
 FORGET_GATES = ("sigmoid", "exp")
 NORM_EPS = 1e-5  # the per-head LayerNorm on the cell output
@@ -152,7 +158,10 @@ class MLSTM(TokenMixer):
             h = mlstm_kernel(q, k, v, i_pre, f_pre)
         else:
             log_f = F.logsigmoid(f_pre) if self.forget_gate == "sigmoid" else f_pre
-            h = mlstm_parallel(q, k, v, i_pre, log_f)  # [B, L, H, K]
+            if L <= PARALLEL_UP_TO:
+                h = mlstm_parallel(q, k, v, i_pre, log_f)  # [B, L, H, K]
+            else:
+                h = mlstm_chunkwise(q, k, v, i_pre, log_f, chunk_size=PARALLEL_UP_TO)
 
         # Per-head LayerNorm (xLSTM's MultiHeadLayerNorm, weight only), the skip, the output gate.
         h = F.layer_norm(h, (K,), eps=NORM_EPS).reshape(B, L, H * K) * self.out_norm_weight

@@ -8,7 +8,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from emergence_bench.mixers.ops.mlstm import EPS, KERNEL_MODULE, mlstm_kernel, mlstm_parallel, mlstm_recurrent
+from emergence_bench.mixers.ops.mlstm import (EPS, KERNEL_MODULE, mlstm_chunkwise, mlstm_kernel, mlstm_parallel,
+                                              mlstm_recurrent)
 
 
 try:  # the oracle: NX-AI's mlstm-kernels (dev extra; NXAI Community License, so never a core dependency)
@@ -93,6 +94,43 @@ def test_parallel_form_matches_step_by_step_in_float64(T, forget_gate, output_an
     ours = output_and_grads(with_gate(mlstm_parallel), inputs, upstream)
     theirs = output_and_grads(with_gate(mlstm_recurrent), inputs, upstream)
     assert_outputs_and_grads_close(ours, theirs, GRAD_NAMES, atol=1e-10, rtol=1e-10)
+
+
+@pytest.mark.parametrize("forget_gate", ["sigmoid", "exp"])
+@pytest.mark.parametrize("T, chunk", [(1, 16), (16, 16), (17, 16), (40, 16), (40, 7), (65, 64), (130, 32)])
+def test_chunkwise_form_matches_step_by_step_in_float64(T, chunk, forget_gate, output_and_grads,
+                                                        assert_outputs_and_grads_close):
+    """Lengths that are and are not a multiple of the chunk, one chunk and many; both forget gates,
+    the exp gate with f > 1 on some steps."""
+    inputs = core_inputs(T=T, dtype=torch.float64)
+    upstream = upstream_for(T, dtype=torch.float64)
+
+    def with_gate(core):
+        def fn(q, k, v, i, f):
+            log_f = F.logsigmoid(f) if forget_gate == "sigmoid" else 0.1 * f - 0.3
+            return core(q, k, v, i, log_f)
+        return fn
+
+    ours = output_and_grads(with_gate(lambda *xs: mlstm_chunkwise(*xs, chunk_size=chunk)), inputs, upstream)
+    theirs = output_and_grads(with_gate(mlstm_recurrent), inputs, upstream)
+    assert_outputs_and_grads_close(ours, theirs, GRAD_NAMES, atol=1e-10, rtol=1e-10)
+
+
+def test_chunkwise_stabiliser_keeps_overflowing_gates_exact_in_float32(output_and_grads, relative_error):
+    """As the parallel form's test below, across chunk boundaries: the state carried from chunk to
+    chunk is stored scaled, so e^120 of growth over 120 steps stays finite and exact."""
+    q, k, v, i, f = (x.detach() for x in core_inputs(T=120))
+    q, k = q.abs(), k.abs()
+    i = 150 + 20 * torch.randn(i.shape, generator=torch.Generator().manual_seed(2))
+    log_f = torch.ones_like(f)
+    inputs32 = [x.clone().requires_grad_() for x in (q, k, v, i, log_f)]
+    inputs64 = [x.double().requires_grad_() for x in (q, k, v, i, log_f)]
+    upstream = upstream_for(120)
+    h32, grads32 = output_and_grads(lambda *xs: mlstm_chunkwise(*xs, chunk_size=32), inputs32, upstream)
+    h64, grads64 = output_and_grads(mlstm_recurrent, inputs64, upstream.double())
+    assert torch.isfinite(h32).all() and all(torch.isfinite(g).all() for g in grads32)
+    for name, a, b in zip(("h", *GRAD_NAMES), (h32, *grads32), (h64, *grads64)):
+        assert relative_error(a.double(), b) < 2e-5, name
 
 
 def test_stabiliser_keeps_overflowing_gates_exact_in_float32(output_and_grads, relative_error):

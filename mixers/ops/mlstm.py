@@ -1,6 +1,6 @@
 """The mLSTM cell (xLSTM's matrix-memory LSTM) over a whole sequence: the stabilised parallel
-(quadratic) form, the step-by-step recurrence the tests hold it to, and mlstm-kernels' chunkwise
-Triton kernel.
+(quadratic) form, the stabilised chunkwise form (quadratic only within chunks), the step-by-step
+recurrence the tests hold both to, and mlstm-kernels' chunkwise Triton kernel.
 
 Per head, with query q_t and key k_t [K], value v_t [V], log input gate ĩ_t and log forget gate
 log f_t, the memory C_t [V, K], normaliser n_t [K] and output h_t [V] are::
@@ -48,6 +48,54 @@ def mlstm_parallel(q, k, v, log_i, log_f, eps: float = EPS) -> torch.Tensor:
     scores = (q @ k.transpose(-1, -2)) * K ** -0.5 * (log_w - m).exp()  # [B, H, T, T]
     normaliser = torch.maximum(scores.sum(-1, keepdim=True).abs(), (-m).exp()) + eps  # [B, H, T, 1]
     h = (scores / normaliser) @ v  # [B, H, T, V]
+    return h.transpose(1, 2).to(out_dtype)
+
+
+def mlstm_chunkwise(q, k, v, log_i, log_f, eps: float = EPS, chunk_size: int = 64) -> torch.Tensor:
+    """The mLSTM in the stabilised chunkwise form: the parallel form inside chunks of ``chunk_size``
+    steps, the recurrence between them. Same contract as ``mlstm_parallel``; memory: a few
+    [B, H, chunk, chunk] tensors and one state (C [B, H, V, K], n [B, H, K], m [B, H]) per chunk, so
+    the cost grows as T · chunk instead of T².
+
+    Within a chunk, b_t = Σ log f from the chunk's first step to t weighs the state that entered it
+    (stored scaled by exp(-m_prev)); each row is stabilised by its largest log weight over the
+    entering state and the chunk's own steps, which is the recurrent m_t, so rows equal the parallel
+    form's up to summation order. A last chunk may be shorter: nothing is padded.
+    """
+    B, T, H, K = q.shape
+    out_dtype = v.dtype
+    dtype = torch.promote_types(q.dtype, torch.float32)
+    q, k, v = (x.to(dtype).transpose(1, 2) for x in (q, k, v))  # [B, H, T, *]
+    log_i, log_f = (x.to(dtype).transpose(1, 2) for x in (log_i, log_f))  # [B, H, T]
+    q = q * K ** -0.5
+    state = None  # (C, n, m) entering the chunk: C and n scaled by exp(-m)
+    outputs = []
+    for start in range(0, T, chunk_size):
+        span = slice(start, start + chunk_size)
+        qc, kc, vc, ic, fc = q[:, :, span], k[:, :, span], v[:, :, span], log_i[..., span], log_f[..., span]
+        log_w = segment_sum(fc) + ic[..., None, :]  # [t, s] = log w_ts within the chunk  [B, H, c, c]
+        m = log_w.amax(-1)  # [B, H, c]: the diagonal is finite
+        if state is not None:
+            C, n, m_prev = state
+            carried = fc.cumsum(-1) + m_prev[..., None]  # log weight of the entering state at t  [B, H, c]
+            m = torch.maximum(carried, m)
+        scores = (qc @ kc.transpose(-1, -2)) * (log_w - m[..., None]).exp()  # [B, H, c, c]
+        numerator, denominator = scores @ vc, scores.sum(-1)  # [B, H, c, V], [B, H, c]
+        if state is not None:
+            carry = (carried - m).exp()  # [B, H, c], ≤ 1
+            numerator = numerator + carry[..., None] * (qc @ C.transpose(-1, -2))
+            denominator = denominator + carry * (qc @ n[..., None]).squeeze(-1)
+        outputs.append(numerator / (torch.maximum(denominator.abs(), (-m).exp()) + eps)[..., None])
+        if start + chunk_size < T:  # the state entering the next chunk: the chunk's last row
+            to_end = log_w[..., -1, :]  # [B, H, c]: log weight of step s in the chunk's last state
+            m_end = to_end.amax(-1) if state is None else torch.maximum(carried[..., -1], to_end.amax(-1))
+            weight = (to_end - m_end[..., None]).exp()[..., None]  # [B, H, c, 1]
+            C_end, n_end = (vc * weight).transpose(-1, -2) @ kc, (kc * weight).sum(-2)  # [B, H, V, K], [B, H, K]
+            if state is not None:
+                kept = (carried[..., -1] - m_end).exp()  # [B, H]
+                C_end, n_end = C_end + kept[..., None, None] * C, n_end + kept[..., None] * n
+            state = (C_end, n_end, m_end)
+    h = torch.cat(outputs, dim=2)  # [B, H, T, V]
     return h.transpose(1, 2).to(out_dtype)
 
 
