@@ -1,15 +1,14 @@
 """EmergenceModule: trains a SequenceModel on a task's scored tokens and measures it.
 
 The pieces a single run and a seed-parallel group share: the training step and its loss buffer
-(``emergence_bench.training``), ``EvalTally`` (one eval pass, per output cell, for one seed or K)
-and the optimiser (``emergence_bench.optim``). Seed-parallel's ensemble module uses the same ones.
+(``emergence_bench.training``), a run's losses and how it takes them in (``RunLosses``),
+``EvalTally`` (one eval pass, per output cell, for one seed or K) and the optimiser
+(``emergence_bench.optim``). Seed-parallel's ensemble module and seed views use the same ones.
 """
 
 from __future__ import annotations
 
-import math
 from typing import cast
-from collections import deque
 
 import lightning as L
 import torch
@@ -23,21 +22,12 @@ from emergence_bench.config import TRAIN_ON, OptimConfig
 from emergence_bench.model import SequenceModel
 from emergence_bench import training
 from emergence_bench.optim import adamw, is_decayed
-from emergence_bench.training import LossBuffer, check_finite, scored, scored_rows
+from emergence_bench.run_losses import RunLosses
+from emergence_bench.training import LossBuffer, scored, scored_rows
 from emergence_bench.mixers.base import MixerContext
 from emergence_bench.tasks.base import SyntheticTask
 
-FINAL_LOSS_WINDOW = 50  # final_train_loss is the mean over this many last steps
 MAX_LOGGED_CELLS = 64  # beyond this many output cells, per-cell scalars drown the dashboard
-
-
-def deliver_train_losses(callbacks, trainer, pl_module, steps: list[int], losses: list[float]) -> None:
-    """Hand the train losses just read back to every callback that takes them
-    (``on_train_losses``, the suite's one hook beyond Lightning's: callbacks/contract.py)."""
-    for callback in callbacks:
-        hook = getattr(callback, "on_train_losses", None)
-        if callable(hook):
-            hook(trainer, pl_module, steps, losses)
 
 
 class EvalTally:
@@ -107,7 +97,7 @@ def eval_metrics(e: EvalResult) -> dict[str, float]:
     return metrics
 
 
-class EmergenceModule(L.LightningModule):
+class EmergenceModule(RunLosses, L.LightningModule):
     """Cross-entropy over ``task.loss_mask`` (or every row, ``train_on="all"``, as the paper trains);
     AdamW with warmup and a schedule. The model reads ``task.model_inputs(tokens)``.
 
@@ -141,10 +131,7 @@ class EmergenceModule(L.LightningModule):
         self.initial_optimizer_state = initial_optimizer_state
         self.register_buffer("rows", scored_rows(task), persistent=False)  # [N]
         self.attention_bias: dict[int, torch.Tensor] = {}
-        self.recent_train_losses: deque[float] = deque(maxlen=FINAL_LOSS_WINDOW)
-        self.recent_full_sequence_losses: deque[float] = deque(maxlen=FINAL_LOSS_WINDOW)
-        self.last_train_loss = math.nan
-        self.last_eval: EvalResult | None = None
+        self.start_losses()
         self.loss_buffer = LossBuffer(read_every, max_steps)  # per step not read yet: [2] (scored, every-row loss)
 
     def all_rows(self, tokens: torch.Tensor, ctx: MixerContext | None = None):
@@ -166,18 +153,14 @@ class EmergenceModule(L.LightningModule):
         steps, values, full_values = self.loss_buffer.read()
         if not steps:
             return
-        for step, value, full_value in zip(steps, values, full_values):
-            check_finite(value, full_value, step)
-            self.recent_train_losses.append(value)
-            self.recent_full_sequence_losses.append(full_value)
-        self.last_train_loss = values[-1]
+        diverged = self.take_losses(steps, values, full_values)
+        if diverged is not None:
+            raise diverged
         if self._trainer is None:  # trained outside a Trainer (speed's loop)
             return
-        callbacks = getattr(self.trainer, "callbacks")  # set by Lightning, not declared on Trainer
-        deliver_train_losses(callbacks, self.trainer, self, steps, values)
+        self.deliver_losses(getattr(self.trainer, "callbacks"), self.trainer, steps, values)  # set by Lightning
         if at_step:  # Lightning writes logs every log_every steps, the value of that step: the read step's.
-            self.log("train/loss", self.last_train_loss)
-            self.log("train/full_sequence_loss", self.recent_full_sequence_losses[-1])
+            self.log_dict(self.step_metrics())
 
     def on_train_epoch_end(self) -> None:
         self.read_losses()  # the tail of a run stopped between reads, before the callbacks' on_train_end

@@ -24,8 +24,6 @@ results.
 
 from __future__ import annotations
 
-import math
-from collections import deque
 from pathlib import Path
 
 import lightning as L
@@ -35,16 +33,17 @@ from lightning.pytorch.loggers import Logger
 from emergence_bench.callbacks.contract import EvalResult
 from emergence_bench.config import RunConfig
 from emergence_bench.execution.seed_parallel.ensemble import EnsembleModule, stack_bias
-from emergence_bench.module import FINAL_LOSS_WINDOW, deliver_train_losses, eval_metrics
-from emergence_bench.training import Diverged, finite_prefix
+from emergence_bench.module import eval_metrics
+from emergence_bench.run_losses import RunLosses
+from emergence_bench.training import Diverged
 from emergence_bench.run import RunFolder, build_model, build_task, failure
 from emergence_bench.model import SequenceModel
 from emergence_bench.tasks.base import SyntheticTask
 
 
-class SeedView:
+class SeedView(RunLosses):
     """Seed k's ``pl_module``: the MeasuredModule contract (callbacks/contract.py), with the seed's
-    own task, losses, evals and ``attention_bias``. ``model`` is a SequenceModel holding slice k's
+    own task, losses and evals (``RunLosses``, as a run alone has them) and ``attention_bias``. ``model`` is a SequenceModel holding slice k's
     weights (and gradients), refreshed whenever it is read after a backward or an update; read it in
     each hook rather than keep it from ``setup``. ``log``/``log_dict`` write to the seed's logger."""
 
@@ -53,10 +52,7 @@ class SeedView:
         self._model = model
         self._synced: tuple[int, torch.device] | None = None
         self.attention_bias: dict[int, torch.Tensor] = {}
-        self.last_train_loss = math.nan
-        self.recent_train_losses: deque[float] = deque(maxlen=FINAL_LOSS_WINDOW)
-        self.recent_full_sequence_losses: deque[float] = deque(maxlen=FINAL_LOSS_WINDOW)
-        self.last_eval: EvalResult | None = None
+        self.start_losses()
         self.trainer: SeedTrainer | None = None
 
     @property
@@ -95,12 +91,6 @@ class SeedView:
 
     def named_parameters(self, *args, **kwargs):
         return self.model.named_parameters(*args, **kwargs)
-
-    def record_losses(self, losses: list[float], full_sequence_losses: list[float]) -> None:
-        """The losses of the steps just read back, in order."""
-        self.recent_train_losses.extend(losses)
-        self.recent_full_sequence_losses.extend(full_sequence_losses)
-        self.last_train_loss = losses[-1]
 
     def log(self, name: str, value, **kwargs) -> None:
         self.log_dict({name: value})
@@ -294,26 +284,23 @@ class SeedCallbacks(L.Callback):
         ensemble.on_losses, ensemble.on_eval = self.losses_read, self.evaluated
 
     def losses_read(self, steps: list[int], scored: list, full: list, at_step: bool) -> None:
-        """A read of the ensemble's losses (scored and full [n][K]): each live seed's are checked,
-        recorded and handed to its callbacks, as a run alone does with its own. A seed whose loss became
-        non-finite ends as ``diverged``; at a step's read the live seeds log that step's losses."""
+        """A read of the ensemble's losses (scored and full [n][K]): each live seed takes its own in
+        (``RunLosses``). A seed whose loss became non-finite ends as ``diverged``, one whose callback
+        raised as ``failed``; at a step's read the live seeds log that step's losses."""
         for seed in [s for s in self.seeds if s.live]:
-            k = seed.index
-            losses, full_losses = [v[k] for v in scored], [v[k] for v in full]
-            finite, diverged = finite_prefix(losses, full_losses, steps)  # the steps before a NaN count
-            if finite:
-                seed.joined.record_losses(losses[:finite], full_losses[:finite])
+            k, view = seed.index, seed.joined
+            losses = [v[k] for v in scored]
+            diverged = view.take_losses(steps, losses, [v[k] for v in full])
             if diverged is not None:
                 seed.diverge(diverged)
                 continue
             try:
-                deliver_train_losses(seed.callbacks, seed.trainer, seed.view, steps, losses)
+                view.deliver_losses(seed.callbacks, seed.trainer, steps, losses)
             except Exception as error:
                 seed.fail(error)
         if at_step:
             for seed in [s for s in self.seeds if s.live]:
-                seed.log({"train/loss": seed.joined.last_train_loss,
-                          "train/full_sequence_loss": seed.joined.recent_full_sequence_losses[-1]}, steps[-1])
+                seed.log(seed.joined.step_metrics(), steps[-1])
 
     def evaluated(self, results: list[EvalResult | None]) -> None:
         """An eval of the seeds in the step (one EvalResult each; None for a seed that left it): the
