@@ -16,6 +16,7 @@ import os
 import shutil
 import time
 import traceback
+from dataclasses import dataclass
 from pathlib import Path
 
 import lightning as L
@@ -65,9 +66,23 @@ def build_callbacks(config: RunConfig, task: SyntheticTask) -> list[L.Callback]:
     return [registry.callbacks.get(name)(task=task, **params) for name, params in config.callbacks.items()]
 
 
-def check(config: dict | RunConfig) -> RunConfig:
+@dataclass(frozen=True)
+class RunPlan:
+    """A run checked and sized before anything trains, from one build of its task and model on the
+    meta device: the resolved config, and what the thread policy reads (the model's parameter count,
+    the task's batch size and sequence length)."""
+
+    config: RunConfig
+    parameters: int
+    batch_size: int
+    seq_len: int
+
+
+def plan(config: dict | RunConfig | RunPlan) -> RunPlan:
     """Resolve ``config`` and build its task and model (without allocating weights), so every bad
-    key or parameter raises here, before anything trains."""
+    key or parameter raises here, before anything trains. A plan is returned as it is."""
+    if isinstance(config, RunPlan):
+        return config
     config = resolve(config)
     task = build_task(config)
     with torch.device("meta"):
@@ -78,17 +93,21 @@ def check(config: dict | RunConfig) -> RunConfig:
             check_model(model)
     if config.curriculum:
         check_transitions(config, stage_tasks(config), task)
-    return config
+    return RunPlan(config, sum(p.numel() for p in model.parameters()), task.batch_size, task.seq_len)
 
 
-def apply_threads(config: RunConfig, seeds: int = 1) -> int:
+def check(config: dict | RunConfig | RunPlan) -> RunConfig:
+    """``config`` resolved and checked (``plan``)."""
+    return plan(config).config
+
+
+def apply_threads(config: RunConfig | RunPlan, seeds: int = 1) -> int:
     """Set torch's intra-op threads by ``config.trainer.threads`` (see threads.choose_threads) for a
     run of ``seeds`` models of this config trained together; returns the count. The inter-op pool is
     left alone: torch allows setting it only before any parallel work, and the suite does not use it."""
-    task = build_task(config)
-    with torch.device("meta"):
-        parameters = sum(p.numel() for p in build_model(config, task).parameters())
-    threads = choose_threads(config.trainer.threads, step_flops(parameters * seeds, task.batch_size, task.seq_len))
+    sized = plan(config)  # a plan's sizes as they are; a config is planned first
+    work = step_flops(sized.parameters * seeds, sized.batch_size, sized.seq_len)
+    threads = choose_threads(sized.config.trainer.threads, work)
     torch.set_num_threads(threads)
     return threads
 
@@ -268,7 +287,7 @@ def failure(error: BaseException) -> str:
     return f"{type(error).__name__}: {error}\n{traceback.format_exc()}"
 
 
-def run(config: dict | RunConfig, out: str | Path, progress: bool = False, unfinished_only: bool = False,
+def run(config: dict | RunConfig | RunPlan, out: str | Path, progress: bool = False, unfinished_only: bool = False,
         extra: dict | None = None) -> dict:
     """Train one config and write its result row under ``out/<run_id>/``; returns the row.
     ``extra`` (e.g. the seed-parallel fallback's note) joins the row before it is written, once,
@@ -279,8 +298,9 @@ def run(config: dict | RunConfig, out: str | Path, progress: bool = False, unfin
     an interrupt (Ctrl-C) raises KeyboardInterrupt and writes nothing, so a resumed sweep runs it again.
     RunBusy when another process is training the run (or, with ``unfinished_only``, has finished it).
     """
-    config = check(config)
-    apply_threads(config)  # before the folder, which records it; a count above the cores raises here
+    planned = plan(config)
+    config = planned.config
+    apply_threads(planned)  # before the folder, which records it; a count above the cores raises here
     keep_freed_memory(config.trainer.keep_freed_memory)
     quiet_lightning()
     folder = RunFolder(config, out, unfinished_only)

@@ -13,7 +13,7 @@ from emergence_bench.execution.seed_parallel.probe import batching_speedup, seed
 from emergence_bench.execution.seed_parallel.seeds import Seed, SeedCallbacks
 from emergence_bench.machine.allocator import keep_freed_memory
 from emergence_bench.results import busy_row
-from emergence_bench.run import RunBusy, apply_threads, check, failure, run
+from emergence_bench.run import RunBusy, apply_threads, failure, plan, run
 from emergence_bench.trainer import build_trainer, quiet_lightning
 
 
@@ -39,7 +39,8 @@ def run_seed_parallel(given: Sequence[dict | RunConfig], out: str | Path, progre
     """
     if batching not in BATCHING:
         raise ValueError(f"seed-parallel batching must be one of {', '.join(BATCHING)}, got {batching!r}")
-    configs = [check(c) for c in given]
+    plans = [plan(c) for c in given]  # each checked and sized once
+    configs = [p.config for p in plans]
     if not configs:
         return []
     _check_group(configs)
@@ -54,14 +55,14 @@ def run_seed_parallel(given: Sequence[dict | RunConfig], out: str | Path, progre
             supported, reason = False, f"auto: batching {len(configs)} seeds measured {speedup:.2f}× one by one here"
     if not supported:
         rows: list[dict] = []
-        for config in configs:
+        for config, planned in zip(configs, plans):
             try:
-                rows.append(run(config, out, progress=progress, unfinished_only=unfinished_only,
+                rows.append(run(planned, out, progress=progress, unfinished_only=unfinished_only,
                                 extra={"seed_parallel": {"k": 1, "fallback": reason, **probe}}))
             except RunBusy as error:
                 rows.append(busy_row(config.run_id(), error))
         return rows
-    apply_threads(configs[0], seeds=len(configs))  # the thread policy, sized for K models
+    apply_threads(plans[0], seeds=len(configs))  # the thread policy, sized for K models
     quiet_lightning()
     note = {"seed_parallel": {"k": len(configs), "group": [c.run_id() for c in configs], **probe}}
     seeds: list[Seed] = []
