@@ -202,15 +202,18 @@ GPU_REL_TOL = 1e-2
 
 
 @pytest.mark.requires_kernel(KERNEL_MODULE)
+@pytest.mark.parametrize("form", ["parallel", "chunkwise"])
 @pytest.mark.parametrize("T, K, V", [(64, 16, 16), (37, 8, 6), (300, 32, 64)])
-def test_kernel_core_matches_reference_core(T, K, V, output_and_grads, relative_error):
-    """The core op with gradients; lengths and head sizes the kernel pads (37, 300; 8, 6) or not.
-    eps = 0: the kernel starts its stabiliser at m = 0, we at the row maximum, which changes only
-    how much eps weighs, and these gates (up to e^±9) would make that visible."""
+def test_kernel_core_matches_reference_core(T, K, V, form, output_and_grads, relative_error):
+    """The core op with gradients, against both CPU forms (chunkwise in chunks of 64); lengths and
+    head sizes the kernel pads (37, 300; 8, 6) or not. eps = 0: the kernel starts its stabiliser at
+    m = 0, we at the row maximum, which changes only how much eps weighs, and these gates (up to
+    e^±9) would make that visible."""
     inputs = [x.detach().cuda().requires_grad_() for x in core_inputs(T=T, H=4, K=K, V=V)]
     upstream = upstream_for(T, H=4, V=V).cuda()
+    reference = mlstm_parallel if form == "parallel" else mlstm_chunkwise
     h_k, grads_k = output_and_grads(lambda *x: mlstm_kernel(*x, eps=0.0), inputs, upstream)
-    h_r, grads_r = output_and_grads(ours_sigmoid(mlstm_parallel, eps=0.0), inputs, upstream)
+    h_r, grads_r = output_and_grads(ours_sigmoid(reference, eps=0.0), inputs, upstream)
     assert relative_error(h_k, h_r) < GPU_REL_TOL
     for name, a, b in zip(GRAD_NAMES, grads_k, grads_r):
         assert relative_error(a, b) < GPU_REL_TOL, name
