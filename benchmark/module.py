@@ -8,7 +8,7 @@ The pieces a single run and a seed-parallel group share: the training step and i
 
 from __future__ import annotations
 
-from typing import cast
+from typing import Any, cast
 
 import lightning as L
 import torch
@@ -41,7 +41,7 @@ class EvalTally:
     so the order of batches does not matter).
     """
 
-    def __init__(self, task: SyntheticTask, seeds: int, device: torch.device):
+    def __init__(self, task: SyntheticTask, seeds: int, device: torch.device) -> None:
         self.rows = scored_rows(task).to(device)  # [N]
         self.cells = task.output_cell.to(device).index_select(0, self.rows)  # [N] output cell of each
 
@@ -119,7 +119,7 @@ class EmergenceModule(RunLosses, L.LightningModule):
     rows: torch.Tensor  # a buffer: the scored rows [N]
 
     def __init__(self, model: SequenceModel, task: SyntheticTask, optim: OptimConfig, max_steps: int,
-                 train_on: str = "scored", initial_optimizer_state: dict | None = None, read_every: int = 1):
+                 train_on: str = "scored", initial_optimizer_state: dict | None = None, read_every: int = 1) -> None:
         super().__init__()
         if train_on not in TRAIN_ON:
             raise ValueError(f"trainer.train_on must be one of {', '.join(TRAIN_ON)}, got {train_on!r}")
@@ -134,12 +134,12 @@ class EmergenceModule(RunLosses, L.LightningModule):
         self.start_losses()
         self.loss_buffer = LossBuffer(read_every, max_steps)  # per step not read yet: [2] (scored, every-row loss)
 
-    def all_rows(self, tokens: torch.Tensor, ctx: MixerContext | None = None):
+    def all_rows(self, tokens: torch.Tensor, ctx: MixerContext | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """tokens [B, L+1] -> (logits [B, L, V], targets [B, L]) on every query row."""
         return self.model(self.task.model_inputs(tokens), ctx), tokens[:, 1:]
 
     # --- training -----------------------------------------------------------------------------
-    def losses(self, tokens: torch.Tensor):
+    def losses(self, tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """tokens [B, L+1] -> (the scored rows' loss, every row's loss), scalars."""
         logits, targets = self.all_rows(tokens, MixerContext(bias=self.attention_bias))
         return training.train_losses(logits, targets, self.rows, self.train_on)
@@ -178,7 +178,7 @@ class EmergenceModule(RunLosses, L.LightningModule):
         self.log_dict(eval_metrics(self.last_eval))
 
     # --- optimiser ----------------------------------------------------------------------------
-    def configure_optimizers(self):
+    def configure_optimizers(self) -> Any:
         params = list(self.parameters())
         return adamw(params, [is_decayed(p) for p in params], self.optim, self.max_steps,
                      self.initial_optimizer_state)

@@ -18,9 +18,11 @@ import time
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import lightning as L
 import torch
+from lightning.pytorch.loggers import Logger
 
 from emergence_bench import registry
 from emergence_bench.machine.allocator import keep_freed_memory
@@ -121,7 +123,7 @@ class RunLock:
     kernel drops it when its process dies, so a killed sweep leaves no stale lock). Two sweeps or
     runs on one folder never train the same run at once nor interleave its writes."""
 
-    def __init__(self, out: Path, run_id: str):
+    def __init__(self, out: Path, run_id: str) -> None:
         path = out / LOCKS_DIR / f"{run_id}.lock"
         path.parent.mkdir(parents=True, exist_ok=True)
         self.file = open(path, "a+")
@@ -165,7 +167,7 @@ class RunFolder:
     A disk error (full, no permission) raises ResultsUnwritable.
     """
 
-    def __init__(self, config: RunConfig, out: str | Path, unfinished_only: bool = False):
+    def __init__(self, config: RunConfig, out: str | Path, unfinished_only: bool = False) -> None:
         self.config = config
         self.run_id = config.run_id()
         self.path = Path(out) / self.run_id
@@ -190,7 +192,7 @@ class RunFolder:
         except Exception as error:
             self.finish("failed", failure(error), None, None, None)
 
-    def logger(self):
+    def logger(self) -> Logger | None:
         """The run's Lightning logger (``trainer.logger``: see emergence_bench.trainer.build_logger)."""
         return build_logger(self.config, self.path)
 
@@ -205,7 +207,7 @@ class RunFolder:
             callbacks.append(ProgressLine(prefix=f"[{self.run_id}] "))
         return callbacks
 
-    def finish(self, status: str, error: str | None, trainer, module, model: SequenceModel | None,
+    def finish(self, status: str, error: str | None, trainer: Any, module: Any, model: SequenceModel | None,
                extra: dict | None = None) -> dict:
         """Complete the row (status, backend, device, every callback's columns) and write it, once.
         It is written whatever fails here: columns that cannot be read make it failed, saying why."""
@@ -223,7 +225,7 @@ class RunFolder:
             self.lock.release()
         return self.record
 
-    def _complete(self, status: str, error: str | None, trainer, module, model: SequenceModel | None,
+    def _complete(self, status: str, error: str | None, trainer: Any, module: Any, model: SequenceModel | None,
                   extra: dict | None) -> None:
         if status != "ok":
             self.record.update(status=status, error=error)

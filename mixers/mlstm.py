@@ -74,7 +74,7 @@ class MLSTM(TokenMixer):
     forms = {"exp": {**small, "forget_gate": "exp"}}
 
     def __init__(self, d_model: int, max_len: int, layer_idx: int, n_heads: int = 4, proj_factor: float = 2,
-                 conv_size: int = 4, qkv_blocksize: int = 4, forget_gate: str = "sigmoid"):
+                 conv_size: int = 4, qkv_blocksize: int = 4, forget_gate: str = "sigmoid") -> None:
         super().__init__(d_model, max_len, layer_idx)
         if not (isinstance(n_heads, int) and n_heads >= 1):
             raise ValueError(f"n_heads must be an integer ≥ 1, got {n_heads!r}")

@@ -18,6 +18,7 @@ ships under the NXAI Community License (not an OSI licence): an optional extra o
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -28,7 +29,8 @@ KERNEL_MODULE = "mlstm_kernels.torch.chunkwise.triton_xl_chunk"
 EPS = 1e-6  # the denominator guard of xLSTM's and mlstm-kernels' mLSTM
 
 
-def mlstm_parallel(q, k, v, log_i, log_f, eps: float = EPS) -> torch.Tensor:
+def mlstm_parallel(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, log_i: torch.Tensor, log_f: torch.Tensor,
+                   eps: float = EPS) -> torch.Tensor:
     """The mLSTM over a whole sequence at once, in the stabilised parallel (quadratic) form.
 
     q, k [B, T, H, K], v [B, T, H, V], log_i (= ĩ) and log_f (= log f) [B, T, H] -> h [B, T, H, V],
@@ -51,7 +53,8 @@ def mlstm_parallel(q, k, v, log_i, log_f, eps: float = EPS) -> torch.Tensor:
     return h.transpose(1, 2).to(out_dtype)
 
 
-def mlstm_chunkwise(q, k, v, log_i, log_f, eps: float = EPS, chunk_size: int = 64) -> torch.Tensor:
+def mlstm_chunkwise(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, log_i: torch.Tensor, log_f: torch.Tensor,
+                    eps: float = EPS, chunk_size: int = 64) -> torch.Tensor:
     """The mLSTM in the stabilised chunkwise form: the parallel form inside chunks of ``chunk_size``
     steps, the recurrence between them. Same contract as ``mlstm_parallel``; memory: a few
     [B, H, chunk, chunk] tensors and one state (C [B, H, V, K], n [B, H, K], m [B, H]) per chunk, so
@@ -99,7 +102,8 @@ def mlstm_chunkwise(q, k, v, log_i, log_f, eps: float = EPS, chunk_size: int = 6
     return h.transpose(1, 2).to(out_dtype)
 
 
-def mlstm_recurrent(q, k, v, log_i, log_f, eps: float = EPS, return_state: bool = False):
+def mlstm_recurrent(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, log_i: torch.Tensor, log_f: torch.Tensor,
+                    eps: float = EPS, return_state: bool = False) -> Any:
     """The mLSTM one step at a time, straight from the equations (for tests). Shapes as
     ``mlstm_parallel``; the stabiliser starts at m_0 = -inf (nothing stored yet), so m_t is the
     parallel form's row maximum and even ``eps`` acts alike in both. With ``return_state``, also the
@@ -137,7 +141,8 @@ def _kernel_width(d: int) -> int:
     return max(16, 1 << (d - 1).bit_length())
 
 
-def mlstm_kernel(q, k, v, i_pre, f_pre, eps: float = EPS) -> torch.Tensor:
+def mlstm_kernel(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, i_pre: torch.Tensor, f_pre: torch.Tensor,
+                 eps: float = EPS) -> torch.Tensor:
     """mlstm-kernels' chunkwise Triton kernel (CUDA only), for the sigmoid forget gate: it takes the
     gate pre-activations ĩ and f̃ (applying logsigmoid to f̃ itself). Same contract as
     ``mlstm_parallel`` otherwise: q, k [B, T, H, K], v [B, T, H, V], i_pre, f_pre [B, T, H] -> h

@@ -24,7 +24,9 @@ results.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import lightning as L
 import torch
@@ -47,7 +49,7 @@ class SeedView(RunLosses):
     weights (and gradients), refreshed whenever it is read after a backward or an update; read it in
     each hook rather than keep it from ``setup``. ``log``/``log_dict`` write to the seed's logger."""
 
-    def __init__(self, seed: Seed, ensemble: EnsembleModule, task: SyntheticTask, model: SequenceModel):
+    def __init__(self, seed: Seed, ensemble: EnsembleModule, task: SyntheticTask, model: SequenceModel) -> None:
         self.seed, self.ensemble, self.index, self.task = seed, ensemble, seed.index, task
         self._model = model
         self._synced: tuple[int, torch.device] | None = None
@@ -86,16 +88,16 @@ class SeedView(RunLosses):
     def current_epoch(self) -> int:
         return self.ensemble.current_epoch
 
-    def parameters(self, recurse: bool = True):
+    def parameters(self, recurse: bool = True) -> Iterator[torch.nn.Parameter]:
         return self.model.parameters(recurse)
 
-    def named_parameters(self, *args, **kwargs):
+    def named_parameters(self, *args: Any, **kwargs: Any) -> Iterator[tuple[str, torch.nn.Parameter]]:
         return self.model.named_parameters(*args, **kwargs)
 
-    def log(self, name: str, value, **kwargs) -> None:
+    def log(self, name: str, value: Any, **kwargs: Any) -> None:
         self.log_dict({name: value})
 
-    def log_dict(self, metrics: dict, **kwargs) -> None:
+    def log_dict(self, metrics: dict, **kwargs: Any) -> None:
         self.seed.log(metrics, self.global_step)
 
 
@@ -104,7 +106,7 @@ class SeedTrainer:
     folder, module view (``lightning_module``, ``model``), task (``datamodule``), logged metrics
     (``callback_metrics``, ``logged_metrics``) and ``should_stop`` (which ends this seed alone)."""
 
-    def __init__(self, trainer: L.Trainer, seed: Seed):
+    def __init__(self, trainer: L.Trainer, seed: Seed) -> None:
         self._trainer = trainer
         self.should_stop = False
         self.callbacks, self.logger, self.loggers = seed.callbacks, seed.logger, [seed.logger]
@@ -119,14 +121,14 @@ class SeedTrainer:
     def log_dir(self) -> str | None:
         return self.logger.log_dir if self.logger is not None else None
 
-    def __getattr__(self, name: str):
+    def __getattr__(self, name: str) -> Any:
         return getattr(self._trainer, name)
 
 
 class Seed:
     """One seed of a group: its run folder, task, model, callbacks, logger and views."""
 
-    def __init__(self, config: RunConfig, out: Path, note: dict, unfinished_only: bool = False):
+    def __init__(self, config: RunConfig, out: Path, note: dict, unfinished_only: bool = False) -> None:
         self.config, self.note = config, note
         self.folder = RunFolder(config, out, unfinished_only)
         self.index = -1
@@ -186,7 +188,7 @@ class Seed:
         self.trainer = SeedTrainer(trainer, self)
         self.joined.trainer = self.trainer
 
-    def hook(self, name: str, *args, **kwargs) -> None:
+    def hook(self, name: str, *args: Any, **kwargs: Any) -> None:
         for callback in self.callbacks:
             getattr(callback, name)(self.trainer, self.view, *args, **kwargs)
 
@@ -278,7 +280,7 @@ class SeedCallbacks(L.Callback):
     live seed has asked, the Trainer itself stops.
     """
 
-    def __init__(self, ensemble: EnsembleModule, seeds: list[Seed]):
+    def __init__(self, ensemble: EnsembleModule, seeds: list[Seed]) -> None:
         self.ensemble, self.seeds = ensemble, seeds  # seed k in slot k
         self.eval_for: list[Seed] | None = None  # an eval for these seeds only
         ensemble.on_losses, ensemble.on_eval = self.losses_read, self.evaluated
@@ -344,8 +346,8 @@ class SeedCallbacks(L.Callback):
         ensemble.bias = stack_bias([s.joined.attention_bias if s.live else {} for s in seeds], ensemble.device)
 
 
-def _forward(name: str):
-    def hook(self, trainer, pl_module, *args, **kwargs):
+def _forward(name: str) -> Callable[..., None]:
+    def hook(self: SeedCallbacks, trainer: L.Trainer, pl_module: Any, *args: Any, **kwargs: Any) -> None:
         self.fan_out(name, trainer, args, kwargs)
 
     hook.__name__ = name
