@@ -192,7 +192,7 @@ class RunFolder:
         except Exception as error:
             self.finish("failed", failure(error), None, None, None)
 
-    def logger(self) -> Logger | None:
+    def logger(self) -> Logger:
         """The run's Lightning logger (``trainer.logger``: see emergence_bench.trainer.build_logger)."""
         return build_logger(self.config, self.path)
 
