@@ -58,7 +58,7 @@ class CausalSelfAttention(TokenMixer):
             mixed = F.scaled_dot_product_attention(q, k, v, is_causal=True)
         return self.out(mixed.transpose(1, 2).reshape(B, L, self.n_heads * self.head_dim))
 
-    def _explicit(self, q, k, v, ctx: MixerContext) -> torch.Tensor:
+    def _explicit(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, ctx: MixerContext) -> torch.Tensor:
         """q, k, v [B, H, L, hd] -> [B, H, L, hd], applying bias, patch and capture in order."""
         L = q.shape[2]
         logits = q @ k.transpose(-2, -1) / math.sqrt(self.head_dim)

@@ -72,7 +72,7 @@ class RWKV7TimeMix(TokenMixer):
 
         # Plain [in, out] matrices, as the official code stores them. RWKV-7 has no init_weights: it
         # keeps its own official init whatever `model.init` names (the model never touches it).
-        def param(*shape):
+        def param(*shape: int) -> nn.Parameter:
             return nn.Parameter(torch.empty(*shape))
 
         self.shift_mix = param(len(SHIFT_TARGETS), D)  # rows: r, w, k, v, a, g
