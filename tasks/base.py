@@ -38,13 +38,13 @@ import torch
 from torch.utils.data import DataLoader, Dataset, IterableDataset
 
 
-def seeded_generator(*key) -> torch.Generator:
+def seeded_generator(*key: object) -> torch.Generator:
     """A CPU generator seeded by a stable hash of ``key`` (any printable values)."""
     digest = hashlib.sha256(repr(key).encode()).digest()
     return torch.Generator().manual_seed(int.from_bytes(digest[:8], "little") >> 1)
 
 
-def check_range(name: str, value, low=None, high=None) -> None:
+def check_range(name: str, value: float, low: float | None = None, high: float | None = None) -> None:
     """Raise a ValueError naming ``name`` and its valid range unless low ≤ value ≤ high."""
     if (low is not None and value < low) or (high is not None and value > high):
         lo = "-inf" if low is None else low

@@ -64,7 +64,7 @@ class InContextLinearMap(StateTrajectoryTask):
         super().__init__(state_size, trajectory_length, batch_size, task_seed)
         self.sparsity = sparsity
 
-    def generate_with_maps(self, generator: torch.Generator, batch_size: int):
+    def generate_with_maps(self, generator: torch.Generator, batch_size: int) -> tuple[torch.Tensor, torch.Tensor]:
         """(tokens [B, S·T] long, A [B, S, S] long): the trajectories and each sequence's map."""
         S = self.state_size
         columns = torch.rand(batch_size, S, S, generator=generator).argsort(dim=2)[..., : self.sparsity]

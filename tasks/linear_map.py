@@ -78,7 +78,7 @@ class LinearMap(StateTrajectoryTask):
             self.A = self._check_matrix(matrix, state_size, sparsity)
 
     @staticmethod
-    def _check_matrix(matrix, state_size: int, sparsity: int) -> torch.Tensor:
+    def _check_matrix(matrix: list, state_size: int, sparsity: int) -> torch.Tensor:
         try:
             A = torch.tensor(matrix, dtype=torch.long)
         except (TypeError, ValueError):
