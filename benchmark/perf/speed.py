@@ -26,8 +26,9 @@ import statistics
 import tempfile
 import time
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 import lightning as L
 import torch
@@ -102,7 +103,7 @@ class ClockSession:
     """What ``SuiteClock`` fills during one measurement: the bare loop it runs between suite blocks
     and both series of seconds per step (bare [R + 1], suite [R])."""
 
-    def __init__(self, bare: StepLoop):
+    def __init__(self, bare: StepLoop) -> None:
         self.bare = bare
         self.bare_s: list[float] = []
         self.suite_s: list[float] = []
@@ -119,11 +120,11 @@ class SuiteClock(L.Callback):
 
     session: ClockSession | None = None  # set by ``suite_vs_bare`` around the run
 
-    def __init__(self, task=None, warmup: int = 5, block: int = 100, repeats: int = 5):
+    def __init__(self, task: object = None, warmup: int = 5, block: int = 100, repeats: int = 5) -> None:
         self.warmup, self.block, self.repeats = warmup, block, repeats
         self._start: float | None = None
 
-    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+    def on_train_batch_start(self, trainer: L.Trainer, pl_module: Any, batch: torch.Tensor, batch_idx: int) -> None:
         offset, s = trainer.global_step - self.warmup, SuiteClock.session
         if s is None or offset < 0 or offset % self.block or offset // self.block > self.repeats:
             return
@@ -168,7 +169,7 @@ def matmul_flops_per_second(n: int = 1024, repeats: int = 10) -> float:
     return 2 * n**3 / best
 
 
-def _timed(fn) -> float:
+def _timed(fn: Callable[[], object]) -> float:
     start = time.perf_counter()
     fn()
     return time.perf_counter() - start
@@ -232,7 +233,7 @@ def render_suite(rows: list[dict]) -> str:
 # Seed-parallel per step (no Lightning): K seeds batched vs K sequential bare loops.
 
 
-def seed_step_rows(ks=(1, 4, 16), steps: int = 100, repeats: int = 5, settings: dict | None = None,
+def seed_step_rows(ks: Sequence[int] = (1, 4, 16), steps: int = 100, repeats: int = 5, settings: dict | None = None,
                    device: str | None = None) -> list[dict]:
     """Per setting (name -> preset run; default ``SEED_RUNS``) and K: K sequential bare loops
     (K × one ``single_loop``'s step: the seeds' steps cost the same) over one batched ``ensemble_loop``
@@ -278,8 +279,8 @@ def quick_config(steps: int = 100) -> dict:
     return base
 
 
-def throughput(config: dict | RunConfig | None = None, ks=(1, 4, 16), steps: int = 100, repeats: int = 1,
-               out: str | Path | None = None) -> list[dict]:
+def throughput(config: dict | RunConfig | None = None, ks: Sequence[int] = (1, 4, 16), steps: int = 100,
+               repeats: int = 1, out: str | Path | None = None) -> list[dict]:
     """Seed-parallel vs one seed at a time, whole runs (setup, evals, result files), wall-clock, side
     by side in this process: K seeds of ``config`` (default: the quick preset at ``steps`` steps)
     together with ``run_seed_parallel``, against K runs one after another with ``emergence_bench.run.run``.
@@ -303,7 +304,7 @@ def throughput(config: dict | RunConfig | None = None, ks=(1, 4, 16), steps: int
         run(warm, root / "warmup")  # first-call costs (allocator, TensorBoard, the vmap rule) off the clock
         run_seed_parallel([warm], root / "warmup")
 
-        def parallel(K: int):
+        def parallel(K: int) -> Callable[[int], None]:
             configs = [{**base, "seed": base["seed"] + i} for i in range(K)]
             return lambda _: notes.update({K: run_seed_parallel(configs, root / f"k{K}")[0]["seed_parallel"]})
 
@@ -321,7 +322,8 @@ def throughput(config: dict | RunConfig | None = None, ks=(1, 4, 16), steps: int
     return rows
 
 
-def seed_parallel_rows(ks=(1, 4, 16), steps: int = 100, repeats: int = 5, models: dict | None = None) -> list[dict]:
+def seed_parallel_rows(ks: Sequence[int] = (1, 4, 16), steps: int = 100, repeats: int = 5,
+                       models: dict | None = None) -> list[dict]:
     """Per model (name -> preset run; default ``WHOLE_RUNS``), ``throughput`` at ``steps`` steps with
     the preset's eval cadence, each row named by its model."""
     rows = []
@@ -350,7 +352,7 @@ CELL_STEPS = 100  # steps of each ranking cell the cell clock times
 
 
 def main(out: str | Path, lengths: Sequence[int] | None = None, repeats: int = 5, quick: bool = False,
-         steps: int = 100, seeds=(1, 4, 16), mixers: Sequence[str] | None = None, cells: bool = True,
+         steps: int = 100, seeds: Sequence[int] = (1, 4, 16), mixers: Sequence[str] | None = None, cells: bool = True,
          cell_steps: int = CELL_STEPS) -> dict:
     """Print the speed tables and write them as JSON to ``out``: ``repeats`` interleaved repeats (at
     least ``MIN_REPEATS``) of ``steps``-step blocks per ratio, seed-parallel at K in ``seeds``; the
