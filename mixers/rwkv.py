@@ -57,7 +57,7 @@ class RWKV7TimeMix(TokenMixer):
     width_matched = {"head_dim": 16}
 
     def __init__(self, d_model: int, max_len: int, layer_idx: int, head_dim: int = 16,
-                 decay_lora: int = 16, a_lora: int = 16, v_lora: int = 8, gate_lora: int = 32):
+                 decay_lora: int = 16, a_lora: int = 16, v_lora: int = 8, gate_lora: int = 32) -> None:
         super().__init__(d_model, max_len, layer_idx)
         if head_dim < 1 or d_model % head_dim:
             raise ValueError(f"head_dim must be ≥ 1 and divide d_model={d_model}, got head_dim={head_dim}")

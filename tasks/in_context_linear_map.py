@@ -56,7 +56,7 @@ class InContextLinearMap(StateTrajectoryTask):
         trajectory_length: int = 16,
         task_seed: int = 0,
         batch_size: int = 128,
-    ):
+    ) -> None:
         check_range("state_size", state_size, 1)
         check_range("sparsity", sparsity, 1, state_size)
         # One transition shows A but leaves nothing to predict with it: at least two are needed.

@@ -59,7 +59,7 @@ class LinearMap(StateTrajectoryTask):
         batch_size: int = 128,
         blank_outputs: bool = False,
         matrix: list | None = None,
-    ):
+    ) -> None:
         check_range("state_size", state_size, 1)
         check_range("sparsity", sparsity, 1, state_size)
         if blank_outputs and trajectory_length != 2:

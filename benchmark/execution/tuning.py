@@ -171,7 +171,7 @@ class Job:
         return self.mixer["name"]
 
 
-def tuning_sweep(sweep, jobs: list[Job]):
+def tuning_sweep(sweep: Sweep, jobs: list[Job]) -> Sweep:
     """The Sweep that trains ``jobs``' tuning runs: one group per (mixer, group), named after the group,
     so its runs go under DIR/tuning/<group>/."""
     groups = []
@@ -185,7 +185,7 @@ def tuning_sweep(sweep, jobs: list[Job]):
                  seed_parallel=sweep.tuning.seed_parallel, batching=sweep.batching, scale=sweep.scale)
 
 
-def job_table(sweep, job: Job, out: Path) -> dict:
+def job_table(sweep: Sweep, job: Job, out: Path) -> dict:
     """The tuning table of one job from the results under ``out`` (DIR/tuning): every point measured,
     the choice and any edge. Runs not finished yet count as missing (the point is unmeasured)."""
     from emergence_bench.run import check
@@ -219,7 +219,7 @@ def _dotted(config: dict, key: str) -> Any:
     return config
 
 
-def jobs_for(sweep, retune: bool = False) -> list[Job]:
+def jobs_for(sweep: Sweep, retune: bool = False) -> list[Job]:
     """The (mixer, group) pairs of ``sweep`` to tune: those its ``tuned`` map lacks (every one with
     ``retune``)."""
     jobs = []
@@ -232,7 +232,8 @@ def jobs_for(sweep, retune: bool = False) -> list[Job]:
     return jobs
 
 
-def tune(sweep, out: Path, run: Callable[[Any, Path], dict], jobs: list[Job], say: Callable[[str], None]) -> list[dict]:
+def tune(sweep: Sweep, out: Path, run: Callable[[Any, Path], dict], jobs: list[Job],
+         say: Callable[[str], None]) -> list[dict]:
     """Run ``jobs``' tuning sweep under ``out``/tuning (``run(sweep, folder)`` trains it, resuming),
     widen the grid where a choice is strictly best on an edge, and set each choice in ``sweep.tuned``.
     Returns the tuning tables."""
