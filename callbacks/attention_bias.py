@@ -117,7 +117,7 @@ class AttentionBias(L.Callback):
         if skipped:
             self.not_applicable = f"no attention scores in {', '.join(skipped)}"
         for i, chosen in self.plan(pl_module.model).items():
-            bias = torch.zeros(cast(int, mixers[i].n_heads), self.task.seq_len, self.task.seq_len)  # [H, L, L]
+            bias = torch.zeros(mixers[i].n_heads, self.task.seq_len, self.task.seq_len)  # [H, L, L]
             for head, name in chosen:
                 bias[head] = self.strength * self.pattern(i, name)
             self._bias[i] = bias.unsqueeze(0).to(pl_module.device)
