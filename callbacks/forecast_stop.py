@@ -12,17 +12,15 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import lightning as L
 
+from emergence_bench.callbacks.contract import MeasuredModule
+from emergence_bench.tasks.base import SyntheticTask
 from emergence_bench.forecast.stop import decide
 from emergence_bench.forecast.survival import LogNormalAFT
 from emergence_bench.registry import register_callback
-
-if TYPE_CHECKING:
-    from emergence_bench.callbacks.contract import MeasuredModule
-    from emergence_bench.tasks.base import SyntheticTask
 
 PROBES = ("attention_probe", "influence_probe")
 
