@@ -145,6 +145,7 @@ class StepLoop:
         tokens = self.batches(self.index).to(self.device)
         self.data_seconds += time.perf_counter() - start
         loss = self.module.training_step(tokens, self.index)
+        assert loss is not None  # an ensemble returns None only once every seed has ended
         update(self.module, loss, self.optimizer, self.scheduler, self.clip)
         self.index += 1
 

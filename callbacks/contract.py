@@ -17,7 +17,8 @@ each step exactly once. It is called during the training step of a read (before 
 
 The hooks annotate ``pl_module`` as ``Any``: Lightning's ``Callback`` declares a ``LightningModule``,
 which a seed-parallel ``SeedView`` is not, and an override cannot narrow it to ``MeasuredModule``.
-The helpers a hook hands it to take ``MeasuredModule``.
+The helpers a hook hands it to take ``MeasuredModule``. ``trainer`` is ``L.Trainer``, or ``Any`` where
+a hook reads ``trainer.callbacks`` (Lightning sets it without declaring it to mypy).
 """
 
 from __future__ import annotations

@@ -42,7 +42,7 @@ class ForecastStop(L.Callback):
         self.task, self.risk, self.path = task, risk, model
         self.decision: dict | None = None
 
-    def on_validation_end(self, trainer: L.Trainer, pl_module: Any) -> None:
+    def on_validation_end(self, trainer: Any, pl_module: Any) -> None:
         if trainer.sanity_checking or self.decision is not None:
             return
         step = pl_module.last_eval.step
@@ -71,7 +71,7 @@ class ForecastStop(L.Callback):
                 row[name] = callback.report()
         return row
 
-    def setup(self, trainer: L.Trainer, pl_module: Any, stage: str) -> None:
+    def setup(self, trainer: Any, pl_module: Any, stage: str) -> None:
         names = [getattr(c, "registered_name", "") for c in trainer.callbacks]
         mine = next(i for i, c in enumerate(trainer.callbacks) if c is self)
         if any(name in PROBES for name in names[mine + 1:]):

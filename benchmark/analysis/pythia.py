@@ -120,7 +120,7 @@ def eager_attention(lm: PreTrainedModel, patch: dict[int, Callable] | None = Non
     land in ``capture[l]`` (after patching, as MixerContext records them)."""
     if lm.config._attn_implementation != "eager":
         raise ValueError("head patching needs attn_implementation='eager'")
-    module = sys.modules[type(lm.base_model.layers[0].attention).__module__]
+    module = sys.modules[type(cast(Any, lm.base_model).layers[0].attention).__module__]  # GPT-NeoX's layers
     original = module.eager_attention_forward
     patch = patch or {}
 
@@ -163,7 +163,7 @@ class EncodedProbe:
 
     @torch.no_grad()
     def run(self, lm: PreTrainedModel, patches: list[dict] | None = None,
-            capture: bool = False) -> tuple[torch.Tensor, torch.Tensor, list[dict[int, torch.Tensor] | None]]:
+            capture: bool = False) -> tuple[torch.Tensor, torch.Tensor, list]:
         """(p(answer) [N], greedy correct [N], maps: per group {layer: probs}) for the model, with
         ``patches[g]`` applied to group g."""
         p, correct, maps = [], [], []

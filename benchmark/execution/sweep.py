@@ -16,7 +16,7 @@ from contextlib import contextmanager
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import FrameType
-from typing import TextIO
+from typing import Any, TextIO
 
 from emergence_bench.config import Batching, ConfigError, RunConfig, resolve
 from emergence_bench.execution.sweep_spec import Sweep
@@ -220,7 +220,7 @@ def run_sweep(sweep: Sweep, out: str | Path, workers: int = 1, stream: TextIO | 
             **progress.counts}
 
 
-def _run_local(jobs: list, workers: int, share: int, report: Callable[[list[dict] | dict], None]) -> None:
+def _run_local(jobs: list, workers: int, share: int, report: Callable[[Any], None]) -> None:
     """``jobs`` on ``workers`` local processes (see emergence_bench.execution.workers), each result
     reported as it comes. A job whose worker died is reported lost (its started runs get a failed row
     saying so) and the rest go on; a results folder that cannot be written stops them all."""

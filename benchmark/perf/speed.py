@@ -28,7 +28,7 @@ import time
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import lightning as L
 import torch
@@ -38,6 +38,7 @@ from emergence_bench.machine.allocator import keep_freed_memory
 from emergence_bench.config import RunConfig, resolve
 from emergence_bench.machine.devices import resolve_device
 from emergence_bench.execution.sweep_spec import load_sweep
+from emergence_bench.module import EmergenceModule
 from emergence_bench.perf.loops import ensemble_loop, single_loop
 from emergence_bench.perf.mixers import (RANKING, SEEDS, builtin_mixers, cell_clock, render_cells, render_steps,
                                          step_ratios)
@@ -249,7 +250,7 @@ def seed_step_rows(ks: Sequence[int] = (1, 4, 16), steps: int = 100, repeats: in
         for loop in [bare, *loops.values()]:
             loop.run(3)  # warm-up: allocator, vmap's first call
         bare_s, times = interleave((bare.run, steps), {K: (loops[K].run, max(2, steps // K)) for K in ks}, repeats)
-        params = sum(p.numel() for p in bare.module.model.parameters())
+        params = sum(p.numel() for p in cast(EmergenceModule, bare.module).model.parameters())  # single_loop's
         for K in ks:
             speedup = [K / ratio for ratio in bracketed(bare_s, times[K])]
             rows.append({"setting": name, "params": params, "batch": config.task["batch_size"], "device": where.type,
@@ -360,6 +361,7 @@ def main(out: str | Path, lengths: Sequence[int] | None = None, repeats: int = 5
     (default ``LENGTHS``) and, with ``cells``, one ranking cell per family of ``cell_steps`` steps.
     ``quick``: a smoke run of the same code paths, in seconds: 2 repeats of 2 steps, K in (1, 2), the
     `quick` model (per step: at 16 sequences), length 16 unless ``lengths`` is given, cells of 2 steps."""
+    ks: tuple[int, ...]
     if quick:
         repeats, steps, ks, mixer_repeats, warmup, cell_steps = 2, 2, (1, 2), 2, 1, 2
         lengths = lengths or (16,)
@@ -384,8 +386,8 @@ def main(out: str | Path, lengths: Sequence[int] | None = None, repeats: int = 5
     print(render_suite(suite))
     seed_steps = seed_step_rows(ks=ks, steps=steps, repeats=repeats, settings=settings)
     print(render_seed_steps(seed_steps))
-    seeds = seed_parallel_rows(ks=ks, steps=steps, repeats=repeats, models=models)
-    print(render_seeds(seeds))
+    seed_rows = seed_parallel_rows(ks=ks, steps=steps, repeats=repeats, models=models)
+    print(render_seeds(seed_rows))
     device = resolve_device("auto").type
     print(f"Each mixer's training step over the Transformer's at the ranking's size ({RANKING}: d_model 32, "
           f"2 layers, {SEEDS} seeds batched), {mixer_repeats} interleaved repeats of {MIXER_STEPS}-step blocks:\n")
@@ -401,6 +403,6 @@ def main(out: str | Path, lengths: Sequence[int] | None = None, repeats: int = 5
     print(f"\nload average at end {end['load_1m']} (1 min)")
     report = {"machine": {"start": start, "end": end}, "threads": start["threads"], "torch": torch.__version__,
               "repeats": repeats, "steps": steps, "suite": suite, "seed_parallel_steps": seed_steps,
-              "seed_parallel": seeds, "mixers": rows, "cells": cell_rows}
+              "seed_parallel": seed_rows, "mixers": rows, "cells": cell_rows}
     write_json(Path(out), report)
     return report

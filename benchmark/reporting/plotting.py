@@ -32,7 +32,7 @@ def slug(text: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")[:80] or "figure"
 
 
-def panels(n: int, columns: int = 3, height: float = 3.2) -> tuple[Figure, list[Axes]]:
+def panels(n: int, columns: int = 3, height: float = 3.2) -> tuple[Figure, list[Any]]:
     """A grid of ``n`` panels, ``columns`` a row, at the page's width: (figure, the n axes in order);
     the grid's spare cells hidden."""
     columns = min(columns, n)

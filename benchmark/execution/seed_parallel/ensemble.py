@@ -101,7 +101,7 @@ class EnsembleModule(L.LightningModule):
         return train_losses(self._seed_logits(weights, tokens, bias), tokens[:, 1:], self.rows, self.train_on)
 
     def losses(self, tokens: torch.Tensor,
-               bias: dict[int, torch.Tensor] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+               bias: dict[int, torch.Tensor] | None = None) -> tuple[torch.Tensor, ...]:
         """tokens [K, B, L+1] (seed k's batch in slice k), bias {layer: [K, ...]} (default: ``self.bias``)
         -> (scored losses [K], every-row losses [K]); a seed out of the stack reads 0."""
         bias = self.bias if bias is None else bias
