@@ -19,6 +19,7 @@ import json
 import math
 import re
 import warnings
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Literal, get_args, get_origin, get_type_hints
@@ -151,7 +152,7 @@ def scientific(data: dict) -> dict:
 SECTIONS = {"model": ModelConfig, "optim": OptimConfig, "trainer": TrainerConfig, "checkpoints": CheckpointConfig}
 
 
-def _unknown_key(key: str, known) -> ConfigError:
+def _unknown_key(key: str, known: Iterable[str]) -> ConfigError:
     close = difflib.get_close_matches(key.rsplit(".", 1)[-1], list(known), n=1)
     hint = f" (did you mean {close[0]!r}?)" if close else ""
     return ConfigError(f"unknown config key {key!r}{hint}; valid keys here: {', '.join(sorted(known))}")
@@ -175,7 +176,7 @@ def takes_kwargs(cls: type) -> bool:
     return any(p.kind is p.VAR_KEYWORD for p in parameters)
 
 
-def _check_type(key: str, value, default):
+def _check_type(key: str, value: Any, default: Any) -> Any:
     """Coerce ``value`` to the type of ``default`` where that is safe (int → float, list → tuple)."""
     if default is None or default is inspect.Parameter.empty or value is None:
         return value
@@ -231,7 +232,7 @@ def _resolve_named(section: str, data: Any, reg: registry.Registry, default_name
     return resolved
 
 
-def _resolve_section(name: str, data: Any, cls):
+def _resolve_section(name: str, data: Any, cls: type[Any]) -> Any:
     if data is None:
         data = {}
     if not isinstance(data, dict):
@@ -349,7 +350,7 @@ def _check_values(config: RunConfig) -> None:
 
 
 # --- threads ----------------------------------------------------------------------------------
-def check_threads(threads) -> None:
+def check_threads(threads: object) -> None:
     """``trainer.threads`` is ``auto`` or an int ≥ 1 (its upper bound, the cores a run has, is
     checked where it runs: see choose_threads)."""
     if threads == "auto":
@@ -361,7 +362,7 @@ def check_threads(threads) -> None:
 
 
 # --- dotted keys ------------------------------------------------------------------------------
-def set_dotted(data: dict, key: str, value) -> None:
+def set_dotted(data: dict, key: str, value: object) -> None:
     """``set_dotted(d, "task.state_size", 16)`` sets d["task"]["state_size"] (creating sections)."""
     *parents, leaf = key.split(".")
     node = data
@@ -383,7 +384,7 @@ def set_dotted(data: dict, key: str, value) -> None:
 RENAMED_SECTIONS = {"task": registry.tasks, "mixer": registry.mixers}
 
 
-def _check_rename(section: str, node: dict, name) -> None:
+def _check_rename(section: str, node: dict, name: object) -> None:
     """``--mixer.name X`` over a section that holds another mixer's keys (a config file's): name
     the keys X does not take and whose they are, rather than a bare "unknown key" later."""
     old, stale = node.get("name"), [k for k in node if k != "name"]
@@ -410,7 +411,7 @@ class YamlLoader(yaml.SafeLoader):
     YAML 1.2 and Python: YAML 1.1 reads a float only with a dot (``1.0e-3``), the rest as strings;
     and a key given twice in one mapping is an error (PyYAML keeps the last value silently)."""
 
-    def construct_mapping(self, node, deep=False):
+    def construct_mapping(self, node: yaml.Node, deep: bool = False) -> dict:
         if isinstance(node, yaml.MappingNode):
             first: dict = {}
             for key_node, _ in node.value:
@@ -429,17 +430,17 @@ YamlLoader.add_implicit_resolver(  # (a subclass's resolvers are its own copy: y
     "tag:yaml.org,2002:float", re.compile(r"^[-+]?[0-9][0-9_]*(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"), list("-+0123456789"))
 
 
-def load_yaml_text(text: str):
+def load_yaml_text(text: str) -> Any:
     """``text`` read as YAML by ``YamlLoader`` (every config, sweep file and flag value goes through it)."""
     return yaml.load(text, Loader=YamlLoader)  # noqa: S506 (a SafeLoader)
 
 
-def dump_yaml(data) -> str:
+def dump_yaml(data: object) -> str:
     """``data`` as block YAML in its own key order: what ``config.yaml`` and ``--print-config`` hold."""
     return yaml.safe_dump(data, sort_keys=False)
 
 
-def parse_value(text: str):
+def parse_value(text: str) -> Any:
     """A command-line value as YAML: ``16`` → int, ``1e-3`` → float, ``[1, 3e-4]`` → list.
     ConfigError, naming the value, where it is not YAML (or gives a key twice)."""
     try:

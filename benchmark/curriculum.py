@@ -9,6 +9,7 @@ own task then trains from step 0 with every callback, so plateau and emergence a
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 from emergence_bench import registry
 from emergence_bench.config import RunConfig
@@ -38,7 +39,8 @@ def check_transitions(config: RunConfig, tasks: list[SyntheticTask], final: Synt
                              f"({task.vocab_size} → {after.vocab_size}); the optimizer state cannot carry over")
 
 
-def pretrain(config: RunConfig, model: SequenceModel, final: SyntheticTask, run_dir) -> tuple[dict | None, list[dict]]:
+def pretrain(config: RunConfig, model: SequenceModel, final: SyntheticTask,
+             run_dir: Path) -> tuple[dict | None, list[dict]]:
     """Train ``model`` through the curriculum's stages, leaving it ready for ``final``'s vocabulary.
     Returns (the optimizer state to carry into the final stage or None, a report per stage)."""
     tasks = stage_tasks(config)

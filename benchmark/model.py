@@ -13,7 +13,7 @@ from emergence_bench.mixers.init import WeightInit
 class Block(nn.Module):
     """x [B, L, D] -> x + mixer(norm(x)) -> x + mlp(norm(x))."""
 
-    def __init__(self, mixer: nn.Module, d_model: int, mlp_ratio: int):
+    def __init__(self, mixer: nn.Module, d_model: int, mlp_ratio: int) -> None:
         super().__init__()
         self.norm_mixer = nn.LayerNorm(d_model)
         self.mixer = mixer
@@ -37,7 +37,7 @@ class SequenceModel(nn.Module):
     """
 
     def __init__(self, vocab_size: int, max_len: int, mixer: dict, d_model: int = 64,
-                 n_layers: int = 1, mlp_ratio: int = 4, init: WeightInit | None = None):
+                 n_layers: int = 1, mlp_ratio: int = 4, init: WeightInit | None = None) -> None:
         super().__init__()
         self.init = init if init is not None else WeightInit()
         mixer_cls = registry.mixers.get(mixer["name"])

@@ -7,7 +7,8 @@ AdamW being elementwise) build theirs here.
 from __future__ import annotations
 
 import math
-from typing import Any
+from collections.abc import Callable
+from typing import Any, overload
 
 import torch
 
@@ -20,7 +21,13 @@ class FusedAdamW(torch.optim.AdamW):
     fused CPU kernel reads a strided gradient's memory as if it were contiguous (found with torch
     2.13, where it gave wrong updates for the transposed gradients vmap produces)."""
 
-    def step(self, closure=None):
+    @overload
+    def step(self, closure: None = None) -> None: ...
+
+    @overload
+    def step(self, closure: Callable[[], float]) -> float: ...
+
+    def step(self, closure: Callable[[], float] | None = None) -> float | None:
         loss = None
         if closure is not None:  # Lightning's closure: forward, backward, clipping
             with torch.enable_grad():
@@ -57,7 +64,7 @@ def is_decayed(param: torch.nn.Parameter) -> bool:
     return not getattr(param, "_no_weight_decay", False)
 
 
-def lr_factor(optim: OptimConfig, max_steps: int):
+def lr_factor(optim: OptimConfig, max_steps: int) -> Callable[[int], float]:
     """step -> multiplier of the base lr: linear warmup, then constant, cosine or linear decay to 0."""
 
     def factor(step: int) -> float:

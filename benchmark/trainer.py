@@ -44,8 +44,8 @@ def build_logger(config: RunConfig, run_dir: Path, stage: int | None = None) -> 
     return TensorBoardLogger(save_dir=run_dir, name="", version=version, default_hp_metric=False)
 
 
-def build_trainer(config: RunConfig, callbacks: list, logger, root_dir: Path, max_steps: int | None = None,
-                  evaluate: bool = True) -> L.Trainer:
+def build_trainer(config: RunConfig, callbacks: list, logger: Logger | bool, root_dir: Path,
+                  max_steps: int | None = None, evaluate: bool = True) -> L.Trainer:
     """The Lightning Trainer of every training in the suite: a run, a seed-parallel group, a
     curriculum stage (``max_steps`` of its own, no evals)."""
     t = config.trainer

@@ -14,12 +14,18 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import lightning as L
 import torch
 import torch.nn.functional as F
 
 from emergence_bench.tasks.base import SyntheticTask
+
+if TYPE_CHECKING:
+    from emergence_bench.execution.seed_parallel.ensemble import EnsembleModule
+    from emergence_bench.module import EmergenceModule
 
 
 class Diverged(RuntimeError):
@@ -31,13 +37,14 @@ def scored_rows(task: SyntheticTask) -> torch.Tensor:
     return task.loss_mask.nonzero().squeeze(1)
 
 
-def scored(logits: torch.Tensor, targets: torch.Tensor, rows: torch.Tensor):
+def scored(logits: torch.Tensor, targets: torch.Tensor, rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """logits [..., L, V], targets [..., L], rows [N] (``scored_rows``) -> the scored rows of both,
     [..., N, V] and [..., N]."""
     return logits.index_select(-2, rows), targets.index_select(-1, rows)
 
 
-def train_losses(logits: torch.Tensor, targets: torch.Tensor, rows: torch.Tensor, train_on: str = "scored"):
+def train_losses(logits: torch.Tensor, targets: torch.Tensor, rows: torch.Tensor,
+                 train_on: str = "scored") -> tuple[torch.Tensor, torch.Tensor]:
     """logits [B, L, V], targets [B, L], rows [N] (``scored_rows``) -> (the scored rows' loss,
     every row's loss), both scalars. Only the one ``train_on`` names keeps its autograd graph."""
     full = F.cross_entropy((logits if train_on == "all" else logits.detach()).flatten(0, 1), targets.flatten())
@@ -71,7 +78,7 @@ class LossBuffer:
     (the steps, the scored losses [n, *S], the every-row losses [n, *S]) as lists and empties it.
     """
 
-    def __init__(self, every: int = 1, max_steps: int | None = None):
+    def __init__(self, every: int = 1, max_steps: int | None = None) -> None:
         self.every, self.max_steps = every, max_steps
         self.pending: list[torch.Tensor] = []
         self.first = 0  # the step of pending[0]
@@ -92,7 +99,7 @@ class LossBuffer:
         return steps, [v[0] for v in values], [v[1] for v in values]
 
 
-def step(module, tokens: torch.Tensor, batch_idx: int) -> torch.Tensor:
+def step(module: EmergenceModule | EnsembleModule, tokens: torch.Tensor, batch_idx: int) -> torch.Tensor:
     """One training step of ``module`` on ``tokens`` (its batch: [B, L+1], or [K, B, L+1] for K seeds):
     the losses kept in its buffer, read back when due, and the loss to train on returned (a scalar,
     or [K]: per ``module.train_on``, the scored rows' or every row's)."""
@@ -103,7 +110,8 @@ def step(module, tokens: torch.Tensor, batch_idx: int) -> torch.Tensor:
     return full if module.train_on == "all" else scored_loss
 
 
-def update(module, loss: torch.Tensor, optimizer: torch.optim.Optimizer, scheduler, clip: float | None) -> None:
+def update(module: EmergenceModule | EnsembleModule, loss: torch.Tensor, optimizer: torch.optim.Optimizer,
+           scheduler: torch.optim.lr_scheduler.LRScheduler, clip: float | None) -> None:
     """What Lightning's automatic optimisation does after ``step`` in a run, here without a Trainer
     (for the batching probe and `speed`, which time the step alone): the module's ``backward``,
     clipping to gradient norm ``clip`` (as the Trainer's ``gradient_clip_val``: the module's own
@@ -125,7 +133,8 @@ class StepLoop:
     for an ensemble). What `speed` and the batching probe time: the suite's step and nothing else.
     ``data_seconds`` sums the time spent making batches."""
 
-    def __init__(self, module, batches, clip: float | None, device: str | torch.device):
+    def __init__(self, module: EmergenceModule | EnsembleModule, batches: Callable[[int], torch.Tensor],
+                 clip: float | None, device: str | torch.device) -> None:
         self.module, self.batches, self.clip, self.device = module, batches, clip, torch.device(device)
         optim = module.configure_optimizers()
         self.optimizer, self.scheduler = optim["optimizer"], optim["lr_scheduler"]["scheduler"]
@@ -136,6 +145,7 @@ class StepLoop:
         tokens = self.batches(self.index).to(self.device)
         self.data_seconds += time.perf_counter() - start
         loss = self.module.training_step(tokens, self.index)
+        assert loss is not None  # an ensemble returns None only once every seed has ended
         update(self.module, loss, self.optimizer, self.scheduler, self.clip)
         self.index += 1
 

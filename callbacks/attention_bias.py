@@ -2,16 +2,23 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, cast
+
 import lightning as L
 import torch
 
 from emergence_bench.registry import register_callback
 
+if TYPE_CHECKING:
+    from emergence_bench.model import SequenceModel
+    from emergence_bench.tasks.base import SyntheticTask
+
 
 AUTO = "auto"
 
 
-def _selection(key: str, value, count: int) -> list[int]:
+def _selection(key: str, value: Any, count: int) -> list[int]:
     """``"all"`` or a list of indices → the sorted indices, checked against ``count``."""
     if value == "all":
         return list(range(count))
@@ -44,8 +51,9 @@ class AttentionBias(L.Callback):
 
     is_intervention = True
 
-    def __init__(self, task, strength: float = 5.0, layers=AUTO, heads="all", pattern=AUTO,
-                 until_step: int | None = None, anneal: bool = False, in_eval: bool = True):
+    def __init__(self, task: SyntheticTask, strength: float = 5.0, layers: str | int | Sequence[int] = AUTO,
+                 heads: str | int | Sequence[int] = "all", pattern: str | Sequence[str] = AUTO,
+                 until_step: int | None = None, anneal: bool = False, in_eval: bool = True) -> None:
         if until_step is not None and until_step < 1:
             raise ValueError(f"attention_bias.until_step must be ≥ 1 or null, got {until_step}")
         for name, value in (("layers", layers), ("heads", heads)):
@@ -66,14 +74,15 @@ class AttentionBias(L.Callback):
         self.applied_patterns: dict[int, list[str]] = {}  # layer -> the pattern of each biased head
         self.not_applicable: str | None = None
         self.steps_applied = 0
-        self.first_step = self.last_step = None
+        self.first_step: int | None = None
+        self.last_step: int | None = None
         self._bias: dict[int, torch.Tensor] = {}
 
     def pattern(self, layer: int, name: str) -> torch.Tensor:
         """[L, L] the pattern ``name`` added to a head of ``layer`` (times strength)."""
         return self.task.pattern(name).float()
 
-    def plan(self, model) -> dict[int, list[tuple[int, str]]]:
+    def plan(self, model: SequenceModel) -> dict[int, list[tuple[int, str]]]:
         """layer -> [(head, pattern name)] for ``model``; a layer or head it does not have, or a
         pattern list of the wrong length, raises ValueError (``check`` calls this before training)."""
         mixers = model.mixers
@@ -86,7 +95,7 @@ class AttentionBias(L.Callback):
             if not isinstance(getattr(mixer, "n_heads", None), int):
                 raise ValueError(f"{type(mixer).__name__} exposes attention but states no n_heads "
                                  "(the mixer contract, mixers/base.py): the bias cannot choose heads")
-            heads = _selection(f"{name}.heads", self.heads, mixer.n_heads)
+            heads = _selection(f"{name}.heads", self.heads, cast(int, mixer.n_heads))  # an int: checked above
             names = list(self.pattern_names)
             if self.spread:  # first block of heads the first pattern, and so on
                 names = [names[j * len(names) // len(heads)] for j in range(len(heads))]
@@ -100,7 +109,7 @@ class AttentionBias(L.Callback):
 
     check_model = plan  # run.check: a bias naming a layer or head the model lacks fails before training
 
-    def setup(self, trainer, pl_module, stage: str) -> None:
+    def setup(self, trainer: L.Trainer, pl_module: Any, stage: str) -> None:
         mixers = pl_module.model.mixers
         layers = _selection(getattr(self, "registered_name", "attention_bias") + ".layers", self.layers, len(mixers))
         skipped = [f"layer {i} ({type(mixers[i]).__name__})" for i in layers
@@ -115,7 +124,7 @@ class AttentionBias(L.Callback):
             self.applied[i] = [head for head, _ in chosen]
             self.applied_patterns[i] = [name for _, name in chosen]
 
-    def on_fit_start(self, trainer, pl_module) -> None:
+    def on_fit_start(self, trainer: L.Trainer, pl_module: Any) -> None:
         # Lightning calls `setup` before it moves the model to its device; follow it there now.
         self._bias = {i: bias.to(pl_module.device) for i, bias in self._bias.items()}
 
@@ -130,7 +139,7 @@ class AttentionBias(L.Callback):
         factor = self.factor(step, max_steps)
         return {i: bias * factor for i, bias in self._bias.items()} if factor else {}
 
-    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+    def on_train_batch_start(self, trainer: L.Trainer, pl_module: Any, batch: torch.Tensor, batch_idx: int) -> None:
         step = trainer.global_step
         pl_module.attention_bias = self.current(step, trainer.max_steps)
         if pl_module.attention_bias:
@@ -138,10 +147,10 @@ class AttentionBias(L.Callback):
             self.first_step = step if self.first_step is None else self.first_step
             self.last_step = step
 
-    def on_validation_start(self, trainer, pl_module) -> None:
+    def on_validation_start(self, trainer: L.Trainer, pl_module: Any) -> None:
         pl_module.attention_bias = self.current(trainer.global_step, trainer.max_steps) if self.in_eval else {}
 
-    def on_train_end(self, trainer, pl_module) -> None:
+    def on_train_end(self, trainer: L.Trainer, pl_module: Any) -> None:
         pl_module.attention_bias = {}
 
     def report(self) -> dict:

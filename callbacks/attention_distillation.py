@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 
 from emergence_bench.registry import register_callback
 from emergence_bench.callbacks.attention_bias import AttentionBias
 from emergence_bench.results import MAPS_FILE
+
+if TYPE_CHECKING:
+    from emergence_bench.tasks.base import SyntheticTask
 
 
 @register_callback("attention_distillation")
@@ -22,9 +27,9 @@ class AttentionDistillation(AttentionBias):
     row's largest entry is 1. Steps, layers, heads, annealing and the report are the bias's.
     """
 
-    def __init__(self, task, teacher: str, teacher_layer: int | None = None, strength: float = 5.0,
-                 layers="all", heads="all", until_step: int | None = None, anneal: bool = False,
-                 in_eval: bool = True):
+    def __init__(self, task: SyntheticTask, teacher: str, teacher_layer: int | None = None, strength: float = 5.0,
+                 layers: str | int | Sequence[int] = "all", heads: str | int | Sequence[int] = "all",
+                 until_step: int | None = None, anneal: bool = False, in_eval: bool = True) -> None:
         super().__init__(task, strength, layers, heads, "teacher", until_step, anneal, in_eval)
         path = Path(teacher) / MAPS_FILE
         if not path.is_file():

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import lightning as L
 import torch
@@ -12,8 +13,13 @@ from emergence_bench.registry import register_callback
 from emergence_bench.results import MAPS_FILE, write_atomic
 from emergence_bench.mixers.base import MixerContext
 
+if TYPE_CHECKING:
+    from emergence_bench.callbacks.contract import MeasuredModule
+    from emergence_bench.tasks.base import SyntheticTask
 
-def attention_stats(probs: torch.Tensor, pattern: torch.Tensor, keys: torch.Tensor, rows: torch.Tensor):
+
+def attention_stats(probs: torch.Tensor, pattern: torch.Tensor, keys: torch.Tensor,
+                    rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Entropy and true-source mass of attention maps, averaged over sequences and probed rows.
 
     probs [B, H, L, L] attention probabilities; pattern [L, L] 0/1 ground truth; keys [L, L] bool,
@@ -31,7 +37,7 @@ def attention_stats(probs: torch.Tensor, pattern: torch.Tensor, keys: torch.Tens
 MOMENTS = ("start", "pattern found", "emergence", "end")  # the filmstrip's frames, in order
 
 
-def _emerged(trainer, pl_module) -> bool:
+def _emerged(trainer: Any, pl_module: MeasuredModule) -> bool:
     """Whether this eval's accuracy reached τ of the run's emergence callback (False without one)."""
     last = getattr(pl_module, "last_eval", None)
     for callback in trainer.callbacks:
@@ -54,7 +60,8 @@ class AttentionProbe(L.Callback):
     Mixers without attention scores are reported as not applicable.
     """
 
-    def __init__(self, task, found_mass: float = 0.5, image_every: int = 10, probe_size: int = 64):
+    def __init__(self, task: SyntheticTask, found_mass: float = 0.5, image_every: int = 10,
+                 probe_size: int = 64) -> None:
         if not 0 < found_mass <= 1:
             raise ValueError(f"attention_probe.found_mass must be in (0, 1], got {found_mass}")
         self.task = task
@@ -64,7 +71,7 @@ class AttentionProbe(L.Callback):
         self._evals = 0
         self._moments: dict[str, tuple[int, list]] = {}  # moment -> (step, maps [layer][H, L, L])
 
-    def setup(self, trainer, pl_module, stage: str) -> None:
+    def setup(self, trainer: L.Trainer, pl_module: Any, stage: str) -> None:
         mixers = pl_module.model.mixers
         self.layers = [i for i, m in enumerate(mixers) if getattr(m, "exposes_attention", False)]
         if not self.layers:
@@ -74,14 +81,14 @@ class AttentionProbe(L.Callback):
         self.keys = self.task.probe_keys().to(pl_module.device)
         self.rows = (self.task.loss_mask.to(pl_module.device) & (self.pattern.sum(-1) > 0))
 
-    def on_fit_start(self, trainer, pl_module) -> None:
+    def on_fit_start(self, trainer: L.Trainer, pl_module: Any) -> None:
         # Lightning calls `setup` before it moves the model to its device; follow it there now.
         if not self.not_applicable:
             device = pl_module.device
             self.pattern, self.keys, self.rows = (t.to(device) for t in (self.pattern, self.keys, self.rows))
 
     @torch.no_grad()
-    def measure(self, pl_module) -> tuple[list, list, dict]:
+    def measure(self, pl_module: MeasuredModule) -> tuple[list, list, dict]:
         tokens = self.task.batch("eval", 0)[: self.probe_size].to(pl_module.device)
         ctx = MixerContext(capture=True)
         pl_module.model(self.task.model_inputs(tokens), ctx)
@@ -92,14 +99,14 @@ class AttentionProbe(L.Callback):
             mass.append(m.tolist())
         return entropy, mass, ctx.attention
 
-    def on_train_start(self, trainer, pl_module) -> None:
+    def on_train_start(self, trainer: L.Trainer, pl_module: Any) -> None:
         if not self.not_applicable:
             self._moments.setdefault("start", (trainer.global_step, self._maps(self.measure(pl_module)[2])))
 
     def _maps(self, attention: dict) -> list[torch.Tensor]:
         return [attention[layer].mean(0).float().cpu() for layer in self.layers]
 
-    def on_validation_end(self, trainer, pl_module) -> None:
+    def on_validation_end(self, trainer: L.Trainer, pl_module: Any) -> None:
         if trainer.sanity_checking or self.not_applicable:
             return
         entropy, mass, attention = self.measure(pl_module)
@@ -121,7 +128,7 @@ class AttentionProbe(L.Callback):
                     experiment.add_image(f"attention/L{layer}", self.image(attention[layer]), step)
         self._evals += 1
 
-    def on_train_end(self, trainer, pl_module) -> None:
+    def on_train_end(self, trainer: L.Trainer, pl_module: Any) -> None:
         maps = getattr(self, "_last_maps", None)
         if maps is None or not trainer.default_root_dir:
             return

@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import lightning as L
 import torch
 
 from emergence_bench.results import CHECKPOINT_DIR, write_atomic
+
+if TYPE_CHECKING:
+    from emergence_bench.callbacks.contract import MeasuredModule
 
 _NAME = re.compile(r"step_(\d+)\.pt$")
 
@@ -42,18 +46,19 @@ class CheckpointSchedule(L.Callback):
     keep for many seeds) to ``<run dir>/checkpoints/step_<N>.pt`` at each scheduled step; the file at
     step N holds the weights after N updates."""
 
-    def __init__(self, run_dir: str | Path, max_steps: int, every: int = 0, log_spaced: bool = False):
+    def __init__(self, run_dir: str | Path, max_steps: int, every: int = 0, log_spaced: bool = False) -> None:
         self.folder = Path(run_dir) / CHECKPOINT_DIR
         self.steps = set(schedule(max_steps, every, log_spaced))
 
-    def save(self, pl_module, step: int) -> None:
+    def save(self, pl_module: MeasuredModule, step: int) -> None:
         state = {"step": step, "model": pl_module.model.state_dict()}
         write_atomic(self.folder / f"step_{step:07d}.pt", lambda f: torch.save(state, f))
 
-    def on_train_start(self, trainer, pl_module) -> None:
+    def on_train_start(self, trainer: L.Trainer, pl_module: Any) -> None:
         if trainer.global_step in self.steps:
             self.save(pl_module, trainer.global_step)
 
-    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+    def on_train_batch_end(self, trainer: L.Trainer, pl_module: Any, outputs: Any, batch: torch.Tensor,
+                           batch_idx: int) -> None:
         if trainer.global_step in self.steps:
             self.save(pl_module, trainer.global_step)

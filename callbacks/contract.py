@@ -14,6 +14,11 @@ callbacks that define::
 ``steps`` are step indices (0 = the first update) and ``losses`` their scored-token losses, in order,
 each step exactly once. It is called during the training step of a read (before that step's
 ``on_train_batch_end``), and for the last ones at the end of training (before ``on_train_end``).
+
+The hooks annotate ``pl_module`` as ``Any``: Lightning's ``Callback`` declares a ``LightningModule``,
+which a seed-parallel ``SeedView`` is not, and an override cannot narrow it to ``MeasuredModule``.
+The helpers a hook hands it to take ``MeasuredModule``. ``trainer`` is ``L.Trainer``, or ``Any`` where
+a hook reads ``trainer.callbacks`` (Lightning sets it without declaring it to mypy).
 """
 
 from __future__ import annotations

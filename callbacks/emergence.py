@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from functools import cached_property
+from typing import TYPE_CHECKING, Any
 
 import lightning as L
 
 from emergence_bench.registry import register_callback
+
+if TYPE_CHECKING:
+    from emergence_bench.tasks.base import SyntheticTask
 
 
 @register_callback("emergence")
@@ -20,7 +25,7 @@ class Emergence(L.Callback):
     the eval where it emerged (a sweep that only asks "when?" saves the rest of the budget).
     """
 
-    def __init__(self, task, threshold: float = 0.95, relative: bool = True, stop: bool = False):
+    def __init__(self, task: SyntheticTask, threshold: float = 0.95, relative: bool = True, stop: bool = False) -> None:
         if not 0 < threshold <= 1:
             raise ValueError(f"emergence.threshold must be in (0, 1], got {threshold}")
         self.task = task
@@ -40,7 +45,7 @@ class Emergence(L.Callback):
     def update(self, step: int, accuracy: float, cell_accuracy: list[float]) -> None:
         self.history.append((step, float(accuracy), [float(a) for a in cell_accuracy]))
 
-    def on_validation_end(self, trainer, pl_module) -> None:
+    def on_validation_end(self, trainer: L.Trainer, pl_module: Any) -> None:
         if trainer.sanity_checking:
             return
         e = pl_module.last_eval
@@ -48,7 +53,7 @@ class Emergence(L.Callback):
         if self.stop and e.accuracy >= self.threshold:
             trainer.should_stop = True
 
-    def _first(self, accuracies) -> int | None:
+    def _first(self, accuracies: Iterable[tuple[int, float]]) -> int | None:
         return next((step for step, acc in accuracies if acc >= self.threshold), None)
 
     def report(self) -> dict:
@@ -74,6 +79,6 @@ class Emergence(L.Callback):
         self.history = [(s, a, list(c)) for s, a, c in state["history"]]
 
 
-def effective_threshold(threshold: float, relative: bool, task) -> float:
+def effective_threshold(threshold: float, relative: bool, task: SyntheticTask) -> float:
     """The accuracy that counts as emerged: ``threshold`` × ``task.max_accuracy`` when relative."""
     return threshold * float(getattr(task, "max_accuracy", 1.0)) if relative else threshold

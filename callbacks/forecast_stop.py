@@ -12,9 +12,12 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import lightning as L
 
+from emergence_bench.callbacks.contract import MeasuredModule
+from emergence_bench.tasks.base import SyntheticTask
 from emergence_bench.forecast.stop import decide
 from emergence_bench.forecast.survival import LogNormalAFT
 from emergence_bench.registry import register_callback
@@ -27,7 +30,7 @@ class ForecastStop(L.Callback):
     """``model``: a file written by ``emergence-bench forecast --save``; ``risk``: stop when the
     forecast probability of emerging within the budget is below it."""
 
-    def __init__(self, task, model: str, risk: float = 0.05):
+    def __init__(self, task: SyntheticTask, model: str, risk: float = 0.05) -> None:
         if not 0 < risk < 1:
             raise ValueError(f"forecast_stop.risk must be in (0, 1), got {risk}")
         try:
@@ -39,7 +42,7 @@ class ForecastStop(L.Callback):
         self.task, self.risk, self.path = task, risk, model
         self.decision: dict | None = None
 
-    def on_validation_end(self, trainer, pl_module) -> None:
+    def on_validation_end(self, trainer: Any, pl_module: Any) -> None:
         if trainer.sanity_checking or self.decision is not None:
             return
         step = pl_module.last_eval.step
@@ -53,11 +56,12 @@ class ForecastStop(L.Callback):
         if self.decision["stopped"]:
             trainer.should_stop = True
 
-    def _records(self, trainer, pl_module) -> dict:
+    def _records(self, trainer: Any, pl_module: MeasuredModule) -> dict:
         """The run's records up to now, in a result row's shape (what features read)."""
         row: dict = {"task_facts": {"chance_loss": float(self.task.chance_loss)}}
         recorder = next((c for c in trainer.callbacks if hasattr(c, "eval_curve")), None)
         e = pl_module.last_eval
+        assert e is not None  # called at an eval, after it
         evals = [list(p) for p in getattr(recorder, "eval_curve", []) if p[0] < e.step] + [[e.step, e.loss, e.accuracy]]
         cells = [list(p) for p in getattr(recorder, "cell_curve", []) if p[0] < e.step] + [[e.step, e.cell_loss.tolist()]]
         row["curves"] = {"eval": evals, "eval_cells": cells}
@@ -67,7 +71,7 @@ class ForecastStop(L.Callback):
                 row[name] = callback.report()
         return row
 
-    def setup(self, trainer, pl_module, stage: str) -> None:
+    def setup(self, trainer: Any, pl_module: Any, stage: str) -> None:
         names = [getattr(c, "registered_name", "") for c in trainer.callbacks]
         mine = next(i for i, c in enumerate(trainer.callbacks) if c is self)
         if any(name in PROBES for name in names[mine + 1:]):

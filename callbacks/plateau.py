@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import warnings
 from functools import cached_property
+from typing import TYPE_CHECKING, Any
 
 import lightning as L
 
 from emergence_bench.registry import register_callback
+
+if TYPE_CHECKING:
+    from emergence_bench.tasks.base import SyntheticTask
 
 
 @register_callback("plateau")
@@ -29,8 +33,8 @@ class Plateau(L.Callback):
     shortcut alone ends the plateau, and the fit warns.
     """
 
-    def __init__(self, task, frac: float = 0.1, threshold: float | None = None, smoothing: float = 0.9,
-                 window: int = 50, tolerance: float = 0.02):
+    def __init__(self, task: SyntheticTask, frac: float = 0.1, threshold: float | None = None, smoothing: float = 0.9,
+                 window: int = 50, tolerance: float = 0.02) -> None:
         if not 0 < frac < 1:
             raise ValueError(f"plateau.frac must be in (0, 1), got {frac}")
         if not 0 <= smoothing < 1:
@@ -69,7 +73,7 @@ class Plateau(L.Callback):
         """Whether the threshold lies above the shortcut baseline (None when the task has none)."""
         return None if self.shortcut_loss is None else self.threshold > self.shortcut_loss
 
-    def setup(self, trainer, pl_module, stage: str) -> None:
+    def setup(self, trainer: L.Trainer, pl_module: Any, stage: str) -> None:
         if self.measures_shortcut:
             warnings.warn(f"plateau threshold {self.threshold:.4g} is above the task's shortcut baseline "
                           f"{self.shortcut_loss:.4g}: a predictor without the sparse pattern already crosses "
@@ -80,11 +84,11 @@ class Plateau(L.Callback):
         self.steps.append(step)
         self.smoothed.append(self._ema)
 
-    def on_train_losses(self, trainer, pl_module, steps: list[int], losses: list[float]) -> None:
+    def on_train_losses(self, trainer: L.Trainer, pl_module: Any, steps: list[int], losses: list[float]) -> None:
         for step, loss in zip(steps, losses):
             self.update(step, loss)
 
-    def on_validation_end(self, trainer, pl_module) -> None:
+    def on_validation_end(self, trainer: L.Trainer, pl_module: Any) -> None:
         if not trainer.sanity_checking:
             e = pl_module.last_eval
             self.update_cells(e.step, e.cell_loss.tolist())

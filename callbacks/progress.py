@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 import sys
+from typing import Any, TextIO
 
 import lightning as L
 
 
 class ProgressLine(L.Callback):
-    def __init__(self, prefix: str = "", stream=sys.stderr):
+    def __init__(self, prefix: str = "", stream: TextIO = sys.stderr) -> None:
         self.prefix, self.stream = prefix, stream
 
-    def on_validation_end(self, trainer, pl_module) -> None:
+    def on_validation_end(self, trainer: L.Trainer, pl_module: Any) -> None:
         if trainer.sanity_checking:
             return
         e = pl_module.last_eval

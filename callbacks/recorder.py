@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import time
+from typing import Any
 
 import lightning as L
 
@@ -17,7 +18,7 @@ class Recorder(L.Callback):
     staircase: capabilities arriving one cell at a time).
     """
 
-    def __init__(self, curve_every: int = 10):
+    def __init__(self, curve_every: int = 10) -> None:
         self.curve_every = curve_every
         self.steps = 0
         self.train_seconds = 0.0
@@ -28,31 +29,31 @@ class Recorder(L.Callback):
         self._window: list[float] = []
         self._mark = 0.0  # when the step being timed began
 
-    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+    def on_train_batch_start(self, trainer: L.Trainer, pl_module: Any, batch: Any, batch_idx: int) -> None:
         self._mark = time.perf_counter()
 
-    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+    def on_train_batch_end(self, trainer: L.Trainer, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
         self.train_seconds += time.perf_counter() - self._mark
         self.steps = trainer.global_step
 
-    def on_train_losses(self, trainer, pl_module, steps: list[int], losses: list[float]) -> None:
+    def on_train_losses(self, trainer: L.Trainer, pl_module: Any, steps: list[int], losses: list[float]) -> None:
         for step, loss in zip(steps, losses):
             self._window.append(loss)
             if len(self._window) == self.curve_every:
                 self.train_curve.append([step, sum(self._window) / len(self._window)])
                 self._window = []
 
-    def on_validation_start(self, trainer, pl_module) -> None:
+    def on_validation_start(self, trainer: L.Trainer, pl_module: Any) -> None:
         self._eval_mark = time.perf_counter()
 
-    def on_validation_end(self, trainer, pl_module) -> None:
+    def on_validation_end(self, trainer: L.Trainer, pl_module: Any) -> None:
         self.eval_seconds += time.perf_counter() - self._eval_mark
         if not trainer.sanity_checking:
             e = pl_module.last_eval
             self.eval_curve.append([e.step, e.loss, e.accuracy])
             self.cell_curve.append([e.step, [round(x, 4) for x in e.cell_loss.tolist()]])
 
-    def columns(self, trainer, module) -> dict:
+    def columns(self, trainer: Any, module: Any) -> dict:
         last_eval = getattr(module, "last_eval", None) if module is not None else None
         recent = list(getattr(module, "recent_train_losses", []))
         recent_full = list(getattr(module, "recent_full_sequence_losses", []))
@@ -91,7 +92,7 @@ class Recorder(L.Callback):
         self.train_curve, self.eval_curve, self._window = state["train_curve"], state["eval_curve"], state["window"]
 
 
-def task_facts(task) -> dict:
+def task_facts(task: Any) -> dict:
     """What the task says about its own difficulty: chance, floor, shortcut baseline, reachable
     accuracy and (linear map) which output cells a shortcut through earlier outputs predicts."""
     facts = {"chance_loss": float(task.chance_loss), "floor_loss": float(task.floor_loss),
@@ -102,7 +103,7 @@ def task_facts(task) -> dict:
     return facts
 
 
-def _finite(value):
+def _finite(value: Any) -> Any:
     """NaN/inf → None, recursively, so the JSON is strict."""
     if isinstance(value, float) and not math.isfinite(value):
         return None

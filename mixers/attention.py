@@ -29,7 +29,7 @@ class CausalSelfAttention(TokenMixer):
     small = {"n_heads": 2, "head_dim": 4}
     width_matched = {"n_heads": 4, "head_dim": 16}
 
-    def __init__(self, d_model: int, max_len: int, layer_idx: int, n_heads: int = 8, head_dim: int = 8):
+    def __init__(self, d_model: int, max_len: int, layer_idx: int, n_heads: int = 8, head_dim: int = 8) -> None:
         super().__init__(d_model, max_len, layer_idx)
         if n_heads < 1 or head_dim < 1:
             raise ValueError(f"n_heads and head_dim must be ≥ 1, got n_heads={n_heads}, head_dim={head_dim}")
@@ -58,7 +58,7 @@ class CausalSelfAttention(TokenMixer):
             mixed = F.scaled_dot_product_attention(q, k, v, is_causal=True)
         return self.out(mixed.transpose(1, 2).reshape(B, L, self.n_heads * self.head_dim))
 
-    def _explicit(self, q, k, v, ctx: MixerContext) -> torch.Tensor:
+    def _explicit(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, ctx: MixerContext) -> torch.Tensor:
         """q, k, v [B, H, L, hd] -> [B, H, L, hd], applying bias, patch and capture in order."""
         L = q.shape[2]
         logits = q @ k.transpose(-2, -1) / math.sqrt(self.head_dim)

@@ -87,7 +87,7 @@ class TokenMixer(nn.Module):
     width_matched: dict = {}
     forms: dict[str, dict] = {}
 
-    def __init__(self, d_model: int, max_len: int, layer_idx: int):
+    def __init__(self, d_model: int, max_len: int, layer_idx: int) -> None:
         super().__init__()
         self.d_model = d_model
         self.max_len = max_len

@@ -51,7 +51,7 @@ class GatedDeltaNet(TokenMixer):
     width_matched = {"n_heads": 4, "head_dim": 16}
 
     def __init__(self, d_model: int, max_len: int, layer_idx: int, n_heads: int = 4, head_dim: int = 16,
-                 expand_v: float = 2, conv_size: int = 4):
+                 expand_v: float = 2, conv_size: int = 4) -> None:
         super().__init__(d_model, max_len, layer_idx)
         if n_heads < 1 or head_dim < 1:
             raise ValueError(f"n_heads and head_dim must be ≥ 1, got n_heads={n_heads}, head_dim={head_dim}")

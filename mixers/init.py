@@ -41,7 +41,7 @@ class WeightInit:
     std: float = 0.02
     scale: float = 1.0
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if self.scheme not in SCHEMES:
             raise ValueError(f"model.init must be one of {', '.join(SCHEMES)}, got {self.scheme!r}")
         if not self.std > 0:

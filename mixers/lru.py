@@ -49,7 +49,7 @@ class LRU(TokenMixer):
     width_matched = {}
 
     def __init__(self, d_model: int, max_len: int, layer_idx: int, d_state: int = 64, r_min: float = 0.0,
-                 r_max: float = 1.0, max_phase: float = 2 * math.pi):
+                 r_max: float = 1.0, max_phase: float = 2 * math.pi) -> None:
         super().__init__(d_model, max_len, layer_idx)
         if not (isinstance(d_state, int) and d_state >= 1):
             raise ValueError(f"d_state must be an integer ≥ 1, got {d_state!r}")

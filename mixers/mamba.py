@@ -43,7 +43,7 @@ class Mamba(TokenMixer):
     width_matched = {}
 
     def __init__(self, d_model: int, max_len: int, layer_idx: int, d_state: int = 16, d_conv: int = 4,
-                 expand: int = 2, dt_rank: int | str = "auto"):
+                 expand: int = 2, dt_rank: int | str = "auto") -> None:
         super().__init__(d_model, max_len, layer_idx)
         if not (isinstance(d_state, int) and d_state >= 1):
             raise ValueError(f"d_state must be an integer ≥ 1, got {d_state!r}")

@@ -53,7 +53,7 @@ class CausalMLPMixer(TokenMixer):
     forms = {"mlp": {"token_mixing": "mlp", "expansion": 2}}
 
     def __init__(self, d_model: int, max_len: int, layer_idx: int, token_mixing: str = "static",
-                 n_heads: int = 8, head_dim: int = 8, expansion: int = 2, mixing_init: str = "uniform"):
+                 n_heads: int = 8, head_dim: int = 8, expansion: int = 2, mixing_init: str = "uniform") -> None:
         super().__init__(d_model, max_len, layer_idx)
         if token_mixing not in TOKEN_MIXING:
             raise ValueError(f"token_mixing must be one of {', '.join(TOKEN_MIXING)}, got {token_mixing!r}")

@@ -57,7 +57,7 @@ class RWKV7TimeMix(TokenMixer):
     width_matched = {"head_dim": 16}
 
     def __init__(self, d_model: int, max_len: int, layer_idx: int, head_dim: int = 16,
-                 decay_lora: int = 16, a_lora: int = 16, v_lora: int = 8, gate_lora: int = 32):
+                 decay_lora: int = 16, a_lora: int = 16, v_lora: int = 8, gate_lora: int = 32) -> None:
         super().__init__(d_model, max_len, layer_idx)
         if head_dim < 1 or d_model % head_dim:
             raise ValueError(f"head_dim must be ≥ 1 and divide d_model={d_model}, got head_dim={head_dim}")
@@ -72,7 +72,7 @@ class RWKV7TimeMix(TokenMixer):
 
         # Plain [in, out] matrices, as the official code stores them. RWKV-7 has no init_weights: it
         # keeps its own official init whatever `model.init` names (the model never touches it).
-        def param(*shape):
+        def param(*shape: int) -> nn.Parameter:
             return nn.Parameter(torch.empty(*shape))
 
         self.shift_mix = param(len(SHIFT_TARGETS), D)  # rows: r, w, k, v, a, g

@@ -38,13 +38,13 @@ import torch
 from torch.utils.data import DataLoader, Dataset, IterableDataset
 
 
-def seeded_generator(*key) -> torch.Generator:
+def seeded_generator(*key: object) -> torch.Generator:
     """A CPU generator seeded by a stable hash of ``key`` (any printable values)."""
     digest = hashlib.sha256(repr(key).encode()).digest()
     return torch.Generator().manual_seed(int.from_bytes(digest[:8], "little") >> 1)
 
 
-def check_range(name: str, value, low=None, high=None) -> None:
+def check_range(name: str, value: float, low: float | None = None, high: float | None = None) -> None:
     """Raise a ValueError naming ``name`` and its valid range unless low ≤ value ≤ high."""
     if (low is not None and value < low) or (high is not None and value > high):
         lo = "-inf" if low is None else low
@@ -55,7 +55,7 @@ def check_range(name: str, value, low=None, high=None) -> None:
 class TrainStream(IterableDataset):
     """Endless train batches, starting at batch ``start`` (the global step on resume)."""
 
-    def __init__(self, task: "SyntheticTask", start: int = 0):
+    def __init__(self, task: "SyntheticTask", start: int = 0) -> None:
         self.task, self.start = task, start
 
     def __iter__(self) -> Iterator[torch.Tensor]:
@@ -72,7 +72,7 @@ class SyntheticTask(L.LightningDataModule, metaclass=ABCMeta):
     vocab_size: int
     seq_len: int
 
-    def __init__(self, batch_size: int, task_seed: int):
+    def __init__(self, batch_size: int, task_seed: int) -> None:
         super().__init__()
         check_range("batch_size", batch_size, 1)
         self.batch_size = batch_size
@@ -185,7 +185,7 @@ class StateTrajectoryTask(SyntheticTask):
     cell i of state t. The mask, the output cells and the ground-truth pattern follow from it.
     """
 
-    def __init__(self, state_size: int, trajectory_length: int, batch_size: int, task_seed: int):
+    def __init__(self, state_size: int, trajectory_length: int, batch_size: int, task_seed: int) -> None:
         check_range("state_size", state_size, 1)
         check_range("trajectory_length", trajectory_length, 2)
         super().__init__(batch_size, task_seed)

@@ -47,7 +47,7 @@ class WindowRuleTask(StateTrajectoryTask):
     bias_defaults = {"layers": [0], "patterns": ("predict", "own")}
 
     def __init__(self, state_size: int, colors: int, radius: int, rules: int, trajectory_length: int,
-                 task_seed: int, batch_size: int | None, tokens_per_batch: int | None):
+                 task_seed: int, batch_size: int | None, tokens_per_batch: int | None) -> None:
         check_range("state_size", state_size, 1)
         check_range("trajectory_length", trajectory_length, 2)
         check_range("colors", colors, 2)
@@ -242,7 +242,7 @@ class CellularAutomata(WindowRuleTask):
         task_seed: int = 0,
         batch_size: int | None = None,
         tokens_per_batch: int | None = None,
-    ):
+    ) -> None:
         super().__init__(state_size, colors, radius, rules, trajectory_length, task_seed, batch_size,
                          tokens_per_batch)
         width = 2 * radius + 1

@@ -56,7 +56,7 @@ class InContextLinearMap(StateTrajectoryTask):
         trajectory_length: int = 16,
         task_seed: int = 0,
         batch_size: int = 128,
-    ):
+    ) -> None:
         check_range("state_size", state_size, 1)
         check_range("sparsity", sparsity, 1, state_size)
         # One transition shows A but leaves nothing to predict with it: at least two are needed.
@@ -64,7 +64,7 @@ class InContextLinearMap(StateTrajectoryTask):
         super().__init__(state_size, trajectory_length, batch_size, task_seed)
         self.sparsity = sparsity
 
-    def generate_with_maps(self, generator: torch.Generator, batch_size: int):
+    def generate_with_maps(self, generator: torch.Generator, batch_size: int) -> tuple[torch.Tensor, torch.Tensor]:
         """(tokens [B, S·T] long, A [B, S, S] long): the trajectories and each sequence's map."""
         S = self.state_size
         columns = torch.rand(batch_size, S, S, generator=generator).argsort(dim=2)[..., : self.sparsity]

@@ -59,7 +59,7 @@ class LinearMap(StateTrajectoryTask):
         batch_size: int = 128,
         blank_outputs: bool = False,
         matrix: list | None = None,
-    ):
+    ) -> None:
         check_range("state_size", state_size, 1)
         check_range("sparsity", sparsity, 1, state_size)
         if blank_outputs and trajectory_length != 2:
@@ -78,7 +78,7 @@ class LinearMap(StateTrajectoryTask):
             self.A = self._check_matrix(matrix, state_size, sparsity)
 
     @staticmethod
-    def _check_matrix(matrix, state_size: int, sparsity: int) -> torch.Tensor:
+    def _check_matrix(matrix: list, state_size: int, sparsity: int) -> torch.Tensor:
         try:
             A = torch.tensor(matrix, dtype=torch.long)
         except (TypeError, ValueError):

@@ -51,7 +51,7 @@ class MQAR(SyntheticTask):
         source: str = "value",
         task_seed: int = 0,
         batch_size: int = 64,
-    ):
+    ) -> None:
         try:
             check_range("vocab_size", vocab_size, 3)
         except ValueError as error:

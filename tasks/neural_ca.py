@@ -48,7 +48,7 @@ class NeuralCA(WindowRuleTask):
         task_seed: int = 0,
         batch_size: int | None = None,
         tokens_per_batch: int | None = None,
-    ):
+    ) -> None:
         check_range("hidden", hidden, 1)
         super().__init__(state_size, colors, radius, rules, trajectory_length, task_seed, batch_size,
                          tokens_per_batch)

@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 import yaml
@@ -24,12 +26,17 @@ import yaml
 from emergence_bench.machine.devices import resolve_device
 from emergence_bench.results import ANALYSIS_DIR, CONFIG_FILE
 
+if TYPE_CHECKING:
+    from emergence_bench.config import RunConfig
+    from emergence_bench.model import SequenceModel
+    from emergence_bench.tasks.base import SyntheticTask
+
 DEFAULT_THRESHOLD = 0.95  # the emergence callback's default
 EMERGENCE_FILE = "emergence.json"  # in the run's ANALYSIS_DIR; patch files are patch_<old>_<new>[_ground_truth].json
 
 
 # --- loading a run -------------------------------------------------------------------------------
-def load_run(run_dir: str | Path):
+def load_run(run_dir: str | Path) -> tuple[RunConfig, SyntheticTask, dict[int, Path]]:
     """(resolved RunConfig, task, {step: checkpoint path}) of a run directory."""
     from emergence_bench.run import build_task, check
     from emergence_bench.callbacks.checkpoints import saved_checkpoints
@@ -46,7 +53,7 @@ def load_run(run_dir: str | Path):
     return config, build_task(config), checkpoints
 
 
-def load_model(config, task, path: Path, device: torch.device):
+def load_model(config: RunConfig, task: SyntheticTask, path: Path, device: torch.device) -> SequenceModel:
     """The SequenceModel of a checkpoint file, in eval mode on ``device``."""
     from emergence_bench.run import build_model
 
@@ -55,7 +62,7 @@ def load_model(config, task, path: Path, device: torch.device):
     return model.to(device).eval()
 
 
-def probe_tokens(task, batches: int) -> torch.Tensor:
+def probe_tokens(task: SyntheticTask, batches: int) -> torch.Tensor:
     """The first ``batches`` eval batches [batches · B, L+1]: the same sequences the run was scored on."""
     if batches < 1:
         raise ValueError(f"--probe-batches must be ≥ 1, got {batches}")
@@ -69,8 +76,8 @@ def _checkpoint(checkpoints: dict, step: int) -> Path:
 
 
 @torch.no_grad()
-def greedy_accuracy(model, tokens: torch.Tensor, loss_mask: torch.Tensor, chunk: int = 512,
-                    model_inputs=None) -> float:
+def greedy_accuracy(model: SequenceModel, tokens: torch.Tensor, loss_mask: torch.Tensor, chunk: int = 512,
+                    model_inputs: Callable[[torch.Tensor], torch.Tensor] | None = None) -> float:
     """Fraction of scored tokens whose greedy prediction is correct (as the run's eval/accuracy);
     ``model_inputs`` is the task's (default ``tokens[:, :-1]``)."""
     from emergence_bench.training import scored
@@ -163,7 +170,7 @@ def patch(run_dir: str | Path, old: int, new: int, top_k: int = 4, ground_truth:
 
 
 # --- printing ----------------------------------------------------------------------------------
-def _fraction(value) -> str:
+def _fraction(value: float | None) -> str:
     return "n/a (no gap)" if value is None else f"{value:.3f}"
 
 
@@ -183,7 +190,8 @@ def print_patch(report: dict, heads_shown: int = 8) -> None:
 
 
 # --- command line -------------------------------------------------------------------------------
-def add_parser(subparsers) -> argparse.ArgumentParser:
+def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser],
+               ) -> argparse.ArgumentParser:
     """Add the `analyze` command (and its subcommands) to a CLI's subparsers."""
     from emergence_bench.analysis.language_probes import PROBES
 

@@ -32,7 +32,7 @@ def replace_heads(source: dict[int, torch.Tensor], heads: Iterable[Head]) -> dic
     for layer, head in heads:
         by_layer.setdefault(layer, []).append(head)
 
-    def patcher(layer: int, chosen: list[int]):
+    def patcher(layer: int, chosen: list[int]) -> Callable[[torch.Tensor], torch.Tensor]:
         def patch(probs: torch.Tensor) -> torch.Tensor:
             src = source[layer].to(probs.dtype).expand_as(probs)
             probs = probs.clone()
@@ -91,7 +91,8 @@ def attention_layers(model: SequenceModel) -> list[int]:
 
 @torch.no_grad()
 def p_correct(model: SequenceModel, tokens: torch.Tensor, loss_mask: torch.Tensor,
-              ctx: MixerContext | None = None, model_inputs=None) -> torch.Tensor:
+              ctx: MixerContext | None = None,
+              model_inputs: Callable[[torch.Tensor], torch.Tensor] | None = None) -> torch.Tensor:
     """tokens [B, L+1] -> probability of the correct next token on the scored rows [B, N].
     ``model_inputs`` is the task's (tokens -> [B, L] model input; default ``tokens[:, :-1]``)."""
     inputs = tokens[:, :-1] if model_inputs is None else model_inputs(tokens)
@@ -100,7 +101,9 @@ def p_correct(model: SequenceModel, tokens: torch.Tensor, loss_mask: torch.Tenso
 
 
 @torch.no_grad()
-def capture(model: SequenceModel, tokens: torch.Tensor, loss_mask: torch.Tensor, model_inputs=None):
+def capture(model: SequenceModel, tokens: torch.Tensor, loss_mask: torch.Tensor,
+            model_inputs: Callable[[torch.Tensor], torch.Tensor] | None = None,
+            ) -> tuple[torch.Tensor, dict[int, torch.Tensor]]:
     """(p(correct) [B, N], {layer: probs [B, H, L, L]}) from one forward with attention captured.
 
     The baseline goes through the same explicit-attention path as the patched forwards, so patching a
@@ -121,7 +124,8 @@ def ground_truth_maps(pattern: torch.Tensor, own: dict[int, torch.Tensor]) -> di
 
 
 def patch_models(old: SequenceModel, new: SequenceModel, tokens: torch.Tensor, loss_mask: torch.Tensor,
-                 top_k: int = 4, ground_truth: torch.Tensor | None = None, model_inputs=None) -> dict:
+                 top_k: int = 4, ground_truth: torch.Tensor | None = None,
+                 model_inputs: Callable[[torch.Tensor], torch.Tensor] | None = None) -> dict:
     """Head patching of ``new`` (or the ground-truth ``pattern`` [L, L]) into ``old`` on ``tokens``
     [B, L+1]; returns ``rank_heads``'s report plus which source was patched in."""
     layers = attention_layers(old)

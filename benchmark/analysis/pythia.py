@@ -21,9 +21,10 @@ import re
 import sys
 import time
 import traceback
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable, cast
+from typing import TYPE_CHECKING, Any, Callable, cast
 
 import torch
 
@@ -32,6 +33,10 @@ from emergence_bench.analysis.language_probes import Prompt, probe_set
 from emergence_bench.analysis.patching import rank_heads, replace_heads
 from emergence_bench.machine.devices import resolve_device
 from emergence_bench.results import RESULT_FILE, SCHEMA_VERSION, versions, write_json
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
+    from transformers.models.gpt_neox.modeling_gpt_neox import GPTNeoXAttention
 
 # Pythia's published checkpoints: step0, log-spaced 1…512, then every 1000 to 143000.
 PYTHIA_STEPS = [0] + [2**i for i in range(10)] + list(range(1000, 143001, 1000))
@@ -77,7 +82,7 @@ def _local(model: str, revision: str) -> Path | None:
     return None
 
 
-def load_model(model: str, revision: str, device: torch.device):
+def load_model(model: str, revision: str, device: torch.device) -> PreTrainedModel:
     """A causal LM checkpoint in eval mode with eager attention (so its probabilities exist)."""
     from transformers import AutoModelForCausalLM
     from transformers.utils import logging as hf_logging
@@ -92,7 +97,7 @@ def load_model(model: str, revision: str, device: torch.device):
     return lm.eval()
 
 
-def load_tokenizer(model: str, revision: str):
+def load_tokenizer(model: str, revision: str) -> PreTrainedTokenizerBase:
     """The checkpoint's tokenizer: the revision folder's, else the model folder's, else the hub's
     (from its main branch)."""
     from transformers import AutoTokenizer
@@ -109,16 +114,18 @@ def load_tokenizer(model: str, revision: str):
 
 # --- the attention hook -------------------------------------------------------------------------
 @contextmanager
-def eager_attention(lm, patch: dict[int, Callable] | None = None, capture: dict | None = None):
+def eager_attention(lm: PreTrainedModel, patch: dict[int, Callable] | None = None,
+                    capture: dict | None = None) -> Iterator[None]:
     """Within the block, layer ``l``'s attention probabilities [B, H, L, L] go through ``patch[l]`` and
     land in ``capture[l]`` (after patching, as MixerContext records them)."""
     if lm.config._attn_implementation != "eager":
         raise ValueError("head patching needs attn_implementation='eager'")
-    module = sys.modules[type(lm.base_model.layers[0].attention).__module__]
+    module = sys.modules[type(cast(Any, lm.base_model).layers[0].attention).__module__]  # GPT-NeoX's layers
     original = module.eager_attention_forward
     patch = patch or {}
 
-    def forward(attention, query, key, value, attention_mask, *args, **kwargs):
+    def forward(attention: GPTNeoXAttention, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                attention_mask: torch.Tensor | None, *args: Any, **kwargs: Any) -> tuple[torch.Tensor, torch.Tensor]:
         out, probs = original(attention, query, key, value, attention_mask, *args, **kwargs)
         fn = patch.get(attention.layer_idx)
         if fn is not None:
@@ -142,7 +149,7 @@ class EncodedProbe:
     """A probe set tokenised and grouped by prompt length, so each group is one batch without padding
     (padding would shift Pythia's rotary positions)."""
 
-    def __init__(self, tokenizer, prompts: list[Prompt], device: torch.device):
+    def __init__(self, tokenizer: PreTrainedTokenizerBase, prompts: list[Prompt], device: torch.device) -> None:
         groups: dict[int, list[tuple[list[int], int]]] = {}
         for prompt in prompts:
             ids = tokenizer(prompt.text)["input_ids"]
@@ -155,7 +162,8 @@ class EncodedProbe:
         self.size = len(prompts)
 
     @torch.no_grad()
-    def run(self, lm, patches: list[dict] | None = None, capture: bool = False):
+    def run(self, lm: PreTrainedModel, patches: list[dict] | None = None,
+            capture: bool = False) -> tuple[torch.Tensor, torch.Tensor, list]:
         """(p(answer) [N], greedy correct [N], maps: per group {layer: probs}) for the model, with
         ``patches[g]`` applied to group g."""
         p, correct, maps = [], [], []
@@ -169,7 +177,7 @@ class EncodedProbe:
         return torch.cat(p), torch.cat(correct), maps
 
 
-def patch_language_models(old, new, probe: EncodedProbe, top_k: int = 4) -> dict:
+def patch_language_models(old: PreTrainedModel, new: PreTrainedModel, probe: EncodedProbe, top_k: int = 4) -> dict:
     """Head patching of ``new``'s attention maps into ``old`` on every prompt of ``probe``."""
     p_old, _, _ = probe.run(old, capture=True)  # the same hooked path as the patched forwards
     p_new, _, new_maps = probe.run(new, capture=True)

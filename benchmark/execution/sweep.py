@@ -13,8 +13,10 @@ import sys
 import threading
 import time
 from contextlib import contextmanager
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from types import FrameType
+from typing import Any, TextIO
 
 from emergence_bench.config import Batching, ConfigError, RunConfig, resolve
 from emergence_bench.execution.sweep_spec import Sweep
@@ -34,13 +36,13 @@ class SweepStopped(KeyboardInterrupt):
     ``exit_code`` is 128 + the signal's number (143 for SIGTERM, 130 for SIGINT, 129 for SIGHUP),
     as a shell reports a process that signal ended."""
 
-    def __init__(self, signum: int, line: str):
+    def __init__(self, signum: int, line: str) -> None:
         super().__init__(line)
         self.signum, self.exit_code = signum, 128 + signum
 
 
 @contextmanager
-def stop_signals():
+def stop_signals() -> Iterator[list[int]]:
     """While the sweep runs: the first signal of STOP_SIGNALS raises KeyboardInterrupt in the driver
     (which stops the workers), and any later one is only noted, so the stopping is not cut short.
     Yields the list of the signals received. Off the main thread (where Python takes no signals), nothing."""
@@ -49,7 +51,7 @@ def stop_signals():
         yield received
         return
 
-    def handler(signum, frame):
+    def handler(signum: int, frame: FrameType | None) -> None:
         received.append(signum)
         if len(received) == 1:
             raise KeyboardInterrupt(signal.Signals(signum).name)
@@ -126,7 +128,7 @@ def clock(seconds: float) -> str:
 class Progress:
     """The one-line status after each run: done/total, failures, ETA."""
 
-    def __init__(self, name: str, total: int, skipped: int, stream=None):
+    def __init__(self, name: str, total: int, skipped: int, stream: TextIO | None = None) -> None:
         self.name, self.total, self.stream = name, total, stream or sys.stderr
         self.done = self.skipped = skipped
         self.counts = {"ok": 0, "diverged": 0, "failed": 0, "busy": 0}
@@ -147,7 +149,7 @@ class Progress:
               f"{summary['run_id']} {what}", file=self.stream, flush=True)
 
 
-def run_sweep(sweep: Sweep, out: str | Path, workers: int = 1, stream=None, executor: str = "local",
+def run_sweep(sweep: Sweep, out: str | Path, workers: int = 1, stream: TextIO | None = None, executor: str = "local",
               ray_options: dict | None = None, seed_parallel: int = 1, batching: str = "auto") -> dict:
     """Run every unfinished run of ``sweep`` under ``out``; returns counts by status.
 
@@ -191,7 +193,7 @@ def run_sweep(sweep: Sweep, out: str | Path, workers: int = 1, stream=None, exec
     else:
         jobs = [(_run_one, (c.to_dict(), str(run_out)), [(run_out, c)]) for run_out, c in pending]
 
-    def report(results) -> None:
+    def report(results: list[dict] | dict) -> None:
         for result in results if isinstance(results, list) else [results]:
             progress.update(result)
 
@@ -218,7 +220,7 @@ def run_sweep(sweep: Sweep, out: str | Path, workers: int = 1, stream=None, exec
             **progress.counts}
 
 
-def _run_local(jobs: list, workers: int, share: int, report) -> None:
+def _run_local(jobs: list, workers: int, share: int, report: Callable[[Any], None]) -> None:
     """``jobs`` on ``workers`` local processes (see emergence_bench.execution.workers), each result
     reported as it comes. A job whose worker died is reported lost (its started runs get a failed row
     saying so) and the rest go on; a results folder that cannot be written stops them all."""

@@ -279,7 +279,7 @@ def _check_tuned(sweep: Sweep, path: Path) -> None:
                                   f"({', '.join(sorted(keys))}), got {', '.join(sorted(values)) or 'none'}")
 
 
-def _group_list(groups, path) -> list[dict]:
+def _group_list(groups: Any, path: Path) -> list[dict]:
     """``groups`` as a list of {name, base, grid}: the documented list form, or a mapping from each
     group's name to its {base, grid} (the name is its key)."""
     if isinstance(groups, dict):
@@ -298,7 +298,7 @@ def _group_list(groups, path) -> list[dict]:
     return groups or []
 
 
-def _grid(grid, path) -> dict[str, list]:
+def _grid(grid: Any, path: Path) -> dict[str, list]:
     if grid is not None and not isinstance(grid, dict):
         raise ConfigError(f"grid in {path} must be a mapping from dotted keys to lists of values, got {grid!r}")
     grid = dict(grid or {})

@@ -171,9 +171,10 @@ class Job:
         return self.mixer["name"]
 
 
-def tuning_sweep(sweep, jobs: list[Job]):
+def tuning_sweep(sweep: Sweep, jobs: list[Job]) -> Sweep:
     """The Sweep that trains ``jobs``' tuning runs: one group per (mixer, group), named after the group,
     so its runs go under DIR/tuning/<group>/."""
+    assert sweep.tuning is not None  # a sweep that tunes (the CLI calls this only then)
     groups = []
     for job in jobs:
         group = next(g for g in sweep.groups if g.name == job.group)
@@ -185,11 +186,12 @@ def tuning_sweep(sweep, jobs: list[Job]):
                  seed_parallel=sweep.tuning.seed_parallel, batching=sweep.batching, scale=sweep.scale)
 
 
-def job_table(sweep, job: Job, out: Path) -> dict:
+def job_table(sweep: Sweep, job: Job, out: Path) -> dict:
     """The tuning table of one job from the results under ``out`` (DIR/tuning): every point measured,
     the choice and any edge. Runs not finished yet count as missing (the point is unmeasured)."""
     from emergence_bench.run import check
 
+    assert sweep.tuning is not None  # a sweep that tunes (the CLI calls this only then)
     group = next(g for g in sweep.groups if g.name == job.group)
     axis, rungs = rung_axis(group.grid, group.name)
     used = tuning_rungs(rungs, sweep.tuning.rung)
@@ -219,9 +221,10 @@ def _dotted(config: dict, key: str) -> Any:
     return config
 
 
-def jobs_for(sweep, retune: bool = False) -> list[Job]:
+def jobs_for(sweep: Sweep, retune: bool = False) -> list[Job]:
     """The (mixer, group) pairs of ``sweep`` to tune: those its ``tuned`` map lacks (every one with
     ``retune``)."""
+    assert sweep.tuning is not None  # a sweep that tunes (the CLI calls this only then)
     jobs = []
     for group in sweep.groups:
         entries = group.grid.get("mixer", sweep.grid.get("mixer", [sweep.base.get("mixer", {})]))
@@ -232,10 +235,12 @@ def jobs_for(sweep, retune: bool = False) -> list[Job]:
     return jobs
 
 
-def tune(sweep, out: Path, run: Callable[[Any, Path], dict], jobs: list[Job], say: Callable[[str], None]) -> list[dict]:
+def tune(sweep: Sweep, out: Path, run: Callable[[Any, Path], dict], jobs: list[Job],
+         say: Callable[[str], None]) -> list[dict]:
     """Run ``jobs``' tuning sweep under ``out``/tuning (``run(sweep, folder)`` trains it, resuming),
     widen the grid where a choice is strictly best on an edge, and set each choice in ``sweep.tuned``.
     Returns the tuning tables."""
+    assert sweep.tuning is not None  # a sweep that tunes (the CLI calls this only then)
     folder = Path(out) / TUNING_DIR
     while True:  # ends: each job grows at most `widen` times
         run(tuning_sweep(sweep, jobs), folder)

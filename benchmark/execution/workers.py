@@ -17,6 +17,7 @@ import os
 import signal
 from collections import deque
 from multiprocessing.connection import Connection, wait
+from multiprocessing.context import SpawnContext
 from typing import Callable, Iterator
 
 PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
@@ -66,7 +67,7 @@ def _serve(conn: Connection, parent: int, initializer: Callable, initargs: tuple
 
 
 class Worker:
-    def __init__(self, context, initializer: Callable, initargs: tuple):
+    def __init__(self, context: SpawnContext, initializer: Callable, initargs: tuple) -> None:
         self.conn, child = context.Pipe()
         self.process = context.Process(target=_serve, args=(child, os.getpid(), initializer, initargs))
         self.process.start()
@@ -90,7 +91,7 @@ class Worker:
 class Workers:
     """``count`` worker processes (spawned; ``initializer(*initargs)`` runs first in each)."""
 
-    def __init__(self, count: int, initializer: Callable, initargs: tuple = ()):
+    def __init__(self, count: int, initializer: Callable, initargs: tuple = ()) -> None:
         self.context = multiprocessing.get_context("spawn")
         self.make = lambda: Worker(self.context, initializer, initargs)
         self.idle: list[Worker] = []

@@ -9,6 +9,7 @@ choice at the start of every run and the row records it.
 from __future__ import annotations
 
 import os
+from typing import Literal
 
 from emergence_bench.config import ConfigError, check_threads
 
@@ -47,7 +48,8 @@ def step_flops(parameters: int, batch_size: int, seq_len: int) -> float:
     return 6.0 * parameters * batch_size * seq_len
 
 
-def choose_threads(threads, flops: float, cpus: int | None = None, env: dict | None = None) -> int:
+def choose_threads(threads: int | Literal["auto"], flops: float, cpus: int | None = None,
+                   env: dict | None = None) -> int:
     """The intra-op threads of a run whose step costs ``flops``, on ``cpus`` cores (default: this
     process's share, see set_cpu_share).
 

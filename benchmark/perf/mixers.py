@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -42,7 +42,7 @@ def width_matched(name: str) -> dict:
 
 
 @contextmanager
-def backend(name: str | None):
+def backend(name: str | None) -> Iterator[None]:
     previous = os.environ.get(ENV)
     if name is not None:
         os.environ[ENV] = name

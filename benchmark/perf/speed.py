@@ -26,8 +26,9 @@ import statistics
 import tempfile
 import time
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any, cast
 
 import lightning as L
 import torch
@@ -37,6 +38,7 @@ from emergence_bench.machine.allocator import keep_freed_memory
 from emergence_bench.config import RunConfig, resolve
 from emergence_bench.machine.devices import resolve_device
 from emergence_bench.execution.sweep_spec import load_sweep
+from emergence_bench.module import EmergenceModule
 from emergence_bench.perf.loops import ensemble_loop, single_loop
 from emergence_bench.perf.mixers import (RANKING, SEEDS, builtin_mixers, cell_clock, render_cells, render_steps,
                                          step_ratios)
@@ -102,7 +104,7 @@ class ClockSession:
     """What ``SuiteClock`` fills during one measurement: the bare loop it runs between suite blocks
     and both series of seconds per step (bare [R + 1], suite [R])."""
 
-    def __init__(self, bare: StepLoop):
+    def __init__(self, bare: StepLoop) -> None:
         self.bare = bare
         self.bare_s: list[float] = []
         self.suite_s: list[float] = []
@@ -119,11 +121,11 @@ class SuiteClock(L.Callback):
 
     session: ClockSession | None = None  # set by ``suite_vs_bare`` around the run
 
-    def __init__(self, task=None, warmup: int = 5, block: int = 100, repeats: int = 5):
+    def __init__(self, task: object = None, warmup: int = 5, block: int = 100, repeats: int = 5) -> None:
         self.warmup, self.block, self.repeats = warmup, block, repeats
         self._start: float | None = None
 
-    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+    def on_train_batch_start(self, trainer: L.Trainer, pl_module: Any, batch: torch.Tensor, batch_idx: int) -> None:
         offset, s = trainer.global_step - self.warmup, SuiteClock.session
         if s is None or offset < 0 or offset % self.block or offset // self.block > self.repeats:
             return
@@ -168,7 +170,7 @@ def matmul_flops_per_second(n: int = 1024, repeats: int = 10) -> float:
     return 2 * n**3 / best
 
 
-def _timed(fn) -> float:
+def _timed(fn: Callable[[], object]) -> float:
     start = time.perf_counter()
     fn()
     return time.perf_counter() - start
@@ -232,7 +234,7 @@ def render_suite(rows: list[dict]) -> str:
 # Seed-parallel per step (no Lightning): K seeds batched vs K sequential bare loops.
 
 
-def seed_step_rows(ks=(1, 4, 16), steps: int = 100, repeats: int = 5, settings: dict | None = None,
+def seed_step_rows(ks: Sequence[int] = (1, 4, 16), steps: int = 100, repeats: int = 5, settings: dict | None = None,
                    device: str | None = None) -> list[dict]:
     """Per setting (name -> preset run; default ``SEED_RUNS``) and K: K sequential bare loops
     (K × one ``single_loop``'s step: the seeds' steps cost the same) over one batched ``ensemble_loop``
@@ -248,7 +250,7 @@ def seed_step_rows(ks=(1, 4, 16), steps: int = 100, repeats: int = 5, settings: 
         for loop in [bare, *loops.values()]:
             loop.run(3)  # warm-up: allocator, vmap's first call
         bare_s, times = interleave((bare.run, steps), {K: (loops[K].run, max(2, steps // K)) for K in ks}, repeats)
-        params = sum(p.numel() for p in bare.module.model.parameters())
+        params = sum(p.numel() for p in cast(EmergenceModule, bare.module).model.parameters())  # single_loop's
         for K in ks:
             speedup = [K / ratio for ratio in bracketed(bare_s, times[K])]
             rows.append({"setting": name, "params": params, "batch": config.task["batch_size"], "device": where.type,
@@ -278,8 +280,8 @@ def quick_config(steps: int = 100) -> dict:
     return base
 
 
-def throughput(config: dict | RunConfig | None = None, ks=(1, 4, 16), steps: int = 100, repeats: int = 1,
-               out: str | Path | None = None) -> list[dict]:
+def throughput(config: dict | RunConfig | None = None, ks: Sequence[int] = (1, 4, 16), steps: int = 100,
+               repeats: int = 1, out: str | Path | None = None) -> list[dict]:
     """Seed-parallel vs one seed at a time, whole runs (setup, evals, result files), wall-clock, side
     by side in this process: K seeds of ``config`` (default: the quick preset at ``steps`` steps)
     together with ``run_seed_parallel``, against K runs one after another with ``emergence_bench.run.run``.
@@ -303,7 +305,7 @@ def throughput(config: dict | RunConfig | None = None, ks=(1, 4, 16), steps: int
         run(warm, root / "warmup")  # first-call costs (allocator, TensorBoard, the vmap rule) off the clock
         run_seed_parallel([warm], root / "warmup")
 
-        def parallel(K: int):
+        def parallel(K: int) -> Callable[[int], None]:
             configs = [{**base, "seed": base["seed"] + i} for i in range(K)]
             return lambda _: notes.update({K: run_seed_parallel(configs, root / f"k{K}")[0]["seed_parallel"]})
 
@@ -321,7 +323,8 @@ def throughput(config: dict | RunConfig | None = None, ks=(1, 4, 16), steps: int
     return rows
 
 
-def seed_parallel_rows(ks=(1, 4, 16), steps: int = 100, repeats: int = 5, models: dict | None = None) -> list[dict]:
+def seed_parallel_rows(ks: Sequence[int] = (1, 4, 16), steps: int = 100, repeats: int = 5,
+                       models: dict | None = None) -> list[dict]:
     """Per model (name -> preset run; default ``WHOLE_RUNS``), ``throughput`` at ``steps`` steps with
     the preset's eval cadence, each row named by its model."""
     rows = []
@@ -350,7 +353,7 @@ CELL_STEPS = 100  # steps of each ranking cell the cell clock times
 
 
 def main(out: str | Path, lengths: Sequence[int] | None = None, repeats: int = 5, quick: bool = False,
-         steps: int = 100, seeds=(1, 4, 16), mixers: Sequence[str] | None = None, cells: bool = True,
+         steps: int = 100, seeds: Sequence[int] = (1, 4, 16), mixers: Sequence[str] | None = None, cells: bool = True,
          cell_steps: int = CELL_STEPS) -> dict:
     """Print the speed tables and write them as JSON to ``out``: ``repeats`` interleaved repeats (at
     least ``MIN_REPEATS``) of ``steps``-step blocks per ratio, seed-parallel at K in ``seeds``; the
@@ -358,6 +361,7 @@ def main(out: str | Path, lengths: Sequence[int] | None = None, repeats: int = 5
     (default ``LENGTHS``) and, with ``cells``, one ranking cell per family of ``cell_steps`` steps.
     ``quick``: a smoke run of the same code paths, in seconds: 2 repeats of 2 steps, K in (1, 2), the
     `quick` model (per step: at 16 sequences), length 16 unless ``lengths`` is given, cells of 2 steps."""
+    ks: tuple[int, ...]
     if quick:
         repeats, steps, ks, mixer_repeats, warmup, cell_steps = 2, 2, (1, 2), 2, 1, 2
         lengths = lengths or (16,)
@@ -382,8 +386,8 @@ def main(out: str | Path, lengths: Sequence[int] | None = None, repeats: int = 5
     print(render_suite(suite))
     seed_steps = seed_step_rows(ks=ks, steps=steps, repeats=repeats, settings=settings)
     print(render_seed_steps(seed_steps))
-    seeds = seed_parallel_rows(ks=ks, steps=steps, repeats=repeats, models=models)
-    print(render_seeds(seeds))
+    seed_rows = seed_parallel_rows(ks=ks, steps=steps, repeats=repeats, models=models)
+    print(render_seeds(seed_rows))
     device = resolve_device("auto").type
     print(f"Each mixer's training step over the Transformer's at the ranking's size ({RANKING}: d_model 32, "
           f"2 layers, {SEEDS} seeds batched), {mixer_repeats} interleaved repeats of {MIXER_STEPS}-step blocks:\n")
@@ -399,6 +403,6 @@ def main(out: str | Path, lengths: Sequence[int] | None = None, repeats: int = 5
     print(f"\nload average at end {end['load_1m']} (1 min)")
     report = {"machine": {"start": start, "end": end}, "threads": start["threads"], "torch": torch.__version__,
               "repeats": repeats, "steps": steps, "suite": suite, "seed_parallel_steps": seed_steps,
-              "seed_parallel": seeds, "mixers": rows, "cells": cell_rows}
+              "seed_parallel": seed_rows, "mixers": rows, "cells": cell_rows}
     write_json(Path(out), report)
     return report

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import statistics
 import time
+from collections.abc import Callable
 
 
 def summary(values: list[float]) -> dict:
@@ -25,12 +26,13 @@ def bracketed(reference: list[float], other: list[float]) -> list[float]:
     return [o / ((reference[r] + reference[r + 1]) / 2) for r, o in enumerate(other)]
 
 
-def interleave(reference: tuple, others: dict, repeats: int, clock=time.perf_counter) -> tuple[list, dict]:
+def interleave(reference: tuple, others: dict, repeats: int,
+               clock: Callable[[], float] = time.perf_counter) -> tuple[list, dict]:
     """Time blocks in the order ref, others..., ref, others reversed..., ref, ... (R repeats, R + 1
     reference blocks). ``reference`` and each of ``others`` (name -> ...) is (run, steps): ``run(steps)``
     trains ``steps`` steps. Returns (reference seconds per step [R + 1], {name: seconds per step [R]})."""
 
-    def timed(run, steps: int) -> float:
+    def timed(run: Callable[[int], object], steps: int) -> float:
         start = clock()
         run(steps)
         return (clock() - start) / steps

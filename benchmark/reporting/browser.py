@@ -16,6 +16,7 @@ import time
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from emergence_bench.results import write_atomic
 
@@ -49,7 +50,7 @@ class PageCheck:
 class _DevTools:
     """One page target of a running browser: commands and the events that arrive meanwhile."""
 
-    def __init__(self, url: str, timeout: float):
+    def __init__(self, url: str, timeout: float) -> None:
         import websocket  # websocket-client, in the dev extra: only this check needs it
 
         # No Origin header: Chromium refuses a DevTools connection from an origin it was not told to allow.
@@ -57,7 +58,7 @@ class _DevTools:
         self.next_id = 0
         self.events: list[dict] = []
 
-    def call(self, method: str, **params) -> dict:
+    def call(self, method: str, **params: Any) -> dict:
         self.next_id += 1
         self.socket.send(json.dumps({"id": self.next_id, "method": method, "params": params}))
         while True:

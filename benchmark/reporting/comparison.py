@@ -21,6 +21,8 @@ import matplotlib
 matplotlib.use("Agg")  # no display; must precede pyplot
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
+from matplotlib.axes import Axes  # noqa: E402
+from matplotlib.axis import Axis  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.ticker import FuncFormatter, LogLocator  # noqa: E402
 
@@ -32,7 +34,7 @@ from emergence_bench.result_row import ResultRow, emergence_step, step_budget  #
 PLAIN = FuncFormatter(lambda value, _: f"{value:g}")  # 50, 100, 200 on log axes, not 5×10¹
 
 
-def plain_log(axis) -> None:
+def plain_log(axis: Axis) -> None:
     """Ticks at 1, 2, 5 × 10^k written plainly (0.5, 1, 2), on a log axis."""
     axis.set_major_locator(LogLocator(base=10, subs=(1, 2, 5)))
     axis.set_major_formatter(PLAIN)
@@ -50,7 +52,7 @@ def _emergence(record: ResultRow) -> tuple[float, bool]:
     return float(step_budget(record)), True
 
 
-def _km_line(ax, sample: list[tuple[float, bool]], colour: str, label: str) -> None:
+def _km_line(ax: Axes, sample: list[tuple[float, bool]], colour: str, label: str) -> None:
     """One Kaplan–Meier step curve from (0, 1), with a tick at each censored time."""
     times, censored = [t for t, _ in sample], [c for _, c in sample]
     xs, ys, survival = [0.0], [1.0], 1.0

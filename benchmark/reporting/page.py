@@ -19,7 +19,7 @@ class Page:
     figures, each embedded in the page as a PNG and, with ``folder``, also written there as
     ``<name>.png`` and ``<name>.svg`` to go straight into a paper."""
 
-    def __init__(self, folder: Path | None = None):
+    def __init__(self, folder: Path | None = None) -> None:
         self.folder = folder
         self.parts: list[str] = []
         self.sections: list[tuple[str, str]] = []  # (anchor, title)

@@ -5,12 +5,17 @@ from __future__ import annotations
 
 import re
 import textwrap
+from collections.abc import Sequence
+from typing import Any
 
 import matplotlib
 
 matplotlib.use("Agg")  # no display; must precede pyplot
 import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
 from matplotlib import ticker  # noqa: E402
+from matplotlib.axes import Axes  # noqa: E402
+from matplotlib.figure import Figure  # noqa: E402
 
 # Every figure is drawn at the page's width (PAGE_INCHES at DPI: 1200 pixels, the page's max-width), so
 # it is shown at 100% and its text at the sizes below is readable without zooming.
@@ -27,7 +32,7 @@ def slug(text: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")[:80] or "figure"
 
 
-def panels(n: int, columns: int = 3, height: float = 3.2):
+def panels(n: int, columns: int = 3, height: float = 3.2) -> tuple[Figure, list[Any]]:
     """A grid of ``n`` panels, ``columns`` a row, at the page's width: (figure, the n axes in order);
     the grid's spare cells hidden."""
     columns = min(columns, n)
@@ -75,13 +80,13 @@ def short_titles(labels: list[str]) -> tuple[list[str], str]:
     return titles, caption
 
 
-def panel_title(ax, text: str, width: int = 48) -> None:
+def panel_title(ax: Axes, text: str, width: int = 48) -> None:
     """A panel title wrapped to its panel (``width`` characters a line), never over its neighbour."""
     if text:
         ax.set_title("\n".join(textwrap.wrap(text, width)) or text)
 
 
-def plain_log(ax, axis: str = "y") -> None:
+def plain_log(ax: Axes, axis: str = "y") -> None:
     """A log axis with plain tick labels (50, 100, 200; 0.001), not 2×10²."""
     which = ax.yaxis if axis == "y" else ax.xaxis
     (ax.set_yscale if axis == "y" else ax.set_xscale)("log")
@@ -90,7 +95,7 @@ def plain_log(ax, axis: str = "y") -> None:
     which.set_minor_formatter(ticker.NullFormatter())
 
 
-def draw_line(ax, x, y, **style) -> None:
+def draw_line(ax: Axes, x: Sequence[float] | np.ndarray, y: Sequence[float] | np.ndarray, **style: Any) -> None:
     """A curve; with fewer than three points also its markers, so a one-point curve is still seen."""
     if len(x) < 3:
         style.setdefault("marker", "o")

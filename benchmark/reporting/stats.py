@@ -43,7 +43,8 @@ def kaplan_meier(times: list[float], censored: list[bool]) -> list[tuple[float, 
     return curve
 
 
-def kaplan_meier_median_ci(times: list[float], censored: list[bool], z: float = 1.96):
+def kaplan_meier_median_ci(times: list[float], censored: list[bool],
+                           z: float = 1.96) -> tuple[float | None, float | None]:
     """(low, high): a 95% interval for the Kaplan–Meier median in the Brookmeyer–Crowley spirit —
     low is the first event time whose survival is within z·se of 0.5 (S ≤ 0.5 + z·se), high the first
     whose survival is clearly below it (S < 0.5 − z·se). None means not reached within the data."""

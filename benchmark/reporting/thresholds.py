@@ -15,7 +15,7 @@ curves, for every leaderboard row (runs equal but for the seed):
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -49,7 +49,7 @@ def plateau_end(row: Row, fraction: float) -> int | None:
                  if loss is not None and loss < threshold), None)
 
 
-def _median(rows: Sequence[Row], first) -> float:
+def _median(rows: Sequence[Row], first: Callable[..., int | None]) -> float:
     times = [first(r) for r in rows]
     median = kaplan_meier_median([t if t is not None else step_budget(r) for t, r in zip(times, rows)],
                                  [t is None for t in times])

@@ -29,7 +29,9 @@ def l2_normalize(x: torch.Tensor, eps: float = L2NORM_EPS) -> torch.Tensor:
     return x * torch.rsqrt(x.square().sum(-1, keepdim=True) + eps)
 
 
-def gated_delta_rule_recurrent(q, k, v, g, beta, scale: float | None = None, return_state: bool = False):
+def gated_delta_rule_recurrent(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor, beta: torch.Tensor,
+                               scale: float | None = None,
+                               return_state: bool = False) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """The gated delta rule one step at a time, written as the textbook update (for tests).
 
     q, k [B, T, H, K], v [B, T, H, V], g (log-decay) and beta [B, T, H] -> o [B, T, H, V], and with
@@ -51,7 +53,8 @@ def gated_delta_rule_recurrent(q, k, v, g, beta, scale: float | None = None, ret
     return (o, S) if return_state else o
 
 
-def gated_delta_rule_chunked(q, k, v, g, beta, scale: float | None = None, chunk_size: int = 32) -> torch.Tensor:
+def gated_delta_rule_chunked(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor, beta: torch.Tensor,
+                             scale: float | None = None, chunk_size: int = 32) -> torch.Tensor:
     """The gated delta rule in chunks: parallel (WY/UT form) inside each chunk of C positions,
     a recurrence over the T/C chunk states between them. Same contract as the recurrent form.
 
@@ -102,7 +105,8 @@ def gated_delta_rule_chunked(q, k, v, g, beta, scale: float | None = None, chunk
     return from_chunks(torch.stack(outputs, dim=2), T).to(out_dtype)
 
 
-def gated_delta_rule_kernel(q, k, v, g, beta, scale: float | None = None) -> torch.Tensor:
+def gated_delta_rule_kernel(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor, beta: torch.Tensor,
+                            scale: float | None = None) -> torch.Tensor:
     """flash-linear-attention's chunked Triton kernel (CUDA only); same contract as the reference.
 
     fla takes the [B, T, H, *] layout we use, g as a natural-log decay and beta after the sigmoid, so

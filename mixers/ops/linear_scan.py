@@ -70,7 +70,8 @@ def _scan_into(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, transpose: b
             torch.addcmul(b[t], a[t + 1], out[t + 1], out=out[t])
 
 
-def linear_scan(a: torch.Tensor, b: torch.Tensor, transpose: bool = False, out=None) -> torch.Tensor:
+def linear_scan(a: torch.Tensor, b: torch.Tensor, transpose: bool = False,
+                out: torch.Tensor | None = None) -> torch.Tensor:
     """a, b [L, *S] -> h [L, *S] (see ``_scan_into``); no autograd. ``out`` may be ``b`` itself."""
     out = torch.empty_like(b, memory_format=torch.contiguous_format) if out is None else out
     _scan_into(a, b, out, transpose)

@@ -13,7 +13,8 @@ import torch
 import torch.nn.functional as F
 
 
-def lru_scan(b_re, b_im, nu_log, theta_log) -> tuple[torch.Tensor, torch.Tensor]:
+def lru_scan(b_re: torch.Tensor, b_im: torch.Tensor, nu_log: torch.Tensor,
+             theta_log: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """h_t = λ h_{t-1} + b_t from h_{-1} = 0, with λ = exp(-exp(nu_log) + i·exp(theta_log)).
 
     b_re, b_im [B, T, N] (the input term's real and imaginary parts), nu_log, theta_log [N]
@@ -33,7 +34,8 @@ def lru_scan(b_re, b_im, nu_log, theta_log) -> tuple[torch.Tensor, torch.Tensor]
     return h_re, h_im
 
 
-def lru_recurrent(b_re, b_im, nu_log, theta_log) -> tuple[torch.Tensor, torch.Tensor]:
+def lru_recurrent(b_re: torch.Tensor, b_im: torch.Tensor, nu_log: torch.Tensor,
+                  theta_log: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """The same recurrence one step at a time, in complex arithmetic (for tests). Shapes as
     ``lru_scan``; computes in complex128 for float64 inputs, else complex64."""
     real = torch.float64 if b_re.dtype == torch.float64 else torch.float32

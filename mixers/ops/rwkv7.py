@@ -20,7 +20,8 @@ from emergence_bench.mixers.ops.triangular import solve_unit_lower
 KERNEL_MODULE = "fla.ops.rwkv7"
 
 
-def rwkv7_recurrent(q, log_w, k, v, a, b, initial_state=None):
+def rwkv7_recurrent(q: torch.Tensor, log_w: torch.Tensor, k: torch.Tensor, v: torch.Tensor, a: torch.Tensor,
+                    b: torch.Tensor, initial_state: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """The generalised delta rule, one step at a time (the tests' ground truth for the chunked form).
 
     q, log_w, k, a, b: [B, T, H, K]; v: [B, T, H, V]; initial_state: [B, H, V, K] or None.
@@ -39,7 +40,8 @@ def rwkv7_recurrent(q, log_w, k, v, a, b, initial_state=None):
     return torch.stack(outs, dim=1), S
 
 
-def rwkv7_chunked(q, log_w, k, v, a, b, chunk_size: int = 16):
+def rwkv7_chunked(q: torch.Tensor, log_w: torch.Tensor, k: torch.Tensor, v: torch.Tensor, a: torch.Tensor,
+                  b: torch.Tensor, chunk_size: int = 16) -> torch.Tensor:
     """The generalised delta rule of ``rwkv7_recurrent`` from a zero state, chunk-parallel in time.
 
     q, log_w, k, a, b: [B, T, H, K]; v: [B, T, H, V] -> out [B, T, H, V], in float32 (float64 when
@@ -93,7 +95,8 @@ def rwkv7_chunked(q, log_w, k, v, a, b, chunk_size: int = 16):
     return from_chunks(out, T)
 
 
-def rwkv7_kernel(q, log_w, k, v, a, b):
+def rwkv7_kernel(q: torch.Tensor, log_w: torch.Tensor, k: torch.Tensor, v: torch.Tensor, a: torch.Tensor,
+                 b: torch.Tensor) -> torch.Tensor:
     """The same op through flash-linear-attention's chunked Triton kernel (CUDA only).
 
     All tensors [B, T, H, ·], fla's own layout; ``scale=1`` because RWKV-7 does not scale r·k, and the

@@ -12,6 +12,9 @@ are one scan); the kernel's autograd.Function has no vmap rule, so seed-parallel
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any, NoReturn
+
 import torch
 
 from emergence_bench.mixers.ops.linear_scan import linear_scan
@@ -19,7 +22,8 @@ from emergence_bench.mixers.ops.linear_scan import linear_scan
 KERNEL_MODULE = "mamba_ssm.ops.selective_scan_interface"
 
 
-def _scan_forward(u, delta, A, B, C, D):
+def _scan_forward(u: torch.Tensor, delta: torch.Tensor, A: torch.Tensor, B: torch.Tensor, C: torch.Tensor,
+                  D: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The selective scan, time-major: u, delta [L, *S, d], A [*P, d, n], B, C [L, *S, n], D [*P, d]
     -> (y [L, *S, d], states h [L, *S, n, d], decays [L, *S, n, d]), all of one dtype, where A and D
     broadcast against S. One model is S = (b,), P = (); K vmapped seeds are S = (K, b), P = (K, 1).
@@ -42,7 +46,9 @@ def _sum_over_time_and_broadcast(x: torch.Tensor, shape: torch.Size) -> torch.Te
     return x.sum(0).sum_to_size(shape)
 
 
-def _scan_backward(grad_y, u, delta, A, B, C, D, decay, h):
+def _scan_backward(grad_y: torch.Tensor, u: torch.Tensor, delta: torch.Tensor, A: torch.Tensor, B: torch.Tensor,
+                   C: torch.Tensor, D: torch.Tensor, decay: torch.Tensor, h: torch.Tensor,
+                   ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """The hand-fused backward of ``_scan_forward``: grad_y, its inputs, decays and states -> the
     gradients of u, delta, A, B, C, D. One transpose scan for g_t = dLoss/dh_t (through all later
     steps), then, with z_t = delta_t A the log-decay: dLoss/dz_t = g_t h_{t-1} exp(z_t), and
@@ -80,14 +86,15 @@ class EagerSelectiveScan(torch.autograd.Function):
     Not usable under torch.func transforms; ``SelectiveScan`` is the same scan for those."""
 
     @staticmethod
-    def forward(ctx, u, delta, A, B, C, D):
+    def forward(ctx: Any, u: torch.Tensor, delta: torch.Tensor, A: torch.Tensor, B: torch.Tensor, C: torch.Tensor,
+                D: torch.Tensor) -> torch.Tensor:
         y, h, decay = _scan_forward(u, delta, A, B, C, D)
         ctx.save_for_backward(u, delta, A, B, C, D, decay, h)
         return y
 
     @staticmethod
     @torch.autograd.function.once_differentiable
-    def backward(ctx, grad_y):
+    def backward(ctx: Any, grad_y: torch.Tensor) -> tuple[torch.Tensor, ...]:
         return _scan_backward(grad_y, *ctx.saved_tensors)
 
 
@@ -96,7 +103,8 @@ class EagerSelectiveScan(torch.autograd.Function):
 # parameters A [*P, d, n] and D [*P, d] at dim 0, padded with size-1 dims so that they broadcast.
 
 
-def _vmap_physical(batch_size: int, tensors, in_dims, kinds) -> tuple[list[torch.Tensor], list[torch.Size]]:
+def _vmap_physical(batch_size: int, tensors: Sequence[torch.Tensor], in_dims: Sequence[int | None],
+                   kinds: Sequence[str]) -> tuple[list[torch.Tensor], list[torch.Size]]:
     """A vmap rule's physical tensors with the vmapped dim (any position; None: not vmapped, then
     expanded) at dim 1 of "time" tensors and dim 0 of the others, "A" and "D" padded to broadcast
     -> (those tensors, each one's shape before padding)."""
@@ -135,24 +143,28 @@ class SelectiveScan(torch.autograd.Function):
     decay are not differentiable, and are outputs only because they are what the backward saves."""
 
     @staticmethod
-    def forward(u, delta, A, B, C, D):
+    def forward(u: torch.Tensor, delta: torch.Tensor, A: torch.Tensor, B: torch.Tensor, C: torch.Tensor,
+                D: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         return _scan_forward(u, delta, A, B, C, D)
 
     @staticmethod
-    def setup_context(ctx, inputs, output):
+    def setup_context(ctx: Any, inputs: tuple[torch.Tensor, ...],
+                      output: tuple[torch.Tensor, torch.Tensor, torch.Tensor]) -> None:
         _, h, decay = output
         ctx.save_for_backward(*inputs, decay, h)
         ctx.mark_non_differentiable(h, decay)
         ctx.set_materialize_grads(False)  # no zero-filled [L, *S, n, d] gradients for h and decay
 
     @staticmethod
-    def vmap(info, in_dims, *inputs):
+    def vmap(info: Any, in_dims: tuple[int | None, ...],
+             *inputs: torch.Tensor) -> tuple[tuple[torch.Tensor, torch.Tensor, torch.Tensor], tuple[int, int, int]]:
         physical, _ = _vmap_physical(info.batch_size, inputs, in_dims, _SCAN_KINDS)
         return SelectiveScan.apply(*physical), (1, 1, 1)
 
     @staticmethod
     @torch.autograd.function.once_differentiable
-    def backward(ctx, grad_y, _grad_h, _grad_decay):
+    def backward(ctx: Any, grad_y: torch.Tensor | None, _grad_h: torch.Tensor | None,
+                 _grad_decay: torch.Tensor | None) -> tuple[torch.Tensor | None, ...]:
         if grad_y is None:
             return (None,) * 6
         if _transforms_active():  # e.g. vmap over torch.func.grad: grad_y and the saved are batched
@@ -167,15 +179,16 @@ class SelectiveScanGrad(torch.autograd.Function):
     KINDS = ("time", *_SCAN_KINDS, "time", "time")  # grad_y, u, delta, A, B, C, D, decay, h
 
     @staticmethod
-    def forward(*args):
+    def forward(*args: torch.Tensor) -> tuple[torch.Tensor, ...]:
         return _scan_backward(*args)
 
     @staticmethod
-    def setup_context(ctx, inputs, output):
+    def setup_context(ctx: Any, inputs: tuple[torch.Tensor, ...], output: tuple[torch.Tensor, ...]) -> None:
         ctx.mark_non_differentiable(*output)
 
     @staticmethod
-    def vmap(info, in_dims, *inputs):
+    def vmap(info: Any, in_dims: tuple[int | None, ...],
+             *inputs: torch.Tensor) -> tuple[tuple[torch.Tensor, ...], tuple[int, ...]]:
         physical, shapes = _vmap_physical(info.batch_size, inputs, in_dims, SelectiveScanGrad.KINDS)
         grad_u, grad_delta, grad_A, grad_B, grad_C, grad_D = SelectiveScanGrad.apply(*physical)
         # A's and D's gradients lose the padding: [K, 1.., *P, d, n] -> [K, *P, d, n].
@@ -183,7 +196,7 @@ class SelectiveScanGrad(torch.autograd.Function):
         return grads, (1, 1, 0, 1, 1, 0)
 
     @staticmethod
-    def backward(ctx, *grads):
+    def backward(ctx: Any, *grads: torch.Tensor) -> NoReturn:
         raise RuntimeError("the reference selective scan is differentiable once (no double backward)")
 
 
@@ -192,7 +205,8 @@ def _compute_dtype(u: torch.Tensor) -> torch.dtype:
     return torch.promote_types(u.dtype, torch.float32)
 
 
-def selective_scan(u, delta, A, B, C, D) -> torch.Tensor:
+def selective_scan(u: torch.Tensor, delta: torch.Tensor, A: torch.Tensor, B: torch.Tensor, C: torch.Tensor,
+                   D: torch.Tensor) -> torch.Tensor:
     """Mamba's selective scan, chunk-parallel over time (the reference backend).
 
     u, delta [b, L, d] (delta already positive), A [d, n] (negative), B, C [b, L, n], D [d]
@@ -209,7 +223,9 @@ def selective_scan(u, delta, A, B, C, D) -> torch.Tensor:
     return y.transpose(0, 1).to(out_dtype)
 
 
-def selective_scan_recurrent(u, delta, A, B, C, D, return_state: bool = False):
+def selective_scan_recurrent(u: torch.Tensor, delta: torch.Tensor, A: torch.Tensor, B: torch.Tensor, C: torch.Tensor,
+                             D: torch.Tensor,
+                             return_state: bool = False) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """The same selective scan, one time step at a time, straight from the equations (the tests
     check ``selective_scan`` against it). Shapes as ``selective_scan``; with ``return_state``, also
     the final state: (y, h [b, d, n])."""
@@ -224,7 +240,8 @@ def selective_scan_recurrent(u, delta, A, B, C, D, return_state: bool = False):
     return (y, h) if return_state else y
 
 
-def selective_scan_kernel(u, delta_raw, A, B, C, D, z, delta_bias) -> torch.Tensor:
+def selective_scan_kernel(u: torch.Tensor, delta_raw: torch.Tensor, A: torch.Tensor, B: torch.Tensor, C: torch.Tensor,
+                          D: torch.Tensor, z: torch.Tensor, delta_bias: torch.Tensor) -> torch.Tensor:
     """mamba-ssm's fused kernel, including softplus(delta_raw + delta_bias) and the gate y * silu(z).
 
     Our layout is channel-last; the kernel wants u, delta, z as [b, d, L] and input-dependent B, C as

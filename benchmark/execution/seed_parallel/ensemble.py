@@ -4,7 +4,8 @@ the group's data (seed k's own train stream in slice k of every batch)."""
 from __future__ import annotations
 
 import copy
-from typing import Callable
+from collections.abc import Iterator
+from typing import Any, Callable
 
 import lightning as L
 import torch
@@ -53,7 +54,7 @@ class EnsembleModule(L.LightningModule):
     compacts = True  # ended seeds leave the forward and backward (False: computed to the group's end)
 
     def __init__(self, models: list[SequenceModel], task: SyntheticTask, optim: OptimConfig, max_steps: int,
-                 train_on: str = "scored", log_every: int = 1):
+                 train_on: str = "scored", log_every: int = 1) -> None:
         super().__init__()
         self.K = len(models)
         self.template = copy.deepcopy(models[0]).requires_grad_(False)
@@ -95,11 +96,12 @@ class EnsembleModule(L.LightningModule):
         """tokens [B, L+1] -> logits [B, L, V] of one seed's weights."""
         return functional_call(self.template, weights, (self.task.model_inputs(tokens), MixerContext(bias=bias)))
 
-    def _seed_losses(self, weights: dict, tokens: torch.Tensor, bias: dict):
+    def _seed_losses(self, weights: dict, tokens: torch.Tensor, bias: dict) -> tuple[torch.Tensor, torch.Tensor]:
         """-> (scored loss, every-row loss), scalars of one seed."""
         return train_losses(self._seed_logits(weights, tokens, bias), tokens[:, 1:], self.rows, self.train_on)
 
-    def losses(self, tokens: torch.Tensor, bias: dict[int, torch.Tensor] | None = None):
+    def losses(self, tokens: torch.Tensor,
+               bias: dict[int, torch.Tensor] | None = None) -> tuple[torch.Tensor, ...]:
         """tokens [K, B, L+1] (seed k's batch in slice k), bias {layer: [K, ...]} (default: ``self.bias``)
         -> (scored losses [K], every-row losses [K]); a seed out of the stack reads 0."""
         bias = self.bias if bias is None else bias
@@ -157,7 +159,7 @@ class EnsembleModule(L.LightningModule):
     def on_train_epoch_end(self) -> None:
         self.read_losses()  # the tail of a group stopped between reads
 
-    def backward(self, loss: torch.Tensor, *args, **kwargs) -> None:
+    def backward(self, loss: torch.Tensor, *args: Any, **kwargs: Any) -> None:
         with vmapped(self.device):
             loss.backward(*args, **kwargs)
         if not all(self.live):  # masked_fill, not a product: a diverged slot's 0 · NaN is NaN
@@ -167,15 +169,17 @@ class EnsembleModule(L.LightningModule):
                     p.grad.masked_fill_(dead.view(-1, *[1] * (p.grad.dim() - 1)), 0.0)
         self.version += 1
 
-    def configure_gradient_clipping(self, optimizer, gradient_clip_val=None, gradient_clip_algorithm=None) -> None:
+    def configure_gradient_clipping(self, optimizer: torch.optim.Optimizer,
+                                    gradient_clip_val: int | float | None = None,
+                                    gradient_clip_algorithm: str | None = None) -> None:
         if gradient_clip_val:
             clip_per_seed_([p.grad for p in self.stacked if p.grad is not None], gradient_clip_val)
 
-    def optimizer_step(self, *args, **kwargs) -> None:
+    def optimizer_step(self, *args: Any, **kwargs: Any) -> None:
         super().optimizer_step(*args, **kwargs)
         self.version += 1
 
-    def optimizer_zero_grad(self, *args, **kwargs) -> None:
+    def optimizer_zero_grad(self, *args: Any, **kwargs: Any) -> None:
         super().optimizer_zero_grad(*args, **kwargs)
         self.version += 1  # a seed's view shows no gradients now, as a run alone does
 
@@ -183,7 +187,7 @@ class EnsembleModule(L.LightningModule):
         super().on_validation_model_zero_grad()
         self.version += 1
 
-    def configure_optimizers(self):
+    def configure_optimizers(self) -> Any:  # adamw's dict (Lightning's return type takes its TypedDicts)
         return adamw(list(self.stacked), self.decayed, self.optim, self.max_steps)
 
     # --- evaluation ---------------------------------------------------------------------------
@@ -241,7 +245,7 @@ class SeedBatches(L.LightningDataModule):
     """The group's data: train batch i is [K, B, L+1], slice k from seed k's own stream (from the
     Trainer's step on); the eval batches are the first seed's, [B, L+1] (every seed's are equal)."""
 
-    def __init__(self, tasks: list[SyntheticTask]):
+    def __init__(self, tasks: list[SyntheticTask]) -> None:
         super().__init__()
         self.tasks = tasks
 
@@ -256,9 +260,9 @@ class SeedBatches(L.LightningDataModule):
 class _StackedStream(IterableDataset):
     """Each seed's TrainStream, batch by batch, stacked: [K, B, L+1]."""
 
-    def __init__(self, tasks: list[SyntheticTask], start: int):
+    def __init__(self, tasks: list[SyntheticTask], start: int) -> None:
         self.streams = [TrainStream(task, start) for task in tasks]
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[torch.Tensor]:
         for batches in zip(*self.streams):
             yield torch.stack(batches)
