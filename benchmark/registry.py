@@ -57,9 +57,9 @@ def unmet(entry: object, contract: type) -> str | None:
     if getattr(contract, "_is_protocol", False):
         missing = [name for name in protocol_members(contract) if not hasattr(entry, name)]
         return f"it lacks {', '.join(missing)}" if missing else None
-    if isinstance(entry, type) and issubclass(entry, contract) or isinstance(entry, contract):
-        return None
-    return f"it is not a {qualified_name(contract)}"
+    if isinstance(entry, type):
+        return None if issubclass(entry, contract) else f"it is not a subclass of {qualified_name(contract)}"
+    return None if isinstance(entry, contract) else f"it is not an instance of {qualified_name(contract)}"
 
 
 def qualified_name(entry: object) -> str:
@@ -165,7 +165,7 @@ class PluginRegistry(Registry[C]):
 
     def unmet(self, entry: object) -> str | None:
         if not isinstance(entry, type):
-            return f"it is {qualified_name(type(entry))}, not a class"
+            return f"it is not a class (it is a {type(entry).__qualname__})"
         return super().unmet(entry)
 
     def _load(self) -> None:
