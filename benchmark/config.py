@@ -380,7 +380,7 @@ def set_dotted(data: dict, key: str, value) -> None:
     node[leaf] = value
 
 
-RENAMED_SECTIONS = {"task": registry.tasks, "mixer": registry.mixers}
+RENAMED_SECTIONS: dict[str, registry.PluginRegistry[Any]] = {"task": registry.tasks, "mixer": registry.mixers}
 
 
 def _check_rename(section: str, node: dict, name) -> None:
