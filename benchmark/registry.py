@@ -32,7 +32,7 @@ C = TypeVar("C", bound=type)  # the class a plugin registry holds
 
 
 class UnknownNameError(KeyError):
-    """An unknown mixer/task/callback name; the message lists the known names."""
+    """A name no entry of a registry has; the message lists the known names and the closest."""
 
     def __str__(self) -> str:  # KeyError would repr() the message
         return str(self.args[0])

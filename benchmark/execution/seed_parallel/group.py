@@ -1,5 +1,6 @@
-"""Training a group of seeds: batched when the model vmaps (and, with ``batching="auto"``, when
-the probe says it pays), else one seed after another through ``run()``."""
+"""Training a group of seeds: batched when the model vmaps and its batching mode says so (one of
+``BATCHING_MODES``: ``always``, or ``auto`` when the probe says it pays), else one seed after
+another through ``run()``."""
 
 from __future__ import annotations
 
