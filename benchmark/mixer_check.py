@@ -152,7 +152,7 @@ def describe(error: BaseException) -> str:
     return f"{type(error).__name__}: {message[0]}" if message else type(error).__name__
 
 
-def _shape(t) -> str:
+def _shape(t: object) -> str:
     return "[" + ", ".join(str(n) for n in t.shape) + "]" if isinstance(t, torch.Tensor) else type(t).__name__
 
 
