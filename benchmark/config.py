@@ -158,7 +158,7 @@ def _unknown_key(key: str, known: Iterable[str]) -> ConfigError:
     return ConfigError(f"unknown config key {key!r}{hint}; valid keys here: {', '.join(sorted(known))}")
 
 
-def _no_parameters(key: str, reg: registry.Registry, name: str) -> ConfigError:
+def _no_parameters(key: str, reg: registry.PluginRegistry[Any], name: str) -> ConfigError:
     """A key for a component whose constructor has no config keys at all (not even ``**kwargs``)."""
     passed = ", ".join(sorted(registry.SKIPPED_PARAMETERS[reg.kind] - {"self"}))
     suite = f" (its constructor takes only {passed}, which the suite passes itself)" if passed else ""
@@ -194,7 +194,7 @@ def _check_type(key: str, value: Any, default: Any) -> Any:
     return value
 
 
-def _resolve_named(section: str, data: Any, reg: registry.Registry, default_name: str | None = None) -> dict:
+def _resolve_named(section: str, data: Any, reg: registry.PluginRegistry[Any], default_name: str | None = None) -> dict:
     """``{name: ..., **params}`` → the same with every constructor default filled in (a missing name
     is ``default_name``, so ``--task.state_size 16`` alone keeps the default task)."""
     if isinstance(data, str):
@@ -381,7 +381,7 @@ def set_dotted(data: dict, key: str, value: object) -> None:
     node[leaf] = value
 
 
-RENAMED_SECTIONS = {"task": registry.tasks, "mixer": registry.mixers}
+RENAMED_SECTIONS: dict[str, registry.PluginRegistry[Any]] = {"task": registry.tasks, "mixer": registry.mixers}
 
 
 def _check_rename(section: str, node: dict, name: object) -> None:

@@ -19,7 +19,8 @@ Each check is one small function ``check(subject) -> CheckResult`` over the mixe
 ``check_mixer`` runs them all and ``render`` prints the table; a check's status is ``pass`` or
 ``FAIL`` (the command exits non-zero), or a fact that is no failure: ``warn`` (the suite works around
 it, slower or with less), ``info``, ``skip``. tests/test_mixer_contract.py calls these same functions
-for every registered mixer, so the command and the tests cannot drift apart.
+for every registered mixer, so the command and the tests cannot drift apart. (Over 400 lines: the
+checks are read together, as the table lists them, and each is short.)
 """
 
 from __future__ import annotations
@@ -28,8 +29,8 @@ import functools
 import io
 import tempfile
 import time
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
-from typing import Callable
 
 import torch
 from torch import nn
@@ -37,6 +38,7 @@ from torch import nn
 from emergence_bench import registry
 from emergence_bench.config import resolve
 from emergence_bench.mixers.base import TORCH, MixerContext
+from emergence_bench.registry import Registry
 
 PASS, FAIL, WARN, INFO, SKIP = "pass", "FAIL", "warn", "info", "skip"
 ATOL = 1e-5  # float noise allowed where outputs are compared for "unchanged"
@@ -124,13 +126,13 @@ class Check:
         return self.run(subject)
 
 
-CHECKS: list[Check] = []
+CHECKS: Registry[Check] = Registry("check", Check)  # in the table's order
 
 
-def register_check(name: str):
-    """Adds ``fn(subject) -> (status, detail)`` to CHECKS as ``check(subject) -> CheckResult``: an
-    exception is a failure naming it, and the global RNG is left as it was."""
-    def decorator(fn):
+def register_check(name: str) -> Callable[[Callable[[Subject], tuple[str, str]]], Check]:
+    """Registers ``fn(subject) -> (status, detail)`` in CHECKS as ``check(subject) -> CheckResult``:
+    an exception is a failure naming it, and the global RNG is left as it was."""
+    def decorator(fn: Callable[[Subject], tuple[str, str]]) -> Check:
         @functools.wraps(fn)
         def check(subject: Subject) -> CheckResult:
             try:
@@ -140,8 +142,7 @@ def register_check(name: str):
                 status, detail = FAIL, f"raised {describe(error)}"
             return CheckResult(name, status, detail)
 
-        CHECKS.append(Check(name, check))
-        return CHECKS[-1]
+        return CHECKS.add(name, Check(name, check))
 
     return decorator
 
@@ -151,7 +152,7 @@ def describe(error: BaseException) -> str:
     return f"{type(error).__name__}: {message[0]}" if message else type(error).__name__
 
 
-def _shape(t) -> str:
+def _shape(t: object) -> str:
     return "[" + ", ".join(str(n) for n in t.shape) + "]" if isinstance(t, torch.Tensor) else type(t).__name__
 
 
@@ -160,7 +161,7 @@ def _shape(t) -> str:
 
 
 @register_check("builds")
-def check_builds(s: Subject):
+def check_builds(s: Subject) -> tuple[str, str]:
     from emergence_bench.run import check
 
     check(s.run_config())  # resolves every key, builds the model on the meta device: what `run` does first
@@ -184,7 +185,7 @@ def check_builds(s: Subject):
 
 
 @register_check("shape")
-def check_shape(s: Subject):
+def check_shape(s: Subject) -> tuple[str, str]:
     mixer, shapes = s.build(), []
     for length in (s.length, max(1, s.length // 2)):  # shorter: a curriculum's shorter task, a probe
         x = s.inputs(length)
@@ -200,7 +201,7 @@ def check_shape(s: Subject):
 
 
 @register_check("causal")
-def check_causal(s: Subject):
+def check_causal(s: Subject) -> tuple[str, str]:
     mixer, x = s.build(), s.inputs()
     base = forward(mixer, x)
     if not torch.equal(base, forward(mixer, x)):
@@ -224,7 +225,7 @@ def check_causal(s: Subject):
 
 
 @register_check("gradients")
-def check_gradients(s: Subject):
+def check_gradients(s: Subject) -> tuple[str, str]:
     # Two layers sharing one ctx, so values a mixer passes from layer 0 to later layers are exercised.
     layers = [s.build(0), s.build(1, seed=1)]
     with torch.no_grad():  # a zero-initialised projection would hide what is upstream of it: move it off 0
@@ -249,7 +250,7 @@ def check_gradients(s: Subject):
 
 
 @register_check("deterministic")
-def check_deterministic(s: Subject):
+def check_deterministic(s: Subject) -> tuple[str, str]:
     a, b = s.build(seed=0), s.build(seed=0)
     state_a, state_b = a.state_dict(), b.state_dict()
     differs = [k for k in state_a if k not in state_b or not torch.equal(state_a[k], state_b[k])]
@@ -269,7 +270,7 @@ def check_deterministic(s: Subject):
 
 
 @register_check("state_dict")
-def check_state_dict(s: Subject):
+def check_state_dict(s: Subject) -> tuple[str, str]:
     trained, fresh = s.build(seed=0), s.build(seed=1)
     saved = io.BytesIO()
     torch.save(trained.state_dict(), saved)
@@ -287,7 +288,7 @@ def check_state_dict(s: Subject):
 
 
 @register_check("attention")
-def check_attention(s: Subject):
+def check_attention(s: Subject) -> tuple[str, str]:
     mixer = s.build()
     if not getattr(mixer, "exposes_attention", False):
         return INFO, ("exposes no attention scores: attention_probe, attention_bias and attention_distillation "
@@ -328,7 +329,7 @@ def check_attention(s: Subject):
 
 
 @register_check("seed_parallel")
-def check_seed_parallel(s: Subject):
+def check_seed_parallel(s: Subject) -> tuple[str, str]:
     from emergence_bench.execution.seed_parallel import seed_parallel_supported
 
     supported, reason = seed_parallel_supported(s.run_config())
@@ -338,7 +339,7 @@ def check_seed_parallel(s: Subject):
 
 
 @register_check("learns")
-def check_learns(s: Subject):
+def check_learns(s: Subject) -> tuple[str, str]:
     from emergence_bench.run import run
 
     start = time.perf_counter()
@@ -358,7 +359,7 @@ def check_learns(s: Subject):
 
 
 @register_check("noise")
-def check_noise(s: Subject):
+def check_noise(s: Subject) -> tuple[str, str]:
     generator = torch.Generator().manual_seed(0)
 
     def batch() -> torch.Tensor:  # [NOISE_BATCH, length] random tokens
@@ -392,7 +393,7 @@ def check_noise(s: Subject):
 
 
 @register_check("speed")
-def check_speed(s: Subject):
+def check_speed(s: Subject) -> tuple[str, str]:
     from emergence_bench.perf.loops import step_seconds
     from emergence_bench.perf.mixers import width_matched
 
@@ -409,13 +410,13 @@ def check_speed(s: Subject):
 # ----------------------------------------------------------------------------------------------
 
 
-def check_mixer(name: str, overrides: dict | None = None, skip=(), d_model: int = 16,
+def check_mixer(name: str, overrides: dict | None = None, skip: Collection[str] = (), d_model: int = 16,
                 length: int = 12) -> list[CheckResult]:
     """Every check of CHECKS on mixer ``name`` with config keys ``overrides``; ``skip`` names checks
     not to run. When it does not build, the others are skipped."""
     subject = Subject(name, dict(overrides or {}), d_model, length)
-    results = []
-    for check in CHECKS:
+    results: list[CheckResult] = []
+    for check in CHECKS.values():
         if check.check_name in skip:
             results.append(CheckResult(check.check_name, SKIP, "skipped (--skip)"))
         elif results and results[0].failed:
@@ -426,7 +427,7 @@ def check_mixer(name: str, overrides: dict | None = None, skip=(), d_model: int 
 
 
 def check_names() -> list[str]:
-    return [check.check_name for check in CHECKS]
+    return [check.check_name for check in CHECKS.values()]
 
 
 def render(name: str, results: list[CheckResult]) -> str:

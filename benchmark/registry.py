@@ -1,6 +1,8 @@
-"""Name → class registries for mixers, tasks and callbacks, with lazily loaded plugins.
+"""Name → entry registries, each entry checked against the registry's contract as it registers.
 
-Built-ins register themselves with a decorator::
+``Registry[T]`` holds the suite's own lists: the report's figures, check-mixer's checks, the
+seed-parallel batching modes and the CLI's commands. ``PluginRegistry[C]`` holds classes that
+plugins may add too: mixers, tasks and callbacks. Built-ins register themselves with a decorator::
 
     @register_mixer("transformer")
     class CausalSelfAttention(TokenMixer): ...
@@ -8,7 +10,7 @@ Built-ins register themselves with a decorator::
 Installed distributions add entries through the entry-point groups ``emergence_bench.mixers``,
 ``emergence_bench.tasks`` and ``emergence_bench.callbacks``: the entry point's name is the registered
 name and its object is the class. Plugins are imported only when first needed; one that fails to
-import is named in a warning and the rest keep working.
+import, or that does not meet the contract, is named in a warning and the rest keep working.
 """
 
 from __future__ import annotations
@@ -17,38 +19,154 @@ import difflib
 import importlib
 import inspect
 import warnings
+from collections.abc import Callable, Iterator
 from importlib.metadata import entry_points
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
-C = TypeVar("C", bound=type)  # a registered class: the decorator returns it as it was
+if TYPE_CHECKING:  # for the types only: the mixers and tasks import this module
+    from emergence_bench.mixers.base import TokenMixer
+    from emergence_bench.tasks.base import SyntheticTask
+
+T = TypeVar("T")
+C = TypeVar("C", bound=type)  # the class a plugin registry holds
+
 
 class UnknownNameError(KeyError):
-    """An unknown mixer/task/callback name; the message lists the known names."""
+    """A name no entry of a registry has; the message lists the known names and the closest."""
 
     def __str__(self) -> str:  # KeyError would repr() the message
         return str(self.args[0])
 
 
-class Registry:
-    """One kind of pluggable component (``kind`` is e.g. "mixer")."""
+def protocol_members(protocol: type) -> list[str]:
+    """The names a Protocol declares (its attributes and methods, with those of the Protocols it
+    extends), sorted."""
+    members: set[str] = set()
+    for base in protocol.__mro__:
+        if base is Protocol or not getattr(base, "_is_protocol", False):
+            continue
+        members.update(base.__dict__.get("__annotations__", {}))
+        members.update(name for name in vars(base) if not name.startswith("_") or name == "__call__")
+    return sorted(members)
 
-    def __init__(self, kind: str, group: str, builtin_package: str):
+
+def unmet(entry: object, contract: type) -> str | None:
+    """What ``entry`` lacks of ``contract``, in words (None when it meets it). A Protocol names the
+    members it must have (a class has those its instances get from it: methods, properties, class
+    attributes); any other class is one ``entry`` must be an instance or a subclass of."""
+    if getattr(contract, "_is_protocol", False):
+        missing = [name for name in protocol_members(contract) if not hasattr(entry, name)]
+        return f"it lacks {', '.join(missing)}" if missing else None
+    if isinstance(entry, type):
+        return None if issubclass(entry, contract) else f"it is not a subclass of {qualified_name(contract)}"
+    return None if isinstance(entry, contract) else f"it is not an instance of {qualified_name(contract)}"
+
+
+def qualified_name(entry: object) -> str:
+    """``module.Name`` of a class, function or module; ``a Name`` of any other object."""
+    name = getattr(entry, "__qualname__", None) or getattr(entry, "__name__", None)
+    if name is None:
+        return f"a {type(entry).__qualname__}"
+    module = getattr(entry, "__module__", None)
+    return f"{module}.{name}" if module and module != name else name
+
+
+class Registry(Generic[T]):
+    """Name → T for one ``kind`` of entry (e.g. "figure", in messages). Every entry is checked
+    against ``contract`` (a Protocol or a class, see ``unmet``) when it registers, so a malformed one
+    fails where it is declared, naming what it lacks. ``names()`` is sorted; iterating, ``items()``
+    and ``values()`` keep the order of registration."""
+
+    def __init__(self, kind: str, contract: type) -> None:
         self.kind = kind
+        self.contract = contract
+        self._entries: dict[str, T] = {}
+
+    def add(self, name: str, entry: T) -> T:
+        """Registers ``entry`` as ``name`` and returns it; a TypeError says what it lacks."""
+        problem = self.unmet(entry)
+        if problem:
+            raise TypeError(f"{self.kind} {name!r} ({qualified_name(entry)}) does not meet the {self.kind} "
+                            f"contract ({qualified_name(self.contract)}): {problem}")
+        if name in self._entries and self._entries[name] is not entry:
+            raise ValueError(f"{self.kind} {name!r} is registered twice")
+        self._entries[name] = entry
+        return entry
+
+    def register(self, name: str) -> Callable[[T], T]:
+        """A decorator that registers what it decorates as ``name`` and returns it unchanged."""
+
+        def decorator(entry: T) -> T:
+            return self.add(name, entry)
+
+        return decorator
+
+    def unmet(self, entry: object) -> str | None:
+        """What ``entry`` lacks to be registered here; None when nothing."""
+        return unmet(entry, self.contract)
+
+    def get(self, name: str) -> T:
+        """The entry ``name``; an unknown name raises UnknownNameError with the closest known name."""
+        self._load()
+        if name in self._entries:
+            return self._entries[name]
+        known = ", ".join(self.names()) or "(none)"
+        close = difflib.get_close_matches(name, self.names(), n=1)
+        hint = f" Did you mean {close[0]!r}?" if close else ""
+        raise UnknownNameError(f"unknown {self.kind} {name!r}.{hint} Known {self.kind}s: {known}")
+
+    def names(self) -> list[str]:
+        self._load()
+        return sorted(self._entries)
+
+    def items(self) -> list[tuple[str, T]]:
+        self._load()
+        return list(self._entries.items())
+
+    def values(self) -> list[T]:
+        self._load()
+        return list(self._entries.values())
+
+    def __getitem__(self, name: str) -> T:
+        return self.get(name)
+
+    def __contains__(self, name: object) -> bool:
+        self._load()
+        return name in self._entries
+
+    def __iter__(self) -> Iterator[str]:
+        self._load()
+        return iter(list(self._entries))
+
+    def __len__(self) -> int:
+        self._load()
+        return len(self._entries)
+
+    def _load(self) -> None:
+        """Where a registry's entries come from elsewhere, they are loaded here (see PluginRegistry)."""
+
+
+class PluginRegistry(Registry[C]):
+    """A registry of classes, ``kind`` e.g. "mixer": the built-ins (registered when
+    ``builtin_package`` is imported) and the installed plugins of entry-point ``group``, loaded on
+    first use. A plugin that fails to import or to register is kept in ``broken`` with its error."""
+
+    def __init__(self, kind: str, contract: type, group: str, builtin_package: str) -> None:
+        super().__init__(kind, contract)
         self.group = group
         self.builtin_package = builtin_package
-        self._classes: dict[str, type] = {}
         self._plugins_loaded = False
         self.broken: dict[str, str] = {}  # plugin name -> import error
 
-    def register(self, name: str):
-        def decorator(cls: C) -> C:
-            if name in self._classes and self._classes[name] is not cls:
-                raise ValueError(f"{self.kind} {name!r} is registered twice")
-            self._classes[name] = cls
-            setattr(cls, "registered_name", name)  # any class may register: not an attribute of a base
-            return cls
+    def add(self, name: str, entry: C) -> C:
+        super().add(name, entry)
+        setattr(entry, "registered_name", name)  # any class may register: not an attribute of a base
+        return entry
 
-        return decorator
+    def unmet(self, entry: object) -> str | None:
+        if not isinstance(entry, type):
+            return f"it is not a class (it is a {type(entry).__qualname__})"
+        return super().unmet(entry)
 
     def _load(self) -> None:
         """Import the built-ins and every installed plugin (once)."""
@@ -57,11 +175,10 @@ class Registry:
         self._plugins_loaded = True
         importlib.import_module(self.builtin_package)
         for ep in entry_points(group=self.group):
-            if ep.name in self._classes:
+            if ep.name in self._entries:
                 continue
             try:
-                self._classes[ep.name] = ep.load()
-                setattr(self._classes[ep.name], "registered_name", ep.name)
+                self.add(ep.name, ep.load())
             except Exception as error:  # a broken plugin must not take the suite down
                 self.broken[ep.name] = f"{type(error).__name__}: {error}"
                 warnings.warn(
@@ -70,20 +187,11 @@ class Registry:
                     stacklevel=2,
                 )
 
-    def names(self) -> list[str]:
+    def get(self, name: str) -> C:
         self._load()
-        return sorted(self._classes)
-
-    def get(self, name: str) -> type:
-        self._load()
-        if name in self._classes:
-            return self._classes[name]
-        if name in self.broken:
+        if name not in self._entries and name in self.broken:
             raise UnknownNameError(f"{self.kind} plugin {name!r} failed to import: {self.broken[name]}")
-        known = ", ".join(self.names()) or "(none)"
-        close = difflib.get_close_matches(name, self.names(), n=1)
-        hint = f" Did you mean {close[0]!r}?" if close else ""
-        raise UnknownNameError(f"unknown {self.kind} {name!r}.{hint} Known {self.kind}s: {known}")
+        return super().get(name)
 
     def parameters(self, name: str) -> dict[str, Any]:
         """The user-settable parameters of ``name`` and their defaults (``inspect.Parameter.empty``
@@ -108,9 +216,48 @@ def constructor_parameters(cls: type, skip: set[str]) -> dict[str, Any]:
     return params
 
 
-mixers = Registry("mixer", "emergence_bench.mixers", "emergence_bench.mixers")
-tasks = Registry("task", "emergence_bench.tasks", "emergence_bench.tasks")
-callbacks = Registry("callback", "emergence_bench.callbacks", "emergence_bench.callbacks")
+# The contracts of the plugin kinds: what the suite calls on every one (design.md, "Contracts";
+# the base classes in mixers/base.py and tasks/base.py have it all). They are checked on the class.
+
+
+class MixerContract(Protocol):
+    """An ``nn.Module`` built as ``cls(d_model=, max_len=, layer_idx=, **hparams)`` whose
+    ``forward(x [B, L, D], ctx) -> [B, L, D]`` is causal."""
+
+    def forward(self, x: Any, ctx: Any) -> Any: ...
+    def named_parameters(self, *args: Any, **kwargs: Any) -> Any: ...
+    def state_dict(self, *args: Any, **kwargs: Any) -> Any: ...
+    def load_state_dict(self, *args: Any, **kwargs: Any) -> Any: ...
+
+
+class TaskContract(Protocol):
+    """A LightningDataModule that draws its batches on the fly (``SyntheticTask``)."""
+
+    loss_mask: Any
+    chance_loss: float
+    floor_loss: float
+
+    def batch(self, split: str, index: int) -> Any: ...
+    def ground_truth_attention(self) -> Any: ...
+    def train_dataloader(self) -> Any: ...
+    def val_dataloader(self) -> Any: ...
+
+
+class CallbackContract(Protocol):
+    """A Lightning callback built as ``cls(task=, **params)``, whose state a resumed run keeps."""
+
+    def setup(self, *args: Any, **kwargs: Any) -> Any: ...
+    def state_dict(self) -> Any: ...
+    def load_state_dict(self, state_dict: Any) -> Any: ...
+
+
+mixers: PluginRegistry[type[TokenMixer]] = PluginRegistry(
+    "mixer", MixerContract, "emergence_bench.mixers", "emergence_bench.mixers")
+tasks: PluginRegistry[type[SyntheticTask]] = PluginRegistry(
+    "task", TaskContract, "emergence_bench.tasks", "emergence_bench.tasks")
+# Any class built as cls(task=, **params): Lightning's Callback declares no such constructor.
+callbacks: PluginRegistry[type] = PluginRegistry(
+    "callback", CallbackContract, "emergence_bench.callbacks", "emergence_bench.callbacks")
 
 register_mixer = mixers.register
 register_task = tasks.register

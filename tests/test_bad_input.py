@@ -137,11 +137,12 @@ def test_bad_input_gets_one_line_naming_it(case, argv, words, folder, capsys, mo
 
 def test_an_unexpected_error_keeps_its_traceback_and_asks_for_a_report(monkeypatch, capsys):
     import emergence_bench.cli as cli
+    from emergence_bench.commands import listing
 
-    def broken(args, extra):
+    def broken() -> list[str]:
         raise KeyError("a bug")
 
-    monkeypatch.setitem(cli.COMMANDS, "list", broken)
+    monkeypatch.setattr(listing, "_sections", broken)  # a bug inside the `list` command
     assert main(["list"]) == cli.EXIT_BUG
     err = capsys.readouterr().err
     assert "Traceback" in err and "KeyError" in err and "please report" in err

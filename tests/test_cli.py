@@ -47,6 +47,31 @@ def test_list_shows_mixers_tasks_parameters_and_presets(cli):
     assert "plateau" in out and "emergence" in out and "quick" in out
 
 
+COMMAND_NAMES = ["list", "run", "sweep", "leaderboard", "rank", "report", "analyze", "forecast", "speed",
+                 "check-mixer"]
+
+
+def test_every_command_is_registered_and_the_parser_is_a_loop_over_them(capsys):
+    from emergence_bench.cli import main, parser
+    from emergence_bench.commands import COMMANDS
+
+    assert list(COMMANDS) == COMMAND_NAMES
+    assert "{" + ",".join(COMMAND_NAMES) + "}" in parser().format_usage()  # `--help` lists them, in this order
+    for name in COMMAND_NAMES:  # each adds the parser of the name it is registered under
+        with pytest.raises(SystemExit) as exit:
+            main([name, "--help"])
+        assert exit.value.code == 0 and capsys.readouterr().out.startswith(f"usage: emergence-bench {name} ")
+
+
+def test_a_command_that_takes_no_config_keys_refuses_them_as_argparse_does(capsys):
+    from emergence_bench.cli import EXIT_BAD_INPUT, main
+
+    with pytest.raises(SystemExit) as exit:
+        main(["leaderboard", "DIR", "--task.state_size", "4"])
+    assert exit.value.code == EXIT_BAD_INPUT
+    assert "emergence-bench: error: unrecognized arguments: --task.state_size 4" in capsys.readouterr().err
+
+
 @pytest.mark.slow
 def test_plugin_mixer_is_listed_and_trains_and_a_broken_plugin_is_named(tmp_path, cli, fake_distribution, write_config):
     site = fake_distribution(tmp_path / "site", PLUGIN_MODULE, "[emergence_bench.mixers]\nshift = fake_mixers:ShiftMixer\n"

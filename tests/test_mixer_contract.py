@@ -27,7 +27,7 @@ def subject(form: str) -> mixer_check.Subject:
 
 # Every check but `learns` and `noise` (their own tests below: the slow ones) and `speed` (speed
 # claims live in `emergence-bench speed`, never in a timed unit test).
-CONTRACT = [c for c in mixer_check.CHECKS if c.check_name not in ("learns", "noise", "speed")]
+CONTRACT = [c for c in mixer_check.CHECKS.values() if c.check_name not in ("learns", "noise", "speed")]
 
 
 @pytest.mark.parametrize("check", CONTRACT, ids=lambda c: c.check_name)

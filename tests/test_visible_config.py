@@ -6,7 +6,8 @@ import json
 import pytest
 import yaml
 
-from emergence_bench.cli import _grid_axis, main
+from emergence_bench.cli import main
+from emergence_bench.commands.sweep import grid_axis
 from emergence_bench.config import load_yaml_text, parse_value, resolve
 from emergence_bench.execution.sweep_spec import load_sweep
 
@@ -66,8 +67,8 @@ def test_a_sweep_grid_of_learning_rates_written_1e_3_runs_both_values(tmp_path, 
 
 @pytest.mark.slow
 def test_a_grid_axis_from_the_command_line(tmp_path, cli, tiny_config):
-    assert _grid_axis("optim.lr=1e-3,3e-3") == ("optim.lr", [1e-3, 3e-3])
-    assert _grid_axis("mixer={name: mamba},{name: lru}") == ("mixer", [{"name": "mamba"}, {"name": "lru"}])
+    assert grid_axis("optim.lr=1e-3,3e-3") == ("optim.lr", [1e-3, 3e-3])
+    assert grid_axis("mixer={name: mamba},{name: lru}") == ("mixer", [{"name": "mamba"}, {"name": "lru"}])
     sweep_file = tmp_path / "s.yaml"
     sweep_file.write_text(yaml.safe_dump({"name": "s", "base": tiny_config(), "grid": {"seed": [0, 1]}}))
     listed = cli("sweep", sweep_file, "--grid", "optim.lr=1e-3,3e-3", "--grid", "model.n_layers=1,2", "--dry-run")

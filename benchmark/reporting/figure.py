@@ -13,6 +13,7 @@ from pathlib import Path
 
 from matplotlib.figure import Figure
 
+from emergence_bench.registry import Registry
 from emergence_bench.reporting.page import Page
 from emergence_bench.reporting.plotting import short_titles
 from emergence_bench.result_row import ResultRow
@@ -54,6 +55,9 @@ class Results:
         return dict(zip(labels, short_titles(labels)[0]))
 
 
+Draw = Callable[[Results], list[Drawn]]
+
+
 @dataclass(frozen=True)
 class ReportFigure:
     """A figure of the report: ``name`` (what ``--figures`` chooses), its section's ``title`` and
@@ -64,17 +68,18 @@ class ReportFigure:
     title: str
     caption: str
     absent: str
-    draw: Callable[[Results], list[Drawn]]
+    draw: Draw
     part_of: str | None = None
 
 
-REGISTRY: dict[str, ReportFigure] = {}
+REGISTRY: Registry[ReportFigure] = Registry("figure", ReportFigure)
 
 
-def register_figure(name: str, title: str, caption: str, absent: str, part_of: str | None = None):
+def register_figure(name: str, title: str, caption: str, absent: str,
+                    part_of: str | None = None) -> Callable[[Draw], Draw]:
     """Adds ``draw(results) -> [Drawn]`` to REGISTRY (in the page's order) as figure ``name``."""
-    def decorator(draw: Callable[[Results], list[Drawn]]) -> Callable[[Results], list[Drawn]]:
-        REGISTRY[name] = ReportFigure(name, title, caption, absent, draw, part_of)
+    def decorator(draw: Draw) -> Draw:
+        REGISTRY.add(name, ReportFigure(name, title, caption, absent, draw, part_of))
         return draw
 
     return decorator

@@ -1,24 +1,55 @@
-"""Training a group of seeds: batched when the model vmaps (and, with ``batching="auto"``, when
-the probe says it pays), else one seed after another through ``run()``."""
+"""Training a group of seeds: batched when the model vmaps and its batching mode says so (one of
+``BATCHING_MODES``: ``always``, or ``auto`` when the probe says it pays), else one seed after
+another through ``run()``."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import get_args
+from typing import Protocol
 
 from emergence_bench.config import Batching, RunConfig
 from emergence_bench.execution.seed_parallel.ensemble import EnsembleModule, SeedBatches
 from emergence_bench.execution.seed_parallel.probe import batching_speedup, seed_parallel_supported
 from emergence_bench.execution.seed_parallel.seeds import Seed, SeedCallbacks
 from emergence_bench.machine.allocator import keep_freed_memory
+from emergence_bench.registry import Registry
 from emergence_bench.results import busy_row
 from emergence_bench.run import RunBusy, apply_threads, failure, plan, run
 from emergence_bench.trainer import build_trainer, quiet_lightning
 
 
-BATCHING: tuple[str, ...] = get_args(Batching)
+class BatchingMode(Protocol):
+    """How a group of ``k`` seeds of ``config`` whose model vmaps chooses to train (``--batching``):
+    ``(None, probe)`` to batch it, else ``(why not, probe)``; ``probe`` is what its rows record of
+    the choice (a measured speed-up)."""
+
+    def __call__(self, config: RunConfig, k: int) -> tuple[str | None, dict[str, float]]: ...
+
+
+BATCHING_MODES: Registry[BatchingMode] = Registry("batching mode", BatchingMode)
 PAYS = 1.1  # auto batches a group when its probe measures it at least this much faster than one by one
+
+
+@BATCHING_MODES.register("auto")
+def auto(config: RunConfig, k: int) -> tuple[str | None, dict[str, float]]:
+    """Batched where a short probe (``batching_speedup``) measures it ``PAYS`` times faster here."""
+    if k < 2:
+        return None, {}
+    speedup = batching_speedup(config, k)
+    probe = {"probe": round(speedup, 3)}
+    if speedup < PAYS:
+        return f"auto: batching {k} seeds measured {speedup:.2f}× one by one here", probe
+    return None, probe
+
+
+@BATCHING_MODES.register("always")
+def always(config: RunConfig, k: int) -> tuple[str | None, dict[str, float]]:
+    """Batched whenever the model vmaps."""
+    return None, {}
+
+
+BATCHING: tuple[str, ...] = tuple(BATCHING_MODES)  # config.Batching's values, in its order
 
 
 def run_seed_parallel(given: Sequence[dict | RunConfig], out: str | Path, progress: bool = False,
@@ -37,7 +68,7 @@ def run_seed_parallel(given: Sequence[dict | RunConfig], out: str | Path, progre
     holds (``RunBusy``, see emergence_bench.run.RunLock; with ``unfinished_only`` also one it has
     finished) is left to it: its row here is ``busy_row``'s, written nowhere.
     """
-    if batching not in BATCHING:
+    if batching not in BATCHING_MODES:
         raise ValueError(f"seed-parallel batching must be one of {', '.join(BATCHING)}, got {batching!r}")
     plans = [plan(c) for c in given]  # each checked and sized once
     configs = [p.config for p in plans]
@@ -48,11 +79,10 @@ def run_seed_parallel(given: Sequence[dict | RunConfig], out: str | Path, progre
     keep_freed_memory(configs[0].trainer.keep_freed_memory)
     supported, reason = seed_parallel_supported(configs[0])
     probe: dict[str, float] = {}
-    if supported and batching == "auto" and len(configs) > 1:
-        speedup = batching_speedup(configs[0], len(configs))
-        probe = {"probe": round(speedup, 3)}
-        if speedup < PAYS:
-            supported, reason = False, f"auto: batching {len(configs)} seeds measured {speedup:.2f}× one by one here"
+    if supported:
+        why_not, probe = BATCHING_MODES[batching](configs[0], len(configs))
+        if why_not is not None:
+            supported, reason = False, why_not
     if not supported:
         rows: list[dict] = []
         for config, planned in zip(configs, plans):

@@ -1,0 +1,9 @@
+"""The subcommands of `emergence-bench`, one module each: its parser and what it does, registered in
+``COMMANDS`` when the module is imported. They are imported here in the order `emergence-bench --help`
+lists them."""
+
+from emergence_bench.commands.command import COMMANDS, Command, Subparsers, register_command
+from emergence_bench.commands import listing, run, sweep, leaderboard, rank, report  # noqa: F401
+from emergence_bench.commands import analyze, forecast, speed, check_mixer  # noqa: F401
+
+__all__ = ["COMMANDS", "Command", "Subparsers", "register_command"]

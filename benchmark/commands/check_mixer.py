@@ -1,0 +1,42 @@
+"""`emergence-bench check-mixer NAME`: is a mixer (e.g. a plugin) fit for the suite? The table of
+emergence_bench.mixer_check's checks; exit status 1 if one fails."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from emergence_bench.commands.arguments import config_overrides
+from emergence_bench.commands.command import Subparsers, register_command
+
+
+def add_parser(subparsers: Subparsers) -> argparse.ArgumentParser:
+    parser = subparsers.add_parser("check-mixer", allow_abbrev=False,
+                                   help="is a mixer (e.g. your plugin) fit for the suite? a table of checks; "
+                                        "its keys follow as --mixer.KEY VALUE")
+    parser.add_argument("name", help="the registered mixer name")
+    parser.add_argument("--skip", metavar="CHECKS", help="comma-separated checks not to run (e.g. learns,speed)")
+    return parser
+
+
+def main(args: argparse.Namespace, extra: list[str]) -> int:
+    """`check-mixer NAME [--mixer.KEY VALUE ...]`: the table of mixer_check's checks; 1 if one fails."""
+    from emergence_bench import mixer_check, registry
+    from emergence_bench.config import ConfigError
+
+    overrides: dict[str, Any] = {}
+    for key, value in config_overrides(extra).items():
+        if not key.startswith("mixer.") or key == "mixer.name":
+            raise ConfigError(f"check-mixer takes the mixer's name, then its keys as --mixer.KEY VALUE; got --{key}")
+        overrides[key[len("mixer."):]] = value
+    skip = [c.strip() for c in (args.skip or "").split(",") if c.strip()]
+    unknown = [c for c in skip if c not in mixer_check.check_names()]
+    if unknown:
+        raise ConfigError(f"--skip: no check named {', '.join(unknown)}; checks: {', '.join(mixer_check.check_names())}")
+    registry.mixers.get(args.name)  # an unknown name is bad input (exit 2, with the closest name), not a failed check
+    results = mixer_check.check_mixer(args.name, overrides, skip=skip)
+    print(mixer_check.render(args.name, results))
+    return 1 if any(r.failed for r in results) else 0
+
+
+register_command("check-mixer", add_parser, main)

@@ -1,0 +1,42 @@
+"""`emergence-bench leaderboard DIR`: the results under DIR aggregated over seeds, written beside
+them as Markdown and CSV."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from emergence_bench.commands.arguments import add_strict
+from emergence_bench.commands.command import Subparsers, register_command
+
+
+def add_parser(subparsers: Subparsers) -> argparse.ArgumentParser:
+    parser = subparsers.add_parser("leaderboard", help="aggregate the results under DIR over seeds")
+    parser.add_argument("dir")
+    parser.add_argument("--over", default="seed",
+                        help="comma-separated config keys to aggregate over (default: seed)")
+    parser.add_argument("--baseline", help="add ratio columns against the row with key=value, "
+                                           "e.g. mixer=transformer or model.n_layers=1")
+    add_strict(parser)
+    return parser
+
+
+def main(args: argparse.Namespace, extra: list[str]) -> int:
+    from emergence_bench.reporting import leaderboard
+    from emergence_bench.results import load_records, mixed_code_note
+
+    if not Path(args.dir).is_dir():
+        raise ValueError(f"no such results directory: {args.dir}")
+    over = tuple(k.strip() for k in args.over.split(",") if k.strip())
+    table, markdown = leaderboard.write(args.dir, over, baseline=args.baseline, strict=args.strict)
+    print(markdown, end="")
+    print(f"\nwrote {Path(args.dir) / 'leaderboard.md'} and {Path(args.dir) / 'leaderboard.csv'} "
+          f"({len(table)} rows)", file=sys.stderr)
+    note = mixed_code_note(load_records(args.dir, quiet=True))
+    if note:
+        print(f"note: {note} (see each result's provenance, or the report's)", file=sys.stderr)
+    return 0
+
+
+register_command("leaderboard", add_parser, main, takes_extra=False)

@@ -1,0 +1,46 @@
+"""`emergence-bench rank DIR`: the mixers under DIR ranked by their frontier and area on each task
+family's difficulty ladder."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from emergence_bench.commands.arguments import add_strict
+from emergence_bench.commands.command import Subparsers, register_command
+
+
+def add_parser(subparsers: Subparsers) -> argparse.ArgumentParser:
+    parser = subparsers.add_parser("rank", help="rank the mixers under DIR: frontier and area per task family's ladder")
+    parser.add_argument("dir")
+    parser.add_argument("--rung", action="append", metavar="FAMILY=KEY",
+                        help="the ladder's task key of a family where several vary (repeatable)")
+    parser.add_argument("--baseline", help="the mixer the plateau ratios divide by (default: transformer)")
+    parser.add_argument("--reference", metavar="builtin|FILE",
+                        help="rank against shipped reference results for the mixers DIR lacks: `builtin` (the "
+                             "built-in mixers on the standard CPU ladder) or a reference file")
+    add_strict(parser)
+    return parser
+
+
+def main(args: argparse.Namespace, extra: list[str]) -> int:
+    from emergence_bench.reporting import rank
+
+    if not Path(args.dir).is_dir():
+        raise ValueError(f"no such results directory: {args.dir}")
+    axes = {}
+    for spec in args.rung or []:
+        family, _, key = spec.partition("=")
+        if not family or not key:
+            raise ValueError(f"--rung takes FAMILY=KEY, e.g. linear_map=task.sparsity; got {spec!r}")
+        axes[family] = key if "." in key else f"task.{key}"
+    ranked, markdown = rank.write(args.dir, axes, strict=args.strict, baseline=args.baseline,
+                                  reference_name=args.reference)
+    print(markdown, end="")
+    print(f"\nwrote {Path(args.dir) / 'rank.md'}, rank.csv and rank.json ({len(ranked['ranking'])} mixers, "
+          f"{len(ranked['cells'])} cells)", file=sys.stderr)
+    return 0
+
+
+register_command("rank", add_parser, main, takes_extra=False)

@@ -1,0 +1,89 @@
+"""`emergence-bench run`: one experiment, from a config file and flags; with ``--seed-parallel K``,
+K seeds of it trained together."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, get_args
+
+from emergence_bench.commands.arguments import BATCHING_HELP, THREADS_HELP, config_overrides, results_folder, threads
+from emergence_bench.commands.command import Subparsers, register_command
+from emergence_bench.config import Batching
+from emergence_bench.result_row import emergence_step, section
+
+if TYPE_CHECKING:
+    from emergence_bench.config import RunConfig
+
+
+def add_parser(subparsers: Subparsers) -> argparse.ArgumentParser:
+    # No abbreviations: `--seed 3` is a config key, never short for `--seed-parallel`.
+    parser = subparsers.add_parser("run", allow_abbrev=False,
+                                   help="run one experiment; any config key can follow as --dotted.key VALUE")
+    parser.add_argument("--config", help="a run config YAML (default: the built-in defaults)")
+    parser.add_argument("--out", default="runs", help="results directory (default: runs)")
+    parser.add_argument("--seed-parallel", type=int, default=1, metavar="K",
+                        help="train seeds s..s+K-1 together as one batched model (one result each)")
+    parser.add_argument("--batching", choices=get_args(Batching), default="auto", help=BATCHING_HELP)
+    parser.add_argument("--threads", type=threads, metavar="N|auto", help=THREADS_HELP)
+    parser.add_argument("--print-config", action="store_true",
+                        help="print the resolved config as YAML (every default filled in) and exit; "
+                             "`run --config` on it gives the same run id")
+    return parser
+
+
+def main(args: argparse.Namespace, extra: list[str]) -> int:
+    from emergence_bench.config import dump_yaml, load_yaml, set_dotted
+    from emergence_bench.machine.threads import choose_threads
+    from emergence_bench.results import RESULT_FILE
+    from emergence_bench.run import check, run
+
+    data = load_yaml(args.config) if args.config else {}
+    for key, value in config_overrides(extra).items():
+        set_dotted(data, key, value)
+    if args.threads is not None:
+        set_dotted(data, "trainer.threads", args.threads)
+    config = check(data)
+    if args.print_config:
+        print(dump_yaml(config.to_dict()), end="")
+        return 0
+    choose_threads(config.trainer.threads, 0.0)  # a count above this machine's cores fails before anything runs
+    results_folder(args.out)
+    if args.seed_parallel > 1:
+        return _run_seeds(config, args)
+    print(f"run {config.run_id()} → {Path(args.out) / config.run_id()}", file=sys.stderr)
+    record = run(config, args.out, progress=True)
+    e, p, m = section(record, "emergence"), section(record, "plateau"), section(record, "metrics")
+    print(f"status {record['status']}" + (f": {record['error'].splitlines()[0]}" if record["error"] else ""))
+    if record["status"] != "failed":
+        print(f"emergence step {e.get('step')} (accuracy ≥ {e.get('threshold')})  "
+              f"plateau end {p.get('end_step')} (loss < {p.get('threshold', 0):.3f})  "
+              f"final eval loss {m.get('final_eval_loss')}  steps/s {record['timing']['steps_per_second']}  "
+              f"threads {record.get('threads')}")
+    print(f"result: {Path(args.out) / config.run_id() / RESULT_FILE}")
+    return 1 if record["status"] == "failed" else 0
+
+
+def _run_seeds(config: RunConfig, args: argparse.Namespace) -> int:
+    """`run --seed-parallel K`: seeds s, s+1, ..., s+K-1 of the config, trained together."""
+    from emergence_bench.execution.seed_parallel import run_seed_parallel
+    from emergence_bench.results import RESULT_FILE
+    from emergence_bench.run import check
+
+    configs = []
+    for offset in range(args.seed_parallel):
+        data = config.to_dict()
+        data["seed"] = config.seed + offset
+        configs.append(check(data))
+    print(f"run seeds {configs[0].seed}..{configs[-1].seed} together → {args.out}", file=sys.stderr)
+    records = run_seed_parallel(configs, args.out, progress=True, batching=args.batching)
+    for record in records:
+        note = section(record, "seed_parallel")
+        print(f"seed {record['seed']}: status {record['status']}  emergence step {emergence_step(record)}  "
+              f"({'batched, k=' + str(note.get('k')) if not note.get('fallback') else 'sequential: ' + note['fallback']})"
+              f"  result: {Path(args.out) / record['run_id'] / RESULT_FILE}")
+    return 1 if any(r["status"] == "failed" for r in records) else 0
+
+
+register_command("run", add_parser, main)

@@ -1,0 +1,45 @@
+"""`emergence-bench speed`: speed ratios measured side by side on this machine (emergence_bench.perf)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from emergence_bench.commands.command import Subparsers, register_command
+
+
+def add_parser(subparsers: Subparsers) -> argparse.ArgumentParser:
+    parser = subparsers.add_parser("speed", help="speed ratios measured side by side on this machine")
+    parser.add_argument("--out", default="speed.json", help="where to write the table as JSON")
+    parser.add_argument("--lengths", default=None, help="the mixer table's sequence lengths (comma-separated; "
+                        "default 16,64,256, with --quick 16)")
+    parser.add_argument("--mixers", default=None, help="the mixers of the mixer tables (comma-separated; default: "
+                        "the built-in ones); --quick honours it")
+    parser.add_argument("--cell-steps", type=int, default=100,
+                        help="steps of each ranking cell the cell clock times")
+    parser.add_argument("--no-cells", action="store_true", help="leave out the ranking-cell clock")
+    parser.add_argument("--repeats", type=int, default=5,
+                        help="interleaved repeats per ratio (≥ 5; the median and range are printed)")
+    parser.add_argument("--steps", type=int, default=100, help="timed training steps per suite measurement")
+    parser.add_argument("--seeds", default="1,4,16", help="seed-parallel group sizes K (comma-separated)")
+    parser.add_argument("--quick", action="store_true", help="a smoke run: one short length, one repeat")
+    return parser
+
+
+def main(args: argparse.Namespace, extra: list[str]) -> int:
+    from emergence_bench.perf import speed
+
+    try:
+        lengths = tuple(int(n) for n in args.lengths.split(",")) if args.lengths else None
+        seeds = tuple(int(n) for n in args.seeds.split(","))
+    except ValueError:
+        raise ValueError(f"--lengths and --seeds take comma-separated whole numbers, got {args.lengths!r} and "
+                         f"{args.seeds!r}") from None
+    mixers = [m.strip() for m in args.mixers.split(",")] if args.mixers else None
+    speed.main(args.out, lengths=lengths, repeats=args.repeats, quick=args.quick, steps=args.steps, seeds=seeds,
+               mixers=mixers, cells=not args.no_cells, cell_steps=args.cell_steps)
+    print(f"wrote {args.out}", file=sys.stderr)
+    return 0
+
+
+register_command("speed", add_parser, main, takes_extra=False)
