@@ -4,6 +4,7 @@ declared in its callback's file alone."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import TypedDict
 
@@ -123,3 +124,42 @@ def test_every_declared_figure_is_a_report_figure():
 
     for m in measurements():
         assert set(m.figures) <= set(REGISTRY), (m.name, set(m.figures) - set(REGISTRY))
+
+
+PLUGIN = '''
+from typing import TypedDict
+
+import lightning as L
+
+from emergence_bench.measurement import Measurement, register_measurement
+from emergence_bench.reporting.columns import Median
+
+
+class GlintSection(TypedDict, total=False):
+    step: int | None
+
+
+GLINT = register_measurement(Measurement("glint", section="glint", fields=GlintSection, columns=(
+    Median("median_glint", "step", measured="glinted", header="median glint", absent="-"),)))
+
+
+class Glint(L.Callback):
+    def __init__(self, task):
+        self.task = task
+
+    def report(self) -> GlintSection:
+        return {"step": None}
+'''
+
+
+def test_a_plugin_callback_adds_its_columns_without_touching_the_core(tmp_path, cli, fake_distribution):
+    site = fake_distribution(tmp_path / "site", PLUGIN, "[emergence_bench.callbacks]\nglint = fake_mixers:Glint\n")
+    for seed, step in enumerate([40, 80, None]):
+        record = {**row(seed), "schema_version": 2, "error": None, "glint": {"step": step}}
+        (tmp_path / "runs" / f"run-{seed}").mkdir(parents=True)
+        (tmp_path / "runs" / f"run-{seed}" / "result.json").write_text(json.dumps(record))
+    board = cli("leaderboard", tmp_path / "runs", env={"PYTHONPATH": str(site)})
+    assert board.returncode == 0, board.stderr
+    header, _, line = board.stdout.splitlines()[:3]
+    assert header.endswith("| steps/s | median glint |") and line.endswith("| 80 |")  # 40, 80, >1000: 80
+    assert "median_glint,glinted" in (tmp_path / "runs" / "leaderboard.csv").read_text().splitlines()[0]
