@@ -2,17 +2,24 @@
 one accessor for its sections that a run may lack.
 
 A row always has the keys of ``RowBase``. The sections come from the recorder and the callbacks, so a
-run that failed before training has none of them, a run without an influence probe has no
-``influence_probe``, and a row written before provenance was recorded has no ``provenance``.
+run that failed before training has none of them, a run without an attention probe has no
+``attention_probe``, and a row written before provenance was recorded has no ``provenance``.
 ``section(row, name)`` gives a section, or ``{}`` where the row has none: readers ask it, never
 ``row.get(name) or {}``. Each section's keys are all present when the section is, so a section is
 typed ``total=False`` only so that ``{}`` stands for an absent one.
+
+A measurement declared in its callback's module (``emergence_bench.measurement``; the influence
+probe's) states its own section and its TypedDict there, not here: ``section(row, measurement)``
+reads it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Literal, TypedDict, Union, cast, overload
+from typing import TYPE_CHECKING, Any, Literal, TypedDict, TypeVar, Union, cast, overload
+
+if TYPE_CHECKING:  # (it imports this module)
+    from emergence_bench.measurement import Measurement
 
 Status = Literal["ok", "diverged", "failed"]
 
@@ -89,15 +96,6 @@ class AttentionProbe(TypedDict, total=False):
     history: list[list[float]]  # [step, best mass, lowest entropy] per eval
 
 
-class InfluenceProbe(TypedDict, total=False):
-    found_mass: float
-    pattern_found_step: int | None
-    censored: bool
-    final_entropy: list[float]  # per layer
-    final_mass: list[float]
-    history: list[list[float]]
-
-
 class ForecastStop(TypedDict, total=False):
     model: str  # the saved forecast's file
     window: int
@@ -151,7 +149,6 @@ class ResultRow(RowBase, total=False):
     plateau: Plateau
     emergence: Emergence
     attention_probe: AttentionProbe
-    influence_probe: InfluenceProbe
     forecast_stop: ForecastStop
     attention_bias: dict[str, Any]
     curriculum: list[dict[str, Any]]
@@ -160,8 +157,9 @@ class ResultRow(RowBase, total=False):
 
 
 SectionName = Literal["provenance", "timing", "metrics", "task_facts", "curves", "plateau", "emergence",
-                      "attention_probe", "influence_probe", "forecast_stop", "attention_bias", "seed_parallel"]
+                      "attention_probe", "forecast_stop", "attention_bias", "seed_parallel"]
 Row = Union[ResultRow, Mapping[str, Any]]  # a row as read, or as a run builds it (a plain dict)
+S = TypeVar("S", bound=Mapping[str, Any])  # a declared measurement's section
 
 
 @overload
@@ -181,15 +179,17 @@ def section(row: Row, name: Literal["emergence"]) -> Emergence: ...
 @overload
 def section(row: Row, name: Literal["attention_probe"]) -> AttentionProbe: ...
 @overload
-def section(row: Row, name: Literal["influence_probe"]) -> InfluenceProbe: ...
-@overload
 def section(row: Row, name: Literal["forecast_stop"]) -> ForecastStop: ...
 @overload
+def section(row: Row, name: Measurement[S]) -> S: ...
+@overload
 def section(row: Row, name: SectionName) -> Mapping[str, Any]: ...
-def section(row: Row, name: SectionName) -> Mapping[str, Any]:
-    """The section ``name`` of ``row``, or ``{}`` where the row has none (a run that failed before
-    training, a callback not configured, a row older than the section)."""
-    return cast(Mapping[str, Any], row.get(name) or {})
+def section(row: Row, name: SectionName | Measurement[Any]) -> Mapping[str, Any]:
+    """The section ``name`` (or that of the declared measurement ``name``) of ``row``, or ``{}`` where
+    the row has none (a run that failed before training, a callback not configured, a row older than
+    the section)."""
+    key = name if isinstance(name, str) else name.section
+    return cast(Mapping[str, Any], row.get(key) or {})
 
 
 def emergence_step(row: Row) -> int | None:

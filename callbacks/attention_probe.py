@@ -9,7 +9,10 @@ import lightning as L
 import torch
 
 from emergence_bench.callbacks.emergence import Emergence
+from emergence_bench.measurement import Measurement, register_measurement
 from emergence_bench.registry import register_callback
+from emergence_bench.reporting.columns import Median
+from emergence_bench.result_row import AttentionProbe as AttentionProbeSection, Row, section
 from emergence_bench.results import MAPS_FILE, write_atomic
 from emergence_bench.mixers.base import MixerContext
 
@@ -173,3 +176,14 @@ class AttentionProbe(L.Callback):
 
     def load_state_dict(self, state: dict) -> None:
         self.history, self._evals = list(state["history"]), state["evals"]
+
+
+def _applicable(row: Row) -> bool:
+    """Whether the run's mixer has attention scores to probe (else its section says why not)."""
+    return bool(section(row, "attention_probe").get("applicable"))
+
+
+ATTENTION_PROBE = register_measurement(Measurement(
+    "attention_probe", section="attention_probe", fields=AttentionProbeSection, applies=_applicable,
+    columns=(Median("median_pattern_found", "pattern_found_step", measured="probed", header="median pattern found"),),
+    figures=("filmstrip", "maps"), pattern_probe=True))

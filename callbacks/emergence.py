@@ -8,7 +8,10 @@ from typing import TYPE_CHECKING, Any
 
 import lightning as L
 
+from emergence_bench.measurement import Measurement, every_run, register_measurement
 from emergence_bench.registry import register_callback
+from emergence_bench.reporting.columns import Median, SuccessRate
+from emergence_bench.result_row import Emergence as EmergenceSection
 
 if TYPE_CHECKING:
     from emergence_bench.tasks.base import SyntheticTask
@@ -82,3 +85,14 @@ class Emergence(L.Callback):
 def effective_threshold(threshold: float, relative: bool, task: SyntheticTask) -> float:
     """The accuracy that counts as emerged: ``threshold`` × ``task.max_accuracy`` when relative."""
     return threshold * float(getattr(task, "max_accuracy", 1.0)) if relative else threshold
+
+
+# Success: the runs that reached τ within their budget; time: when. A run without the section (the
+# callback switched off) never emerged, so every trained run takes part.
+EMERGENCE = register_measurement(Measurement(
+    "emergence", section="emergence", fields=EmergenceSection, applies=every_run,
+    columns=(SuccessRate("emerged", "success_rate", ("success_low", "success_high"), field="step",
+                         header="success (95% CI)"),
+             Median("median_emergence_step", "step", interval=("emergence_low", "emergence_high"),
+                    header="median emergence (95% CI)", ratios="emergence")),
+    figures=("curves", "staircase", "seeds", "axes", "thresholds")))

@@ -20,9 +20,8 @@ from emergence_bench.callbacks.contract import MeasuredModule
 from emergence_bench.tasks.base import SyntheticTask
 from emergence_bench.forecast.stop import decide
 from emergence_bench.forecast.survival import LogNormalAFT
+from emergence_bench.measurement import pattern_probes
 from emergence_bench.registry import register_callback
-
-PROBES = ("attention_probe", "influence_probe")
 
 
 @register_callback("forecast_stop")
@@ -65,16 +64,18 @@ class ForecastStop(L.Callback):
         evals = [list(p) for p in getattr(recorder, "eval_curve", []) if p[0] < e.step] + [[e.step, e.loss, e.accuracy]]
         cells = [list(p) for p in getattr(recorder, "cell_curve", []) if p[0] < e.step] + [[e.step, e.cell_loss.tolist()]]
         row["curves"] = {"eval": evals, "eval_cells": cells}
+        probes = {probe.section for probe in pattern_probes()}
         for callback in trainer.callbacks:
             name = getattr(callback, "registered_name", "")
-            if name in PROBES and callable(getattr(callback, "report", None)):
+            if name in probes and callable(getattr(callback, "report", None)):
                 row[name] = callback.report()
         return row
 
     def setup(self, trainer: Any, pl_module: Any, stage: str) -> None:
         names = [getattr(c, "registered_name", "") for c in trainer.callbacks]
         mine = next(i for i, c in enumerate(trainer.callbacks) if c is self)
-        if any(name in PROBES for name in names[mine + 1:]):
+        probes = {probe.section for probe in pattern_probes()}
+        if any(name in probes for name in names[mine + 1:]):
             raise ValueError("forecast_stop must come after the probes in callbacks: it reads their record of "
                              "this eval")
 

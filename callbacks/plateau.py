@@ -8,7 +8,10 @@ from typing import TYPE_CHECKING, Any
 
 import lightning as L
 
+from emergence_bench.measurement import Measurement, every_run, register_measurement
 from emergence_bench.registry import register_callback
+from emergence_bench.reporting.columns import Median
+from emergence_bench.result_row import Plateau as PlateauSection
 
 if TYPE_CHECKING:
     from emergence_bench.tasks.base import SyntheticTask
@@ -136,3 +139,13 @@ class Plateau(L.Callback):
     def load_state_dict(self, state: dict) -> None:
         self.steps, self.smoothed, self._ema = list(state["steps"]), list(state["smoothed"]), state["ema"]
         self.cell_history = [(s, list(c)) for s, c in state.get("cell_history", [])]
+
+
+# When the plateau ended (and, where a row has interventions, over its row without them); "(shortcut)"
+# where the threshold lies above the task's shortcut baseline (the recorder's plateau_measures_shortcut).
+PLATEAU = register_measurement(Measurement(
+    "plateau", section="plateau", fields=PlateauSection, applies=every_run,
+    columns=(Median("median_plateau_end", "end_step", interval=("plateau_low", "plateau_high"),
+                    measured="plateau_measured", header="median plateau end (95% CI)",
+                    note=("plateau_measures_shortcut", " (shortcut)"), ratios="plateau", against_none=True),),
+    figures=("curves", "axes", "thresholds")))

@@ -223,9 +223,11 @@ def test_a_result_rows_sections_are_read_through_section():
     import re
     from typing import get_args
 
+    from emergence_bench.measurement import measurements
     from emergence_bench.result_row import SectionName
 
-    names = "|".join(get_args(SectionName))
+    # The row's own sections and those the measurements declare (the influence probe's, a plugin's).
+    names = "|".join(sorted(set(get_args(SectionName)) | {m.section for m in measurements()}))
     # (a config's callbacks section shares two names with row sections: ``callbacks.get("emergence")``)
     bypass = re.compile(rf"""(?<!callbacks)\.get\(\s*["']({names})["']\s*\)\s*or\s*\{{\}}""")
     found = [f"{path.relative_to(REPO)}:{number}: {line.strip()}"

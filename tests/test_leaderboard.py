@@ -1,5 +1,7 @@
 """The leaderboard on hand-made result rows with known answers (no training)."""
 
+from pathlib import Path
+
 import pytest
 
 from emergence_bench.reporting import leaderboard
@@ -112,3 +114,34 @@ def test_a_section_a_row_lacks_reads_as_empty():
     assert section(failed, "emergence") == {} and emergence_step(failed) is None and step_budget(failed) == 300
     ran = {**failed, "status": "ok", "emergence": {"step": 120}, "timing": {"steps": 250}}
     assert emergence_step(ran) == 120 and step_budget(ran) == 250
+
+
+def rows_reaching_every_column() -> list[dict]:
+    """Two mixers, an intervention, and runs that emerged, never did (censored), diverged, failed, were
+    stopped by a forecast, ran the influence probe (found, and censored) or name shortcut cells."""
+    records = [row(0, emergence=100, plateau=50), row(1, emergence=300, plateau=80), row(2, plateau=90),
+               row(3, status="failed"), row(4, emergence=200, status="diverged")]
+    records += [row(s, emergence=e, plateau=p, bias=True) for s, e, p in ((0, 60, 20), (1, None, 30), (2, 90, 25))]
+    records += [row(s, mixer="rwkv7", emergence=e, plateau=p) for s, e, p in ((0, None, None), (1, 700, 400),
+                                                                              (2, None, 500), (3, 650, 300))]
+    records[-1]["influence_probe"] = {"pattern_found_step": 300}
+    records[-2]["influence_probe"] = {"pattern_found_step": None}
+    records[-3]["forecast_stop"] = {"stopped": True}
+    for record, per_cell in ((records[0], [100, None, 80]), (records[1], [300, 250, None])):
+        record["emergence"]["per_position"] = per_cell
+        record["task_facts"] = {"shortcut_loss": 0.52, "shortcut_cells": [False, False, True]}
+        record["plateau"]["measures_shortcut"] = True
+    records[2]["metrics"]["final_eval_loss"] = 0.4
+    return records
+
+
+def test_the_tables_are_those_the_hand_wired_leaderboard_wrote():
+    """Markdown and CSV, with and without a baseline, byte for byte as written by the leaderboard before
+    the measurements declared its columns (commit c0dbb6b wrote the golden file from these rows). A
+    changed config default changes only the labels (task, mixer, intervention): then rewrite the file."""
+    parts = []
+    for baseline in (None, "mixer=transformer"):
+        table = leaderboard.build(rows_reaching_every_column(), baseline=baseline)
+        parts += [f"=== md {baseline}\n", leaderboard.to_markdown(table), f"=== csv {baseline}\n", table.to_csv(index=False)]
+    golden = Path(__file__).parent / "golden" / "leaderboard_every_column.txt"
+    assert "".join(parts) == golden.read_text(encoding="utf-8")

@@ -2,9 +2,10 @@
 
 Every feature is computed from the entries of a result row whose step is ≤ ``window`` (the row's
 later records cannot change it: tests/test_forecast.py changes them and checks). The sparse-pattern
-probe is the attention probe where the mixer has attention scores and the influence probe
-otherwise; a run with neither gets the loss features only (the probe features are NaN, and a model
-that needs them says so).
+probe is the first declared pattern probe (``emergence_bench.measurement.pattern_probes``) that the run
+measured: the attention probe where the mixer has attention scores, the influence probe otherwise; a
+run with neither gets the loss features only (the probe features are NaN, and a model that needs
+them says so).
 
 The features, at window end W:
 
@@ -31,6 +32,7 @@ import math
 
 import numpy as np
 
+from emergence_bench.measurement import pattern_probes
 from emergence_bench.result_row import Row, emergence_step, section, step_budget
 
 FEATURES = ("mass", "mass_rate", "crossing", "entropy", "loss", "loss_rate", "cells")
@@ -39,12 +41,13 @@ _EDGE = 1e-4  # masses are clipped to [_EDGE, 1 - _EDGE] before the logit
 
 
 def probe_history(row: Row) -> list[list[float]]:
-    """[[step, best mass, lowest entropy], ...]: the attention probe's where it applies, else the
-    influence probe's; [] when the run has neither."""
-    attention = section(row, "attention_probe")
-    if attention.get("applicable") and attention.get("history"):
-        return attention["history"]
-    return section(row, "influence_probe").get("history") or []
+    """[[step, best mass, lowest entropy], ...]: the history of the first pattern probe (in registration
+    order: the attention probe, then the influence probe) that the run measured and that recorded
+    one; [] when the run has none."""
+    for probe in pattern_probes():
+        if probe.measured(row) and (history := probe.read(row).get("history")):
+            return history
+    return []
 
 
 def _logit(p: float) -> float:

@@ -1,23 +1,29 @@
 """The leaderboard: result rows grouped over seeds into one row per configuration.
 
 A group is every run whose resolved config is equal except for the keys in ``over`` (default: the
-seed), i.e. one row per (task config, mixer config, intervention, other settings). Emergence and
-plateau times are Kaplan–Meier medians with 95% intervals, runs that never got there censored at
-their budget; success rates have 95% Wilson intervals.
+seed), i.e. one row per (task config, mixer config, intervention, other settings). A row is its
+frame (the group's labels and run counts) and then the columns of every registered measurement
+(``emergence_bench.measurement``), aggregated as each declares: emergence and plateau times are
+Kaplan–Meier medians with 95% intervals, runs that never got there censored at their budget;
+success rates have 95% Wilson intervals.
 """
 
 from __future__ import annotations
 
 import json
+from functools import partial
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
 from emergence_bench import registry
 from emergence_bench.config import scientific
-from emergence_bench.result_row import ResultRow, SectionName, emergence_step, forecast_stopped, section, step_budget
+from emergence_bench.measurement import measurements
+from emergence_bench.result_row import ResultRow, forecast_stopped
 from emergence_bench.results import LEADERBOARD_STEM, TUNING_DIR, load_records, write_json, write_text
-from emergence_bench.reporting.stats import kaplan_meier_median, kaplan_meier_median_ci, wilson_interval
+from emergence_bench.reporting.columns import BUDGET, Median, ratio_cell
+from emergence_bench.reporting.columns import km_time  # noqa: F401  (the figures read it from here)
 from emergence_bench.reporting.table import Table
 
 
@@ -63,25 +69,11 @@ def _without_interventions(config: dict, flat: dict) -> str:
                       default=str)
 
 
-def km_time(records: list[ResultRow], name: SectionName, key: str) -> dict:
-    """Kaplan–Meier median (and 95% interval) of ``record[name][key]``, each run that never got
-    there censored at its step budget."""
-    times, censored, budgets = [], [], []
-    for r in records:
-        value = section(r, name).get(key)
-        budget = step_budget(r)
-        times.append(value if value is not None else budget)
-        censored.append(value is None)
-        budgets.append(budget)
-    low, high = kaplan_meier_median_ci(times, censored)
-    return {"median": kaplan_meier_median(times, censored), "low": low, "high": high,
-            "budget": max(budgets, default=0), "measured": any(name in r for r in records)}
-
-
 def build(records: list[ResultRow], over: tuple[str, ...] = ("seed",), keep_keys: bool = False,
           baseline: str | None = None) -> pd.DataFrame:
     """One row per group of ``records`` (result dicts), aggregated over the ``over`` keys
-    (``keep_keys`` keeps each row's ``group_key`` in a ``_key`` column). With ``baseline``
+    (``keep_keys`` keeps each row's ``group_key`` in a ``_key`` column): the frame (the group's
+    labels and run counts), then every registered measurement's columns. With ``baseline``
     ("key=value") each row gets its medians' ratios to its baseline row (see _baseline_ratios)."""
     if not records:
         return pd.DataFrame()
@@ -89,6 +81,8 @@ def build(records: list[ResultRow], over: tuple[str, ...] = ("seed",), keep_keys
     keys = sorted({k for f in flats for k in f} - set(over))
     varying = [k for k in keys if len({json.dumps(f.get(k), default=str) for f in flats}) > 1]
     intervention_names = {n for r in records for n in _interventions(r["config"])}
+    other = [k for k in varying if not k.startswith(("task.", "mixer."))
+             and not (k.startswith("callbacks.") and k.split(".")[1] in intervention_names)]
     groups: dict[str, list[int]] = {}
     for i, record in enumerate(records):
         groups.setdefault(group_key(record, over), []).append(i)
@@ -98,26 +92,7 @@ def build(records: list[ResultRow], over: tuple[str, ...] = ("seed",), keep_keys
         members = [records[i] for i in indices]
         flat = flats[indices[0]]
         measured = [r for r in members if r["status"] in ("ok", "diverged")]
-        # A run a forecast stopped has no known outcome: out of the success count, censored in the medians.
-        known = [r for r in measured if not forecast_stopped(r)]
-        emerged = sum(1 for r in known if emergence_step(r) is not None)
-        low, high = wilson_interval(emerged, len(known))
-        emergence = km_time(measured, "emergence", "step")
-        plateau = km_time(measured, "plateau", "end_step")
-        probed = [r for r in measured if section(r, "attention_probe").get("applicable")]
-        pattern = km_time(probed, "attention_probe", "pattern_found_step")
-        influenced = [r for r in measured if r.get("influence_probe")]
-        influence = km_time(influenced, "influence_probe", "pattern_found_step")
-        speeds = [r["timing"]["steps_per_second"] for r in members if section(r, "timing").get("steps_per_second")]
-        losses = _values(measured, "metrics", "final_eval_loss")
-        # Over every row, only where every row was trained: otherwise x0's rows were never fit.
-        full_losses = _values([r for r in measured if r["config"]["trainer"].get("train_on") == "all"],
-                              "metrics", "final_eval_full_sequence_loss")
-        shortcut = _values(measured, "task_facts", "shortcut_loss")
-        cells = _cells_learned(measured)
-        other = [k for k in varying if not k.startswith(("task.", "mixer."))
-                 and not (k.startswith("callbacks.") and k.split(".")[1] in intervention_names)]
-        rows.append({
+        row: dict[str, Any] = {
             "task": _label(flat, "task.", varying),
             "mixer": _label(flat, "mixer.", varying),
             "setting": " ".join(f"{k}={flat.get(k)}" for k in other) or "-",
@@ -125,34 +100,16 @@ def build(records: list[ResultRow], over: tuple[str, ...] = ("seed",), keep_keys
             "seeds": len(members),
             "diverged": sum(r["status"] == "diverged" for r in members),
             "failed": sum(r["status"] == "failed" for r in members),
-            "forecast_stopped": len(measured) - len(known),
-            "emerged": emerged,
-            "success_rate": emerged / len(known) if known else None,
-            "success_low": low,
-            "success_high": high,
-            "median_emergence_step": emergence["median"],
-            "emergence_low": emergence["low"],
-            "emergence_high": emergence["high"],
-            "median_plateau_end": plateau["median"],
-            "plateau_low": plateau["low"],
-            "plateau_high": plateau["high"],
-            "plateau_measured": plateau["measured"],
-            "median_pattern_found": pattern["median"] if probed else None,
-            "probed": bool(probed),
-            "median_influence_found": influence["median"] if influenced else None,
-            "influence_probed": bool(influenced),
-            "budget": emergence["budget"],
-            "final_eval_loss": sum(losses) / len(losses) if losses else None,
-            "final_full_sequence_loss": sum(full_losses) / len(full_losses) if full_losses else None,
-            "shortcut_loss": shortcut[0] if shortcut else None,
-            "plateau_measures_shortcut": any(section(r, "plateau").get("measures_shortcut") for r in measured),
-            **cells,
-            "steps_per_second": sum(speeds) / len(speeds) if speeds else None,
-            "_key": key,
-            "_baseline": _without_interventions(members[0]["config"], {k: v for k, v in flat.items()
-                                                                        if k not in over}),
-        })
-    _plateau_ratios(rows)
+            # A run a forecast stopped has no known outcome: out of the success count, censored in the medians.
+            "forecast_stopped": sum(map(forecast_stopped, measured)),
+        }
+        for measurement in measurements():
+            row.update(measurement.aggregate(members))
+        row["_key"] = key
+        row["_baseline"] = _without_interventions(members[0]["config"],
+                                                  {k: v for k, v in flat.items() if k not in over})
+        rows.append(row)
+    _ratios_against_none(rows)
     if baseline:
         _baseline_ratios(rows, {group_key(records[i], over): {k: v for k, v in flats[i].items() if k not in over}
                                 for i in range(len(records))}, baseline)
@@ -164,28 +121,9 @@ def build(records: list[ResultRow], over: tuple[str, ...] = ("seed",), keep_keys
     return table.drop(columns="_order" if keep_keys else ["_order", "_key"])
 
 
-def _values(records: list[ResultRow], name: SectionName, key: str) -> list:
-    return [section(r, name)[key] for r in records if section(r, name).get(key) is not None]
-
-
-def _cells_learned(records: list[ResultRow]) -> dict:
-    """Mean over runs of the output cells that emerged, split by how they can be predicted: through
-    the sparse pattern, or through the shortcut of earlier outputs (tasks that name shortcut cells)."""
-    counts = []
-    for r in records:
-        shortcut = section(r, "task_facts").get("shortcut_cells")
-        per_cell = section(r, "emergence").get("per_position")
-        if shortcut is None or per_cell is None or len(per_cell) != len(shortcut):
-            continue
-        learned = [step is not None for step in per_cell]
-        counts.append((sum(l and not s for l, s in zip(learned, shortcut)), shortcut.count(False),
-                       sum(l and s for l, s in zip(learned, shortcut)), shortcut.count(True)))
-    if not counts:
-        return {"pattern_cells_learned": None, "pattern_cells": None,
-                "shortcut_cells_learned": None, "shortcut_cells": None}
-    mean = [sum(c[i] for c in counts) / len(counts) for i in range(4)]
-    return {"pattern_cells_learned": mean[0], "pattern_cells": mean[1],
-            "shortcut_cells_learned": mean[2], "shortcut_cells": mean[3]}
+def _compared_medians() -> list[tuple[str, Median]]:
+    """(label, median) of each declared median that a row compares with another row's (``Median.ratios``)."""
+    return [(c.ratios, c) for m in measurements() for c in m.columns if isinstance(c, Median) and c.ratios]
 
 
 def group_key(record: ResultRow, over: tuple[str, ...] = ("seed",)) -> str:
@@ -214,15 +152,19 @@ def median_ratio(value, budget, base_value, base_budget) -> tuple[float | None, 
     return None, None
 
 
-def _plateau_ratios(rows: list[dict]) -> None:
-    """Each intervention row's median plateau end over that of the same row without it."""
+def _ratios_against_none(rows: list[dict]) -> None:
+    """Each intervention row's declared medians (``Median.against_none``) over those of the same row
+    without interventions: ``{label}_ratio`` and its bound."""
     baselines = {row["_baseline"]: row for row in rows if row["intervention"] == "none"}
-    for row in rows:
-        row["plateau_ratio"], row["plateau_ratio_bound"] = None, None
-        base = baselines.get(row["_baseline"])
-        if row["intervention"] != "none" and base is not None:
-            row["plateau_ratio"], row["plateau_ratio_bound"] = median_ratio(
-                row["median_plateau_end"], row["budget"], base["median_plateau_end"], base["budget"])
+    for label, median in _compared_medians():
+        if not median.against_none:
+            continue
+        ratio, bound = f"{label}_ratio", f"{label}_ratio_bound"
+        for row in rows:
+            row[ratio], row[bound] = None, None
+            base = baselines.get(row["_baseline"])
+            if row["intervention"] != "none" and base is not None:
+                row[ratio], row[bound] = median_ratio(row[median.name], row[BUDGET], base[median.name], base[BUDGET])
 
 
 def _baseline_ratios(rows: list[dict], flats: dict[str, dict], spec: str) -> None:
@@ -248,23 +190,10 @@ def _baseline_ratios(rows: list[dict], flats: dict[str, dict], spec: str) -> Non
                          f"{', '.join(present)}")
     for row in rows:
         base = baselines.get(outside(flats[row["_key"]]))
-        for column, name in (("median_emergence_step", "emergence"), ("median_plateau_end", "plateau")):
+        for label, median in _compared_medians():
             ratio, bound = (None, None) if base is None else median_ratio(
-                row[column], row["budget"], base[column], base["budget"])
-            row[f"{name}_vs_baseline"], row[f"{name}_vs_baseline_bound"] = ratio, bound
-
-
-def _ratio_cell(ratio, bound) -> str:
-    if ratio is None or pd.isna(ratio):
-        return "-"
-    return ("" if bound == "=" else bound) + f"{ratio:.2f}×"
-
-
-def _median_cell(value, budget, low=None, high=None, interval=False) -> str:
-    def step(v):
-        return f">{budget}" if v is None or pd.isna(v) else f"{int(v)}"
-
-    return f"{step(value)} ({step(low)}–{step(high)})" if interval else step(value)
+                row[median.name], row[BUDGET], base[median.name], base[BUDGET])
+            row[f"{label}_vs_baseline"], row[f"{label}_vs_baseline_bound"] = ratio, bound
 
 
 def to_markdown(table: pd.DataFrame) -> str:
@@ -273,60 +202,29 @@ def to_markdown(table: pd.DataFrame) -> str:
 
 
 def human_table(table: pd.DataFrame) -> Table:
-    """The table people read: success with its 95% interval, medians ('>N' = not reached within N
-    steps), one row per leaderboard row."""
+    """The table people read: the frame, then each measurement's declared human columns (success with
+    its 95% interval, medians: '>N' = not reached within N steps, ...), then the ratios to
+    ``--baseline``; one row per leaderboard row."""
     baseline = table.attrs.get("baseline")
-    header = ["task", "mixer", "setting", "intervention", "seeds", "success (95% CI)",
-              "median emergence (95% CI)", "median plateau end (95% CI)", "plateau vs none",
-              "median pattern found", "final loss", "full-sequence loss", "shortcut loss", "steps/s"]
-    cells_known = bool(table["pattern_cells"].notna().any())
-    if cells_known:
-        header.insert(header.index("shortcut loss") + 1, "cells learned: pattern + shortcut")
-    influence = bool(table["influence_probed"].any())
-    if influence:
-        header.insert(header.index("final loss"), "median influence found")
+    rows = table.to_dict("records")
+    shown = [column for m in measurements() for declared in m.columns for column in declared.shown(rows)]
     if baseline:
-        header += [f"emergence vs {baseline}", f"plateau vs {baseline}"]
-    rows = []
-    for row in table.to_dict("records"):
-        rate = "-" if row["success_rate"] is None or pd.isna(row["success_rate"]) else (
-            f"{row['emerged']}/{row['seeds'] - row['failed'] - row['forecast_stopped']} "
-            f"({row['success_low']:.2f}–{row['success_high']:.2f})")
-        notes = []
-        if row["diverged"]:
-            notes.append(f"{row['diverged']} diverged")
-        if row["failed"]:
-            notes.append(f"{row['failed']} failed")
-        if row["forecast_stopped"]:
-            notes.append(f"{row['forecast_stopped']} forecast-stopped")
-        seeds = f"{row['seeds']}" + (f" ({', '.join(notes)})" if notes else "")
-        loss = _number(row["final_eval_loss"])
-        speed = "-" if pd.isna(row["steps_per_second"]) else f"{row['steps_per_second']:.1f}"
-        cells = [row["task"], row["mixer"], row["setting"], row["intervention"], seeds, rate,
-                 _median_cell(row["median_emergence_step"], row["budget"], row["emergence_low"],
-                              row["emergence_high"], interval=True),
-                 (_median_cell(row["median_plateau_end"], row["budget"], row["plateau_low"], row["plateau_high"],
-                               interval=True) + (" (shortcut)" if row["plateau_measures_shortcut"] else ""))
-                 if row["plateau_measured"] else "n/a", _ratio_cell(row["plateau_ratio"], row["plateau_ratio_bound"]),
-                 _median_cell(row["median_pattern_found"], row["budget"]) if row["probed"] else "n/a"]
-        if influence:
-            cells.append(_median_cell(row["median_influence_found"], row["budget"])
-                         if row["influence_probed"] else "-")
-        cells += [loss, _number(row["final_full_sequence_loss"]), _number(row["shortcut_loss"])]
-        if cells_known:
-            cells.append("-" if pd.isna(row["pattern_cells"]) else
-                         f"{row['pattern_cells_learned']:.3g}/{row['pattern_cells']:.3g} + "
-                         f"{row['shortcut_cells_learned']:.3g}/{row['shortcut_cells']:.3g}")
-        cells.append(speed)
-        if baseline:
-            cells += [_ratio_cell(row["emergence_vs_baseline"], row["emergence_vs_baseline_bound"]),
-                      _ratio_cell(row["plateau_vs_baseline"], row["plateau_vs_baseline_bound"])]
-        rows.append([str(c) for c in cells])
-    return Table(header, rows)
+        shown += [(f"{label} vs {baseline}", partial(_baseline_cell, label)) for label, _ in _compared_medians()]
+    header = ["task", "mixer", "setting", "intervention", "seeds", *(title for title, _ in shown)]
+    cells = [[row["task"], row["mixer"], row["setting"], row["intervention"], _seeds_cell(row),
+              *(cell(row) for _, cell in shown)] for row in rows]
+    return Table(header, [[str(c) for c in row] for row in cells])
 
 
-def _number(value) -> str:
-    return "-" if value is None or pd.isna(value) else f"{value:.3g}"
+def _seeds_cell(row: dict[str, Any]) -> str:
+    """``5 (1 diverged, 1 failed)``: the runs, and those that did not end normally."""
+    notes = [f"{row[column]} {label}" for column, label in
+             (("diverged", "diverged"), ("failed", "failed"), ("forecast_stopped", "forecast-stopped")) if row[column]]
+    return f"{row['seeds']}" + (f" ({', '.join(notes)})" if notes else "")
+
+
+def _baseline_cell(label: str, row: dict[str, Any]) -> str:
+    return ratio_cell(row[f"{label}_vs_baseline"], row[f"{label}_vs_baseline_bound"])
 
 
 def write(root: str | Path, over: tuple[str, ...] = ("seed",), baseline: str | None = None,

@@ -28,7 +28,8 @@ from pathlib import Path
 import pandas as pd
 
 from emergence_bench.config import ConfigError, scientific
-from emergence_bench.reporting.leaderboard import flatten, km_time
+from emergence_bench.measurement import measurement
+from emergence_bench.reporting.leaderboard import flatten
 from emergence_bench.reporting import plateau_score
 from emergence_bench.reporting.ladder import ladders
 from emergence_bench.reporting.plateau_score import plateau_end
@@ -74,12 +75,15 @@ def cells(records: list[ResultRow], axes: dict[str, str] | None = None) -> tuple
     """One row per (mixer, family, rung) and the ladders. Failed runs (errors) are left out of the
     rates; a diverged run counts as not emerged, as in the leaderboard."""
     ladder = ladders(records, axes)
+    emergence, budget = measurement("emergence"), measurement("budget")
     rows = []
     for (mixer, family, rung), members in cell_members(records, ladder).items():
         measured = [r for r in members if r["status"] in ("ok", "diverged")]
         emerged = sum(1 for r in measured if emergence_step(r) is not None)
         low, high = wilson_interval(emerged, len(measured))
-        emergence = km_time(measured, "emergence", "step")
+        # The median step and budget as the leaderboard declares them; the success rate is the rank's own
+        # (over every trained run: a run a forecast stopped counts as not emerged).
+        declared = {**emergence.aggregate(members), **budget.aggregate(members)}
         ends = [plateau_end(r) for r in measured]
         params = [r["parameters"] for r in members if r.get("parameters")]
         states = [size for r in members if (size := r.get("state_size"))]
@@ -88,8 +92,9 @@ def cells(records: list[ResultRow], axes: dict[str, str] | None = None) -> tuple
                      "seeds": len(members), "failed": len(members) - len(measured), "emerged": emerged,
                      "success_rate": emerged / len(measured) if measured else None,
                      "success_low": low, "success_high": high,
-                     "median_plateau_end": kaplan_meier_median([t for t, _ in ends], [c for _, c in ends]), "median_emergence_step": emergence["median"],
-                     "budget": emergence["budget"], "parameters": max(params) if params else None,
+                     "median_plateau_end": kaplan_meier_median([t for t, _ in ends], [c for _, c in ends]),
+                     "median_emergence_step": declared["median_emergence_step"],
+                     "budget": declared["budget"], "parameters": max(params) if params else None,
                      "state_size": max(states) if states else None})
     table = pd.DataFrame(rows)
     if len(table):
