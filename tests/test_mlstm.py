@@ -77,17 +77,26 @@ def test_gradients_reach_every_parameter(forget_gate):
 
 
 @pytest.mark.parametrize("forget_gate", ["sigmoid", "exp"])
-def test_mixer_with_parallel_core_matches_mixer_with_step_by_step_core(monkeypatch, forget_gate):
-    """The whole block in float64, with trained-looking (non-zero) gate weights: swapping the
-    parallel core for the loop changes nothing, so the block feeds the recurrence what it says."""
-    mixer = make(forget_gate=forget_gate).double()
+@pytest.mark.parametrize("L, core", [(30, "mlstm_parallel"), (90, "mlstm_chunkwise")])
+def test_mixer_with_its_core_matches_mixer_with_step_by_step_core(monkeypatch, forget_gate, L, core):
+    """The whole block in float64, with trained-looking (non-zero) gate weights: swapping the core it
+    runs at this length (quadratic up to PARALLEL_UP_TO, chunkwise above) for the loop changes
+    nothing, so the block feeds the recurrence what it says."""
+    mixer = make(forget_gate=forget_gate, max_len=L).double()
     with torch.no_grad():
         for gate in (mixer.igate, mixer.fgate):
             gate.weight.normal_(0, 0.3)
-    x = torch.randn(2, 30, 16, dtype=torch.float64)
-    parallel = mixer(x, MixerContext())
-    monkeypatch.setattr(emergence_bench.mixers.mlstm, "mlstm_parallel", mlstm_recurrent)
-    torch.testing.assert_close(parallel, mixer(x, MixerContext()), atol=1e-12, rtol=1e-10)
+    x = torch.randn(2, L, 16, dtype=torch.float64)
+    ours = mixer(x, MixerContext())
+    calls = []
+
+    def step_by_step(*args, chunk_size=None):
+        calls.append(chunk_size)
+        return mlstm_recurrent(*args)
+
+    monkeypatch.setattr(emergence_bench.mixers.mlstm, core, step_by_step)
+    torch.testing.assert_close(ours, mixer(x, MixerContext()), atol=1e-12, rtol=1e-10)
+    assert calls == [None if core == "mlstm_parallel" else emergence_bench.mixers.mlstm.CHUNK]  # this core ran
 
 
 def test_backend_choice_on_cpu(monkeypatch):
