@@ -13,7 +13,7 @@ Its result-row section (``InfluenceProbeSection``) and its leaderboard column ar
 
 from __future__ import annotations
 
-from typing import TypedDict
+from typing import TYPE_CHECKING, Any, TypedDict
 
 import lightning as L
 import torch
@@ -22,6 +22,10 @@ from emergence_bench.callbacks.attention_probe import attention_stats
 from emergence_bench.measurement import Measurement, register_measurement
 from emergence_bench.mixers.base import MixerContext
 from emergence_bench.registry import register_callback
+
+if TYPE_CHECKING:
+    from emergence_bench.model import SequenceModel
+    from emergence_bench.tasks.base import SyntheticTask
 from emergence_bench.reporting.columns import Median
 
 
@@ -33,7 +37,7 @@ def _repeat_context(ctx: MixerContext, batch: int, times: int) -> MixerContext:
 
 
 @torch.no_grad()
-def influence_maps(model, tokens: torch.Tensor, epsilon: float = 1e-2, chunk: int = 16,
+def influence_maps(model: SequenceModel, tokens: torch.Tensor, epsilon: float = 1e-2, chunk: int = 16,
                    generator: torch.Generator | None = None) -> list[torch.Tensor]:
     """Per layer, influence [L, L] (row i, columns j < i; rows sum to 1, row 0 is empty) of the mixer
     input at j on the mixer output at i, for ``tokens`` [B, L] through ``model`` (a SequenceModel)."""
@@ -94,8 +98,8 @@ class InfluenceProbe(L.Callback):
     scored rows (as AttentionProbe does with attention). Works for every mixer; costs about
     seq_len / chunk extra mixer forwards per layer, so it is off by default."""
 
-    def __init__(self, task, found_mass: float = 0.5, probe_size: int = 16, epsilon: float = 1e-2,
-                 every: int = 1):
+    def __init__(self, task: SyntheticTask, found_mass: float = 0.5, probe_size: int = 16, epsilon: float = 1e-2,
+                 every: int = 1) -> None:
         if not 0 < found_mass <= 1:
             raise ValueError(f"influence_probe.found_mass must be in (0, 1], got {found_mass}")
         if every < 1 or probe_size < 1 or epsilon <= 0:
@@ -105,13 +109,13 @@ class InfluenceProbe(L.Callback):
         self.history: list[dict] = []  # {step, entropy: [per layer], mass: [per layer]}
         self._evals = 0
 
-    def on_fit_start(self, trainer, pl_module) -> None:
+    def on_fit_start(self, trainer: L.Trainer, pl_module: Any) -> None:
         device = pl_module.device
         self.pattern = self.task.ground_truth_attention().to(device)
         self.keys = self.task.probe_keys().to(device)
         self.rows = self.task.loss_mask.to(device) & (self.pattern.sum(-1) > 0)
 
-    def measure(self, pl_module) -> tuple[list[float], list[float]]:
+    def measure(self, pl_module: Any) -> tuple[list[float], list[float]]:
         tokens = self.task.batch("eval", 0)[: self.probe_size].to(pl_module.device)
         generator = torch.Generator().manual_seed(0)  # the same nudges at every eval
         entropy, mass = [], []
@@ -121,7 +125,7 @@ class InfluenceProbe(L.Callback):
             mass.append(float(m[0]))
         return entropy, mass
 
-    def on_validation_end(self, trainer, pl_module) -> None:
+    def on_validation_end(self, trainer: L.Trainer, pl_module: Any) -> None:
         if trainer.sanity_checking:
             return
         self._evals += 1

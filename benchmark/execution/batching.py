@@ -4,7 +4,8 @@ CPU flash attention and the context every vmapped forward and backward runs in (
 from __future__ import annotations
 
 import warnings
-from typing import cast
+from collections.abc import Iterator
+from typing import Any, cast
 from contextlib import contextmanager
 
 import torch
@@ -14,7 +15,9 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 _NO_BATCH_RULE = ".*There is a performance drop because we have not yet implemented the batching rule.*"
 
 
-def _fold_flash_attention(info, in_dims, q, k, v, dropout_p=0.0, is_causal=False, attn_mask=None, scale=None):
+def _fold_flash_attention(info: Any, in_dims: tuple, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                          dropout_p: float = 0.0, is_causal: bool = False, attn_mask: torch.Tensor | None = None,
+                          scale: float | None = None) -> tuple[tuple, tuple]:
     """Batching rule of CPU flash attention: the seeds are more sequences, so the vmapped dim is
     folded into the batch dim. q, k, v [K, B, H, L, E] (vmapped dim anywhere) -> one kernel call on
     [K·B, H, L, E] -> (out [K, B, H, L, E], logsumexp [K, B, H, L]), each seed's numbers exactly
@@ -24,7 +27,7 @@ def _fold_flash_attention(info, in_dims, q, k, v, dropout_p=0.0, is_causal=False
         raise RuntimeError("seed-parallel attention does not support dropout (its randomness is per call)")
     K = info.batch_size
 
-    def fold(x, dim):
+    def fold(x: torch.Tensor, dim: int | None) -> torch.Tensor:
         x = x.movedim(dim, 0) if dim is not None else x.expand(K, *x.shape)
         return x.reshape(K * x.shape[1], *x.shape[2:])
 
@@ -57,7 +60,9 @@ def register_flash_rule() -> str:
         from torch._functorch.autograd_function import custom_function_call_vmap_helper
         from torch._functorch.pyfunctorch import VmapInterpreter, retrieve_current_functorch_interpreter
 
-        def batched(keyset, q, k, v, dropout_p=0.0, is_causal=False, *, attn_mask=None, scale=None):
+        def batched(keyset: Any, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dropout_p: float = 0.0,
+                    is_causal: bool = False, *, attn_mask: torch.Tensor | None = None,
+                    scale: float | None = None) -> Any:
             interpreter = cast(VmapInterpreter, retrieve_current_functorch_interpreter())  # this rule is vmap's
             return custom_function_call_vmap_helper(interpreter, _fold_flash_attention,
                                                     _FLASH_CPU, q, k, v, dropout_p, is_causal, attn_mask, scale)
@@ -71,7 +76,7 @@ def register_flash_rule() -> str:
 
 
 @contextmanager
-def vmapped(device: torch.device):
+def vmapped(device: torch.device) -> Iterator[None]:
     """Context of every vmapped forward and backward: quiet about batching-rule fallbacks, and on
     CPU without the flash-attention rule above, SDPA's math backend (batched matmuls and a softmax;
     the same attention within float rounding) rather than the per-seed fallback loop."""

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:  # the CLI imports this module for its parser: the numerical stack loads in main()
     from emergence_bench.result_row import ResultRow, Row
     from emergence_bench.forecast.evaluate import Fleet
+    from emergence_bench.commands.command import Subparsers
 
 from emergence_bench.forecast import PERMUTATIONS
 
@@ -86,7 +87,7 @@ def to_markdown(results: list[dict]) -> str:
     return Table(header, rows).markdown() + "\n"
 
 
-def add_parser(subparsers) -> argparse.ArgumentParser:
+def add_parser(subparsers: Subparsers) -> argparse.ArgumentParser:
     p = subparsers.add_parser("forecast", help="forecast each run's emergence step from its early records: "
                                                "leave-one-out and cross-fleet quality, with permutation p")
     p.add_argument("dir")

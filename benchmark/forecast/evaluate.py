@@ -17,7 +17,7 @@ Scores of forecasts against outcomes:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from dataclasses import dataclass
 
@@ -85,7 +85,7 @@ def scores(forecast: np.ndarray, y: np.ndarray, censored: np.ndarray, baseline: 
             "mae_baseline": float(np.abs(baseline - y)[emerged].mean()) if emerged.any() else float("nan")}
 
 
-def permutation_p(observed: dict, rerun, y: np.ndarray, censored: np.ndarray, permutations: int,
+def permutation_p(observed: dict, rerun: Callable[[np.ndarray, np.ndarray], dict], y: np.ndarray, censored: np.ndarray, permutations: int,
                   seed: int) -> dict:
     """One-sided p of ``c_index`` and ``spearman``: (1 + #null ≥ observed) / (1 + permutations), the
     null from ``rerun(y', censored')`` (the whole pipeline) on outcomes shuffled by run; NaN for a
@@ -103,7 +103,7 @@ def permutation_p(observed: dict, rerun, y: np.ndarray, censored: np.ndarray, pe
 
 def in_domain(fleet: Fleet, k: int = 2, permutations: int = PERMUTATIONS, seed: int = 0) -> dict:
     """Leave-one-out scores within ``fleet``, with their permutation p."""
-    def rerun(y, censored):
+    def rerun(y: np.ndarray, censored: np.ndarray) -> dict:
         forecast, baseline = leave_one_out(fleet.X, y, censored, fleet.names, k)
         return scores(forecast, y, censored, baseline)
 
@@ -119,7 +119,7 @@ def transfer(train: Fleet, test: Fleet, k: int = 2, permutations: int = PERMUTAT
     forecast = model.predict(test.X[:, columns])
     baseline = np.full(len(test.y), fit(np.empty((len(train.y), 0)), train.y, train.censored).intercept)
 
-    def rerun(y, censored):
+    def rerun(y: np.ndarray, censored: np.ndarray) -> dict:
         return scores(forecast, y, censored, baseline)
 
     observed = rerun(test.y, test.censored)

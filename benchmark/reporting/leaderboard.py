@@ -137,7 +137,8 @@ def row_label(row: dict) -> str:
     return " · ".join(parts)
 
 
-def median_ratio(value, budget, base_value, base_budget) -> tuple[float | None, str | None]:
+def median_ratio(value: float | None, budget: float, base_value: float | None,
+                 base_budget: float) -> tuple[float | None, str | None]:
     """(ratio, bound) of two Kaplan–Meier medians, either possibly not reached (None).
 
     bound is "=" for two reached medians, "<" when only the baseline's was not reached (so the true

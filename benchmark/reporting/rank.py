@@ -24,6 +24,7 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
@@ -185,7 +186,7 @@ def _lr_cell(by_family: dict[str, list[float]], families: list[str]) -> str:
     return values[0] if len(set(values)) == 1 else " / ".join(values)
 
 
-def _value(value) -> str:
+def _value(value: object) -> str:
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "-"
     if isinstance(value, float) and value.is_integer():
@@ -193,18 +194,18 @@ def _value(value) -> str:
     return f"{value:.3g}" if isinstance(value, float) else str(value)
 
 
-def _frontier(row) -> str:
+def _frontier(row: Any) -> str:  # a row of the frontier table (pandas itertuples)
     """``8 [4, 16]``: the frontier and its interval; ``<first`` when even the first rung fails."""
     point, low, high = ("<first" if pd.isna(v) else _value(v) for v in (row.frontier, row.frontier_low,
                                                                           row.frontier_high))
     return f"{point} [{low}, {high}]"
 
 
-def _median(value, budget) -> str:
+def _median(value: float | None, budget: float) -> str:
     return f">{budget:g}" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:g}"
 
 
-def _ratio(ratio, low, high, bound: str = "") -> str:
+def _ratio(ratio: float | None, low: float | None, high: float | None, bound: str = "") -> str:
     """``1.8× [1.2, 2.6]``; ``-`` when there is none."""
     if ratio is None or (isinstance(ratio, float) and math.isnan(ratio)):
         return "-"

@@ -4,6 +4,7 @@ four moments of training (``filmstrip``)."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -16,7 +17,8 @@ from emergence_bench.result_row import ResultRow, section
 from emergence_bench.results import MAPS_FILE
 
 
-def _map(ax, image: torch.Tensor, scored: torch.Tensor, scale: dict, title: str, left: bool, bottom: bool):
+def _map(ax: Any, image: torch.Tensor, scored: torch.Tensor, scale: dict, title: str, left: bool,
+         bottom: bool) -> Any:
     """One [L, L] attention map: the rows that are not scored greyed out, query and key positions
     labelled on the outer panels. Returns the image (for the colour bar)."""
     length = image.shape[-1]
@@ -35,7 +37,7 @@ def _map(ax, image: torch.Tensor, scored: torch.Tensor, scale: dict, title: str,
     return shown
 
 
-def _map_grid(rows: int, columns: int):
+def _map_grid(rows: int, columns: int) -> tuple[Figure, Any]:
     """A grid of square map panels at most the page's width, laid out to leave room for a colour bar."""
     side = min(1.9, (PAGE_INCHES - 1.2) / columns)
     return plt.subplots(rows, columns, figsize=(side * columns + 1.2, side * rows + 0.9), squeeze=False,
@@ -66,6 +68,7 @@ def attention_maps(run_dir: Path, label: str) -> Figure | None:
                 _map(ax, ideal, scored, scale, "ground truth", head == 0, bottom)
             else:
                 ax.axis("off")
+    assert shown is not None  # every map has at least one head
     figure.colorbar(shown, ax=axes.ravel().tolist(), shrink=0.8, label="attention weight (grey: row not scored)")
     figure.suptitle(f"{label + ', ' if label else ''}step {saved['step']}")
     return figure
@@ -97,6 +100,7 @@ def filmstrip(run_dir: Path, record: ResultRow, label: str) -> Figure | None:
     figure, axes = _map_grid(1, len(frames))
     for i, (ax, (title, frame)) in enumerate(zip(axes[0], frames)):
         shown = _map(ax, frame, scored, scale, title, i == 0, True)
+    assert shown is not None  # every map has at least one head
     figure.colorbar(shown, ax=axes.ravel().tolist(), shrink=0.8, label="attention weight")
     figure.suptitle(f"{label + ', ' if label else ''}seed {record['seed']}: layer {best['layer']} head {best['head']}")
     return figure
