@@ -77,6 +77,15 @@ def test_parallel_form_matches_mlstm_kernels_recurrent_sequence(T, output_and_gr
     assert_outputs_and_grads_close(ours, theirs, GRAD_NAMES, atol=1e-10, rtol=1e-10)
 
 
+def with_gate(core, forget_gate: str):
+    """``core`` taking the forget gate's pre-activation f̃: the sigmoid gate, or the exp gate with
+    f > 1 on some steps (a memory that grows)."""
+    def fn(q, k, v, i, f):
+        log_f = F.logsigmoid(f) if forget_gate == "sigmoid" else 0.1 * f - 0.3
+        return core(q, k, v, i, log_f)
+    return fn
+
+
 @pytest.mark.parametrize("forget_gate", ["sigmoid", "exp"])
 @pytest.mark.parametrize("T", [1, 17, 40])
 def test_parallel_form_matches_step_by_step_in_float64(T, forget_gate, output_and_grads,
@@ -85,14 +94,8 @@ def test_parallel_form_matches_step_by_step_in_float64(T, forget_gate, output_an
     inputs = core_inputs(T=T, dtype=torch.float64)
     upstream = upstream_for(T, dtype=torch.float64)
 
-    def with_gate(core):
-        def fn(q, k, v, i, f):
-            log_f = F.logsigmoid(f) if forget_gate == "sigmoid" else 0.1 * f - 0.3
-            return core(q, k, v, i, log_f)
-        return fn
-
-    ours = output_and_grads(with_gate(mlstm_parallel), inputs, upstream)
-    theirs = output_and_grads(with_gate(mlstm_recurrent), inputs, upstream)
+    ours = output_and_grads(with_gate(mlstm_parallel, forget_gate), inputs, upstream)
+    theirs = output_and_grads(with_gate(mlstm_recurrent, forget_gate), inputs, upstream)
     assert_outputs_and_grads_close(ours, theirs, GRAD_NAMES, atol=1e-10, rtol=1e-10)
 
 
@@ -105,14 +108,9 @@ def test_chunkwise_form_matches_step_by_step_in_float64(T, chunk, forget_gate, o
     inputs = core_inputs(T=T, dtype=torch.float64)
     upstream = upstream_for(T, dtype=torch.float64)
 
-    def with_gate(core):
-        def fn(q, k, v, i, f):
-            log_f = F.logsigmoid(f) if forget_gate == "sigmoid" else 0.1 * f - 0.3
-            return core(q, k, v, i, log_f)
-        return fn
-
-    ours = output_and_grads(with_gate(lambda *xs: mlstm_chunkwise(*xs, chunk_size=chunk)), inputs, upstream)
-    theirs = output_and_grads(with_gate(mlstm_recurrent), inputs, upstream)
+    chunkwise = lambda *xs: mlstm_chunkwise(*xs, chunk_size=chunk)  # noqa: E731
+    ours = output_and_grads(with_gate(chunkwise, forget_gate), inputs, upstream)
+    theirs = output_and_grads(with_gate(mlstm_recurrent, forget_gate), inputs, upstream)
     assert_outputs_and_grads_close(ours, theirs, GRAD_NAMES, atol=1e-10, rtol=1e-10)
 
 
