@@ -5,6 +5,9 @@ key is an error naming it), fills every default — including the task's, mixer'
 constructor defaults — and returns the fully resolved RunConfig that each run saves beside its result.
 A plugin whose constructor takes ``**kwargs`` gets the keys it does not name as given, with a warning
 that they are unchecked.
+
+Over 400 lines, on purpose: the schema, its resolution and its YAML reading are one contract (every
+key a run can take and every error a bad key gets), read and changed together.
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """`emergence-bench speed`: speed ratios measured side by side in one run on this machine.
 
 Every ratio is of two timings taken in the same process, interleaved: blocks of the reference (the
-suite's own training step looped without Lightning: ``perf.loops``) alternate with blocks of what is compared, R ≥ 5 repeats; each repeat's ratio is
+suite's own training step looped without Lightning: ``perf.loops``) alternate with blocks of what is
+compared, R ≥ 5 repeats; each repeat's ratio is
 against the reference blocks just before and after it, and a row shows the median of the R ratios
 with their spread (min–max). So a load that drifts slowly cancels, and the spread says whether a
 difference is above the noise. The header names the machine's load average when it started.
@@ -16,6 +17,9 @@ cost most of the command's time (K = 16 seeds × the steps × R repeats) and mea
 rows already measure: its batched step is ``seed_step_rows``' peer-linear-map (the same architecture,
 batch and S = 16) and what a whole run adds to the step (setup, evals, Lightning) is the quick
 model's whole-run row next to its per-step one.
+
+Over 400 lines, on purpose: the command's tables share one clock (``interleave``), one header and one
+JSON; the mixer tables and the ranking-cell clock already live in ``perf.mixers``.
 """
 
 from __future__ import annotations
