@@ -234,3 +234,15 @@ def test_a_result_rows_sections_are_read_through_section():
              for module, path in modules().items() if module != f"{PACKAGE}.result_row"
              for number, line in enumerate(path.read_text().splitlines(), 1) if bypass.search(line)]
     assert not found, "read these sections with emergence_bench.result_row.section:\n" + "\n".join(found)
+
+
+def test_a_module_over_400_lines_says_why():
+    """One idea per file: a module of benchmark/ over 400 lines gives its reason in its docstring."""
+    long = []
+    for module, path in modules().items():
+        if not module.startswith(f"{PACKAGE}.") or module.split(".")[1] in ("mixers", "tasks", "callbacks"):
+            continue
+        text = path.read_text()
+        if len(text.splitlines()) > 400 and "Over 400 lines" not in (ast.get_docstring(ast.parse(text)) or ""):
+            long.append(f"{path.relative_to(REPO)}: {len(text.splitlines())} lines")
+    assert not long, "split these, or say in the docstring why not (\"Over 400 lines, ...\"):\n" + "\n".join(long)
