@@ -353,6 +353,8 @@ def check_learns(s: Subject) -> tuple[str, str]:
         return FAIL, f"the run reports backend {record['backend']!r}, not one of its backends {tuple(backends)}"
     loss = record["metrics"]["final_eval_loss"]
     task = f"1-sparse linear map S={LEARN_TASK['state_size']}, chance 0.693"
+    if loss is None:
+        return FAIL, f"the training run has no final eval loss ({task})"
     if not loss < LEARN_THRESHOLD:
         return FAIL, f"eval loss {loss:.3f} after {LEARN_STEPS} steps, not below {LEARN_THRESHOLD} ({task})"
     return PASS, f"eval loss {loss:.3f} < {LEARN_THRESHOLD} after {LEARN_STEPS} steps ({task}; {seconds:.1f} s)"

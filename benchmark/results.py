@@ -18,6 +18,7 @@ import shlex
 import subprocess
 import sys
 from collections import Counter
+from collections.abc import Mapping
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any, BinaryIO, Callable, TypeGuard, cast
@@ -101,7 +102,7 @@ def write_text(path: str | Path, text: str) -> None:
     write_atomic(path, lambda f: f.write(text.encode("utf-8")))
 
 
-def write_json(path: str | Path, data: dict) -> None:
+def write_json(path: str | Path, data: Mapping[str, Any] | list) -> None:
     """Write ``data`` as JSON to ``path`` atomically (strict JSON: no NaN)."""
     write_text(path, json.dumps(data, indent=2, allow_nan=False))
 

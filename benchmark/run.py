@@ -18,7 +18,7 @@ import time
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import lightning as L
 import torch
@@ -36,7 +36,7 @@ from emergence_bench.module import EmergenceModule
 from emergence_bench.training import Diverged
 from emergence_bench.mixers.init import WeightInit
 from emergence_bench.machine.devices import accelerator_device, describe_device
-from emergence_bench.result_row import Row
+from emergence_bench.result_row import ResultRow, Row
 from emergence_bench.results import (CONFIG_FILE, LOCKS_DIR, RESULT_FILE, SCHEMA_VERSION, ResultsUnwritable,
                                      is_disk_error, is_finished, provenance, read_result, unwritable, versions, without_non_finite,
                                      write_json, write_text)
@@ -144,16 +144,16 @@ class RunLock:
             self.file.close()  # closing the file drops the lock
 
 
-def new_row(config: RunConfig, status: str = "ok", error: str | None = None) -> dict:
+def new_row(config: RunConfig, status: str = "ok", error: str | None = None) -> ResultRow:
     """A run's result row as far as it is known before it trains."""
-    return {
+    return cast(ResultRow, {
         "schema_version": SCHEMA_VERSION, "run_id": config.run_id(), "status": status, "error": error,
         "seed": config.seed, "config": config.to_dict(), "backend": None, "device": None,
         "threads": torch.get_num_threads(),  # intra-op threads it trains with (see apply_threads)
         "versions": versions(), "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "provenance": provenance({"setting": config.trainer.threads, "used": torch.get_num_threads(),
                                   "cores": cpu_share(), "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS")}),
-    }
+    })
 
 
 class RunFolder:
@@ -208,7 +208,7 @@ class RunFolder:
         return callbacks
 
     def finish(self, status: str, error: str | None, trainer: Any, module: Any, model: SequenceModel | None,
-               extra: dict | None = None) -> dict:
+               extra: dict | None = None) -> ResultRow:
         """Complete the row (status, backend, device, every callback's columns) and write it, once.
         It is written whatever fails here: columns that cannot be read make it failed, saying why."""
         if self.done:
@@ -218,8 +218,8 @@ class RunFolder:
             try:
                 self._complete(status, error, trainer, module, model, extra)
             except Exception as problem:
-                self.record.update(status="failed", error=_joined(error, f"its columns could not be read: "
-                                                                         f"{failure(problem)}"))
+                self.record.update(cast(ResultRow, {"status": "failed", "error": _joined(
+                    error, f"its columns could not be read: {failure(problem)}")}))
             self._write()
         finally:
             self.lock.release()
@@ -228,7 +228,7 @@ class RunFolder:
     def _complete(self, status: str, error: str | None, trainer: Any, module: Any, model: SequenceModel | None,
                   extra: dict | None) -> None:
         if status != "ok":
-            self.record.update(status=status, error=error)
+            self.record.update(cast(ResultRow, {"status": status, "error": error}))
         if model is not None:
             self.record["backend"] = "+".join(sorted({getattr(m, "backend", "torch") for m in model.mixers}))
             self.record["parameters"] = sum(p.numel() for p in model.parameters())
@@ -237,8 +237,7 @@ class RunFolder:
             self.record["state_size"] = model.state_size(model.max_len)
         if module is not None:  # where it trained: Lightning moves the module back to the CPU at the end
             self.record["device"] = describe_device(accelerator_device(self.config.trainer.accelerator) or module.device)
-        self.record.update(self.recorder.columns(trainer, module))
-        self.record.update(extra or {})
+        self.record.update(cast(ResultRow, {**self.recorder.columns(trainer, module), **(extra or {})}))
 
     def _write(self) -> None:
         """Write the row. A NaN or infinite number is written as null and named in ``non_finite``; a
@@ -290,7 +289,7 @@ def failure(error: BaseException) -> str:
 
 
 def run(config: dict | RunConfig | RunPlan, out: str | Path, progress: bool = False, unfinished_only: bool = False,
-        extra: dict | None = None) -> dict:
+        extra: dict | None = None) -> ResultRow:
     """Train one config and write its result row under ``out/<run_id>/``; returns the row.
     ``extra`` (e.g. the seed-parallel fallback's note) joins the row before it is written, once,
     under the run's lock.

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Callable
 
 from emergence_bench.config import ConfigError
+from emergence_bench.result_row import ResultRow
 from emergence_bench.machine.threads import available_cpus, set_cpu_share
 from emergence_bench.results import (CHECKPOINT_DIR, RESULT_FILE, ResultsUnwritable, lost_summary, progress_summary,
                                      write_atomic, write_json)
@@ -31,7 +32,7 @@ from emergence_bench.results import (CHECKPOINT_DIR, RESULT_FILE, ResultsUnwrita
 MAX_FILE_BYTES = 64 * 2**20  # larger files stay on the worker
 
 
-def _train(config: dict, num_cpus: float) -> tuple[dict, dict[str, bytes]]:
+def _train(config: dict, num_cpus: float) -> tuple[ResultRow, dict[str, bytes]]:
     """On the worker: run ``config`` in a scratch folder; return (result row, {relative path: bytes})."""
     from emergence_bench.run import run
 

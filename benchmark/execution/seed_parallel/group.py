@@ -14,6 +14,7 @@ from emergence_bench.execution.seed_parallel.probe import batching_speedup, seed
 from emergence_bench.execution.seed_parallel.seeds import Seed, SeedCallbacks
 from emergence_bench.machine.allocator import keep_freed_memory
 from emergence_bench.registry import Registry
+from emergence_bench.result_row import Row
 from emergence_bench.results import busy_row
 from emergence_bench.run import RunBusy, apply_threads, failure, plan, run
 from emergence_bench.trainer import build_trainer, quiet_lightning
@@ -53,7 +54,7 @@ BATCHING: tuple[str, ...] = tuple(BATCHING_MODES)  # config.Batching's values, i
 
 
 def run_seed_parallel(given: Sequence[dict | RunConfig], out: str | Path, progress: bool = False,
-                      batching: Batching = "always", unfinished_only: bool = False) -> list[dict]:
+                      batching: Batching = "always", unfinished_only: bool = False) -> list[Row]:
     """Train the seeds of ``given`` configs (identical but for ``seed``) together; returns their rows.
 
     Each seed's row is written to ``out/<run_id>/result.json`` with the run id and schema of
@@ -84,7 +85,7 @@ def run_seed_parallel(given: Sequence[dict | RunConfig], out: str | Path, progre
         if why_not is not None:
             supported, reason = False, why_not
     if not supported:
-        rows: list[dict] = []
+        rows: list[Row] = []
         for config, planned in zip(configs, plans):
             try:
                 rows.append(run(planned, out, progress=progress, unfinished_only=unfinished_only,
@@ -96,7 +97,7 @@ def run_seed_parallel(given: Sequence[dict | RunConfig], out: str | Path, progre
     quiet_lightning()
     note = {"seed_parallel": {"k": len(configs), "group": [c.run_id() for c in configs], **probe}}
     seeds: list[Seed] = []
-    busy: list[dict] = []
+    busy: list[Row] = []
     for config in configs:
         try:
             seeds.append(Seed(config, Path(out), note, unfinished_only))

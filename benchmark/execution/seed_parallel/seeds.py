@@ -38,6 +38,7 @@ from emergence_bench.execution.seed_parallel.ensemble import EnsembleModule, sta
 from emergence_bench.module import eval_metrics
 from emergence_bench.run_losses import RunLosses
 from emergence_bench.training import Diverged
+from emergence_bench.result_row import ResultRow
 from emergence_bench.run import RunFolder, build_model, build_task, failure
 from emergence_bench.model import SequenceModel
 from emergence_bench.tasks.base import SyntheticTask
@@ -231,7 +232,7 @@ class Seed:
             return
         self.finish("ok", None)
 
-    def finish(self, status: str, error: str | None) -> dict:
+    def finish(self, status: str, error: str | None) -> ResultRow:
         """Write the seed's row (once) and return it."""
         self.live = False
         if self.logger is not None and not self.folder.done:
