@@ -22,6 +22,16 @@ def test_kaplan_meier_all_censored_or_too_few_events_is_not_reached():
     assert kaplan_meier_median([], []) is None
 
 
+def test_wilson_interval_holds_the_observed_rate_for_every_count():
+    """At 0/n and n/n the bound is the rate itself; float rounding once put it outside (6/6 gave a
+    high of 0.9999999999999999, and the report's error bars a negative length)."""
+    for trials in range(1, 65):
+        for successes in range(trials + 1):
+            low, high = wilson_interval(successes, trials)
+            assert 0.0 <= low <= successes / trials <= high <= 1.0, (successes, trials)
+        assert wilson_interval(0, trials)[0] == 0.0 and wilson_interval(trials, trials)[1] == 1.0
+
+
 def test_wilson_interval_hand_computed():
     low, high = wilson_interval(4, 4)
     assert low == pytest.approx(0.5101, abs=1e-4) and high == 1.0

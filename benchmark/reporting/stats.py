@@ -60,13 +60,15 @@ def kaplan_meier_median_ci(times: list[float], censored: list[bool],
 
 
 def wilson_interval(successes: int, trials: int, z: float = 1.96) -> tuple[float, float]:
-    """95% Wilson score interval for a binomial proportion; (0, 1) when there are no trials."""
+    """95% Wilson score interval for a binomial proportion; (0, 1) when there are no trials. It
+    always holds the observed proportion: at 0/n and n/n the formula's bound is the proportion
+    itself, which float rounding can put a hair outside (6/6 gave 0.9999999999999999)."""
     if trials == 0:
         return 0.0, 1.0
     p = successes / trials
     centre = (p + z * z / (2 * trials)) / (1 + z * z / trials)
     half = z * math.sqrt(p * (1 - p) / trials + z * z / (4 * trials * trials)) / (1 + z * z / trials)
-    return max(0.0, centre - half), min(1.0, centre + half)
+    return max(0.0, min(p, centre - half)), min(1.0, max(p, centre + half))
 
 
 def kaplan_meier_medians(times: np.ndarray, censored: np.ndarray) -> np.ndarray:
