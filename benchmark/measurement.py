@@ -88,41 +88,47 @@ class Measurement(Generic[S]):
         return {name: value for column in self.columns for name, value in column.aggregate(runs, self).items()}
 
 
-_REGISTERED: dict[str, Measurement[Any]] = {}
+class _Measurements(registry.Registry["Measurement[Any]"]):
+    """The registered measurements, in registration order. A callback's module registers its own, so
+    loading the callbacks (the built-ins and the installed plugins) loads them."""
+
+    def add(self, name: str, entry: Measurement[Any]) -> Measurement[Any]:
+        """As a registry adds, and its leaderboard columns must be new too."""
+        taken = {column: other.name for other in self._entries.values() if other.name != name
+                 for kind in other.columns for column in kind.names}
+        clash = [f"{column} (of {taken[column]})" for kind in entry.columns for column in kind.names if column in taken]
+        if clash:
+            raise ValueError(f"measurement {name!r}: leaderboard columns already declared: {', '.join(clash)}")
+        return super().add(name, entry)
+
+    def _load(self) -> None:
+        registry.callbacks.names()
+
+
+MEASUREMENTS = _Measurements("measurement", Measurement)
 
 
 def register_measurement(measurement: Measurement[S]) -> Measurement[S]:
     """Adds ``measurement`` (after those registered before it) and returns it. Its name and its
     leaderboard columns must be new."""
-    if measurement.name in _REGISTERED and _REGISTERED[measurement.name] is not measurement:
-        raise ValueError(f"measurement {measurement.name!r} is registered twice")
-    taken = {name: other.name for other in _REGISTERED.values() if other.name != measurement.name
-             for column in other.columns for name in column.names}
-    clash = [f"{name} (of {taken[name]})" for column in measurement.columns for name in column.names if name in taken]
-    if clash:
-        raise ValueError(f"measurement {measurement.name!r}: leaderboard columns already declared: {', '.join(clash)}")
-    _REGISTERED[measurement.name] = measurement
+    MEASUREMENTS.add(measurement.name, measurement)
     return measurement
 
 
 def unregister_measurement(name: str) -> None:
     """Removes a measurement (a test's own, when it is done)."""
-    _REGISTERED.pop(name, None)
+    MEASUREMENTS.remove(name)
 
 
 def measurements() -> tuple[Measurement[Any], ...]:
     """Every registered measurement, in registration order: the built-in callbacks' and installed
     plugins' (loading the callbacks registers them)."""
-    registry.callbacks.names()
-    return tuple(_REGISTERED.values())
+    return tuple(MEASUREMENTS.values())
 
 
 def measurement(name: str) -> Measurement[Any]:
-    """The registered measurement ``name``."""
-    found = {m.name: m for m in measurements()}
-    if name not in found:
-        raise KeyError(f"no measurement {name!r}; measurements: {', '.join(found)}")
-    return found[name]
+    """The registered measurement ``name`` (an unknown name: a KeyError naming the closest)."""
+    return MEASUREMENTS.get(name)
 
 
 def pattern_probes() -> tuple[Measurement[Any], ...]:

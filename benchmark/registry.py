@@ -101,6 +101,10 @@ class Registry(Generic[T]):
 
         return decorator
 
+    def remove(self, name: str) -> None:
+        """Unregisters ``name`` (a test's own entry, when it is done); an unknown name is no error."""
+        self._entries.pop(name, None)
+
     def unmet(self, entry: object) -> str | None:
         """What ``entry`` lacks to be registered here; None when nothing."""
         return unmet(entry, self.contract)

@@ -100,7 +100,6 @@ def filmstrip(run_dir: Path, record: ResultRow, label: str) -> Figure | None:
     figure, axes = _map_grid(1, len(frames))
     for i, (ax, (title, frame)) in enumerate(zip(axes[0], frames)):
         shown = _map(ax, frame, scored, scale, title, i == 0, True)
-    assert shown is not None  # every map has at least one head
     figure.colorbar(shown, ax=axes.ravel().tolist(), shrink=0.8, label="attention weight")
     figure.suptitle(f"{label + ', ' if label else ''}seed {record['seed']}: layer {best['layer']} head {best['head']}")
     return figure
