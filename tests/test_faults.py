@@ -240,3 +240,17 @@ def test_workers_die_with_a_driver_killed_by_sigkill():
     while any(alive(pid) for pid in workers) and time.time() < deadline:
         time.sleep(0.05)
     assert not any(alive(pid) for pid in workers)
+
+
+def test_jobs_appended_while_the_pool_runs_are_run_too():
+    pool = Workers(2, os.getpid)
+    jobs = [(abs, (-1,))]
+    got = []
+    try:
+        for index, result in pool.results(jobs):
+            got.append(result)
+            if len(jobs) < 4:  # each result unlocks one more job
+                jobs.append((abs, (-(len(jobs) + 1),)))
+    finally:
+        pool.stop()
+    assert sorted(got) == [1, 2, 3, 4]

@@ -177,3 +177,38 @@ def test_a_sweep_file_says_how_many_seeds_train_together_and_the_flag_overrides_
         load_sweep(str(write_sweep(tmp_path / "bad.yaml", name="bad", base=tiny_config(), seed_parallel=0)))
     with pytest.raises(ConfigError, match=r"bad.yaml: batching must be one of auto, always, got 'sometimes'"):
         load_sweep(str(write_sweep(tmp_path / "bad.yaml", name="bad", base=tiny_config(), batching="sometimes")))
+
+
+def test_stages_share_the_workers_a_lower_priority_and_longer_sequences_first(tmp_path, tiny_config, monkeypatch):
+    from emergence_bench.execution import sweep as sweeps
+
+    order = []
+
+    def fake_run(config, out):  # records the order the runs are taken in
+        order.append((config["seed"], config["task"]["state_size"]))
+        return {"run_id": sweeps.resolve(config).run_id(), "status": "ok", "error": None, "emergence_step": None}
+
+    monkeypatch.setattr(sweeps, "_run_one", fake_run)
+
+    def sweep(name, seeds, sizes):
+        return Sweep(name, tiny_config(), grid={"seed": seeds, "task.state_size": sizes})
+
+    ranking = sweeps.Stage(sweep("r", [0], [4, 8]), tmp_path / "r", priority=1)
+    tuning_stage = sweeps.Stage(sweep("t", [100, 101], [4]), tmp_path / "t", priority=0)
+    unlocked = []
+
+    def follow(finished):  # the first tuning run unlocks one more (a widening)
+        if finished and not unlocked:
+            unlocked.append(sweeps.Stage(sweep("t", [102], [4]), tmp_path / "t", priority=0))
+            return unlocked
+        return []
+
+    log = tmp_path / "log"
+    with open(log, "w") as stream:
+        counts = sweeps.run_stages([ranking, tuning_stage], stream=stream, follow=follow, announced={"r": 3})
+    # Tuning first, the unlocked run before the ranking queued earlier; in the ranking, the longer sequences first.
+    assert order == [(100, 4), (101, 4), (102, 4), (0, 8), (0, 4)]
+    assert counts["t"]["total"] == 3 and counts["t"]["ok"] == 3 and counts["r"]["ok"] == 2
+    text = log.read_text()
+    assert "[r] 3 runs, 0 already finished, 2 to run (the other 1 follow their mixer's tuning)" in text
+    assert "[t] 3/3 done" in text and "[r] 2/3 done" in text

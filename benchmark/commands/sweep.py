@@ -62,7 +62,7 @@ def add_parser(subparsers: Subparsers) -> argparse.ArgumentParser:
 def main(args: argparse.Namespace, extra: list[str]) -> int:
     from emergence_bench.execution import tuning
     from emergence_bench.execution.sweep_spec import load_sweep, presets
-    from emergence_bench.execution.sweep import clock, run_sweep
+    from emergence_bench.execution.sweep import Stage, clock, run_stages
 
     if args.list:
         for name in presets():
@@ -119,27 +119,37 @@ def main(args: argparse.Namespace, extra: list[str]) -> int:
     seed_parallel = args.seed_parallel if args.seed_parallel is not None else (
         sweep.seed_parallel if args.executor == "local" else 1)
 
-    def train(this: Sweep, folder: str | Path, parallel: int = seed_parallel) -> dict[str, Any]:
-        return run_sweep(this, folder, workers=args.workers, executor=args.executor, ray_options=ray_options,
-                         seed_parallel=parallel, batching=args.batching or this.batching)
+    tuning_parallel = args.seed_parallel or (sweep.tuning.seed_parallel if sweep.tuning and args.executor == "local"
+                                             else 1)
 
+    def stage(this: Sweep, folder: Path, tunes: bool = False) -> Stage:  # a tuning goes before the ranking
+        return Stage(this, Path(folder), tuning_parallel if tunes else seed_parallel, args.batching or this.batching,
+                     priority=0 if tunes else 1)
+
+    run = {"workers": args.workers, "executor": args.executor, "ray_options": ray_options}
     try:
-        if jobs and sweep.tuning is not None:
-            tuning_parallel = args.seed_parallel or (sweep.tuning.seed_parallel if args.executor == "local" else 1)
-            tuning.tune(sweep, Path(out), lambda this, folder: train(this, folder, tuning_parallel), jobs,
-                        lambda line: print(line, file=sys.stderr, flush=True))
-        counts = train(sweep, out)
+        if jobs and sweep.tuning is not None:  # tuning and ranking on the same workers, neither waiting
+            pipeline = tuning.TuneThenRank(sweep, Path(out), jobs, lambda line: print(line, file=sys.stderr, flush=True),
+                                           stage)
+            counts = run_stages(pipeline.first(), follow=pipeline, announced={sweep.name: sweep.count()}, **run)
+        else:
+            counts = run_stages([stage(sweep, Path(out))], **run)
     except KeyboardInterrupt as stop:  # a SweepStopped has printed what it kept, and carries 128 + its signal
         if not hasattr(stop, "exit_code"):
             print(f"\ninterrupted: finished results are kept in {out}; rerun the same command to resume",
                   file=sys.stderr)
         return getattr(stop, "exit_code", 130)
-    print(f"[{sweep.name}] finished: {counts['ok']} ok, {counts['diverged']} diverged, {counts['failed']} failed, "
-          f"{counts['skipped']} skipped (already done), in {clock(counts['wall_seconds'])} of wall time with "
+    ranked = counts.get(sweep.name) or {"ok": 0, "diverged": 0, "failed": 0, "skipped": 0}  # none: an empty sweep
+    tuning_counts = counts.get(f"{sweep.name}:tuning")
+    tuned_line = "" if not tuning_counts else (
+        f"tuning {tuning_counts['total']} runs ({tuning_counts['ok']} ok, {tuning_counts['diverged']} diverged, "
+        f"{tuning_counts['failed']} failed) and ranking ")
+    print(f"[{sweep.name}] finished: {tuned_line}{ranked['ok']} ok, {ranked['diverged']} diverged, {ranked['failed']} "
+          f"failed, {ranked['skipped']} skipped (already done), in {clock(counts['wall_seconds'])} of wall time with "
           f"{args.workers} worker(s)" + (f", {seed_parallel} seeds at a time" if seed_parallel > 1 else "")
-          + (f", {counts['busy']} left to another process on this folder" if counts.get("busy") else "")
+          + (f", {ranked['busy']} left to another process on this folder" if ranked.get("busy") else "")
           + f". Results in {out}; see `emergence-bench leaderboard {out}`", file=sys.stderr)
-    return 1 if counts["failed"] else 0
+    return 1 if ranked["failed"] or (tuning_counts and tuning_counts["failed"]) else 0
 
 
 def grid_axis(spec: str) -> tuple[str, list[Any]]:

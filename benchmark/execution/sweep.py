@@ -7,16 +7,19 @@ result.json says ok or diverged, reruns failed and unfinished ones, and loses no
 
 from __future__ import annotations
 
+import heapq
+import itertools
 import json
 import signal
 import sys
 import threading
 import time
 from contextlib import contextmanager
+from dataclasses import dataclass
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import FrameType
-from typing import Any, TextIO
+from typing import Any, Protocol, TextIO
 
 from emergence_bench.config import Batching, ConfigError, RunConfig, resolve
 from emergence_bench.execution.sweep_spec import Sweep
@@ -126,20 +129,31 @@ def clock(seconds: float) -> str:
 
 
 class Progress:
-    """The one-line status after each run: done/total, failures, ETA."""
+    """The one-line status after each run of one name: done/total, failures, ETA. Progresses that
+    share a stream of runs (a tuning and its ranking) share ``peers``: the clock and the ETA are of
+    them all."""
 
-    def __init__(self, name: str, total: int, skipped: int, stream: TextIO | None = None) -> None:
+    def __init__(self, name: str, total: int, skipped: int, stream: TextIO | None = None,
+                 peers: list[Progress] | None = None) -> None:
         self.name, self.total, self.stream = name, total, stream or sys.stderr
         self.done = self.skipped = skipped
         self.counts = {"ok": 0, "diverged": 0, "failed": 0, "busy": 0}
-        self.started = time.perf_counter()
+        self.peers = peers if peers is not None else []
+        self.peers.append(self)
+        self.started: float = self.peers[0].started if len(self.peers) > 1 else time.perf_counter()
+
+    def grow(self, runs: int, finished: int) -> None:
+        """``runs`` more runs of this name became known, ``finished`` of them finished already."""
+        self.total += runs
+        self.done += finished
+        self.skipped += finished
 
     def update(self, summary: dict) -> None:
         self.done += 1
         self.counts[summary["status"]] = self.counts.get(summary["status"], 0) + 1
         elapsed = time.perf_counter() - self.started
-        ran = self.done - self.skipped
-        eta = elapsed / ran * (self.total - self.done)
+        ran = sum(p.done - p.skipped for p in self.peers)
+        eta = elapsed / ran * sum(p.total - p.done for p in self.peers)
         emerged = summary["emergence_step"]
         what = summary["status"] + (f", emerged at step {emerged}" if emerged is not None else "")
         if summary["error"]:
@@ -147,6 +161,51 @@ class Progress:
         print(f"[{self.name}] {self.done}/{self.total} done · failed {self.counts['failed']} · "
               f"diverged {self.counts['diverged']} · elapsed {clock(elapsed)} · eta {clock(eta)} · "
               f"{summary['run_id']} {what}", file=self.stream, flush=True)
+
+
+@dataclass
+class Stage:
+    """Runs to train: those of ``sweep`` under ``out``, ``seed_parallel`` seeds at a time, on the
+    progress line of the sweep's name."""
+
+    sweep: Sweep
+    out: Path
+    seed_parallel: int = 1
+    batching: str = "auto"
+    priority: int = 0  # a stage of a lower priority is taken first (a tuning before the ranking it unlocks)
+
+
+class Follow(Protocol):
+    """What runs next, once some have finished: given the ids of runs just reported, the stages they
+    unlock (a tuning's choice unlocks its ranking runs); none when they unlock nothing."""
+
+    def __call__(self, finished: list[str]) -> list[Stage]: ...
+
+
+# A job: (function, arguments, the runs it covers as [(folder, config)], the progress they report to).
+Job = tuple[Callable[..., "list[dict] | dict"], tuple, list[tuple[Path, RunConfig]], Progress]
+
+
+class JobQueue:
+    """Jobs waiting for a worker: a lower stage priority first, then the most tokens per step first
+    (the costliest-looking, so that short jobs end the sweep and no worker idles long at its end),
+    then in the order they came."""
+
+    def __init__(self) -> None:
+        self.heap: list[tuple[int, int, int, Job]] = []
+        self.arrivals = itertools.count()
+
+    def push(self, job: Job, priority: int) -> None:
+        from emergence_bench.run import build_task
+
+        task = build_task(job[2][0][1])
+        heapq.heappush(self.heap, (priority, -task.batch_size * task.seq_len, next(self.arrivals), job))
+
+    def pop(self) -> Job:
+        return heapq.heappop(self.heap)[-1]
+
+    def __len__(self) -> int:
+        return len(self.heap)
 
 
 def run_sweep(sweep: Sweep, out: str | Path, workers: int = 1, stream: TextIO | None = None, executor: str = "local",
@@ -165,74 +224,151 @@ def run_sweep(sweep: Sweep, out: str | Path, workers: int = 1, stream: TextIO | 
     saying so and the sweep goes on. A results folder that cannot be written (a full disk) stops the
     sweep with ResultsUnwritable.
     """
+    counts = run_stages([Stage(sweep, Path(out), seed_parallel, batching)], workers, stream, executor, ray_options)
+    return {**counts[sweep.name], "wall_seconds": counts["wall_seconds"]}
+
+
+def run_stages(stages: list[Stage], workers: int = 1, stream: TextIO | None = None, executor: str = "local",
+               ray_options: dict | None = None, follow: Follow | None = None,
+               announced: dict[str, int] | None = None) -> dict:
+    """Run every unfinished run of ``stages`` on one set of workers, and of the stages ``follow``
+    unlocks as runs finish (they join the queue at once: no stage waits for another to end, so the
+    workers stay busy). Returns {sweep name: counts by status, with "total" and "skipped"} and
+    "wall_seconds". ``announced`` gives a name's total runs where its later stages are not known
+    yet; its header says so. Arguments and faults as ``run_sweep``."""
     if not isinstance(workers, int) or workers < 1:
         raise ConfigError(f"--workers must be a whole number ≥ 1, got {workers}")
-    if not isinstance(seed_parallel, int) or seed_parallel < 1:
-        raise ConfigError(f"--seed-parallel must be a whole number ≥ 1, got {seed_parallel}")
-    out, stream = Path(out), stream or sys.stderr  # stderr as it is now (a test may have replaced it)
-    runs = sweep.runs()
-    pending = [(out / group, config) for group, config in runs
-               if not is_finished(out / group / config.run_id())]
-    skipped = len(runs) - len(pending)
-    share = worker_share(workers)
-    if executor == "local":
-        check_threads_fit([c for _, c in pending], share, workers)
-    where = "on Ray" if executor == "ray" else f"with {workers} worker(s) of ≤ {share} thread(s)"
-    print(f"[{sweep.name}] {len(runs)} runs, {skipped} already finished, {len(pending)} to run {where} → {out}",
-          file=stream, flush=True)
-    progress = Progress(sweep.name, len(runs), skipped, stream)
     if executor not in ("local", "ray"):
         raise ConfigError(f"executor must be local or ray, got {executor!r}")
-    if executor == "ray" and seed_parallel > 1:
-        raise ConfigError("--seed-parallel runs with the local executor only (Ray runs one task per run)")
-    # A job is (function, arguments, the runs it covers as [(folder, config)]): one run, or a group of seeds.
-    jobs: list[tuple[Callable[..., list[dict] | dict], tuple, list[tuple[Path, RunConfig]]]]
-    if seed_parallel > 1:
-        jobs = [(_run_group, ([c.to_dict() for c in configs], str(run_out), batching), [(run_out, c) for c in configs])
-                for run_out, configs in seed_groups(pending, seed_parallel)]
-    else:
-        jobs = [(_run_one, (c.to_dict(), str(run_out)), [(run_out, c)]) for run_out, c in pending]
+    for stage in stages:
+        if not isinstance(stage.seed_parallel, int) or stage.seed_parallel < 1:
+            raise ConfigError(f"--seed-parallel must be a whole number ≥ 1, got {stage.seed_parallel}")
+        if executor == "ray" and stage.seed_parallel > 1:
+            raise ConfigError("--seed-parallel runs with the local executor only (Ray runs one task per run)")
+    stream = stream or sys.stderr  # stderr as it is now (a test may have replaced it)
+    share = worker_share(workers)
+    announced = announced or {}
+    progresses: dict[str, Progress] = {}
+    peers: list[Progress] = []
+    every: list[tuple[Path, RunConfig]] = []  # every run known so far, for the stop line
+    queue = JobQueue()
+    known: dict[str, int] = {}  # runs of each name known so far
+    folders: dict[str, Path] = {}
+    shown: set[str] = set()  # names whose header is printed
 
-    def report(results: list[dict] | dict) -> None:
-        for result in results if isinstance(results, list) else [results]:
-            progress.update(result)
+    def headers() -> None:
+        """One line per name not introduced yet: its runs, how many finished, how many follow."""
+        where = "on Ray" if executor == "ray" else f"with {workers} worker(s) of ≤ {share} thread(s)"
+        for name, p in progresses.items():
+            if name not in shown:
+                shown.add(name)
+                later = f" (the other {p.total - known[name]} follow their mixer's tuning)" if p.total > known[name] else ""
+                print(f"[{name}] {p.total} runs, {p.skipped} already finished, {known[name] - p.skipped} to run"
+                      f"{later} {where} → {folders[name]}", file=stream, flush=True)
+
+    def add(stage: Stage) -> None:
+        runs = [(stage.out / group, config) for group, config in stage.sweep.runs()]
+        pending = [(folder, config) for folder, config in runs if not is_finished(folder / config.run_id())]
+        if executor == "local":
+            check_threads_fit([c for _, c in pending], share, workers)
+        every.extend(runs)
+        name = stage.sweep.name
+        if name not in progresses:
+            progresses[name] = Progress(name, announced.get(name, len(runs)), len(runs) - len(pending), stream, peers)
+            known[name] = 0
+        else:
+            progresses[name].grow(0 if name in announced else len(runs), len(runs) - len(pending))
+        known[name] += len(runs)
+        folders.setdefault(name, stage.out)
+        progress = progresses[name]
+        jobs: list[Job]
+        if stage.seed_parallel > 1:
+            jobs = [(_run_group, ([c.to_dict() for c in configs], str(folder), stage.batching),
+                     [(folder, c) for c in configs], progress)
+                    for folder, configs in seed_groups(pending, stage.seed_parallel)]
+        else:
+            jobs = [(_run_one, (c.to_dict(), str(folder)), [(folder, c)], progress) for folder, c in pending]
+        for job in jobs:
+            queue.push(job, stage.priority)
+
+    def report(job: Job, results: list[dict] | dict) -> None:
+        summaries = results if isinstance(results, list) else [results]
+        for summary in summaries:
+            job[3].update(summary)
+        for stage in follow([s["run_id"] for s in summaries]) if follow else []:
+            add(stage)
+        headers()
 
     with stop_signals() as received:
         try:
+            for stage in stages:
+                add(stage)
+            if follow:  # stages whose runs had all finished before may unlock others now
+                for stage in follow([]):
+                    add(stage)
+            headers()
             if executor == "ray":
-                from emergence_bench.execution.ray_executor import run_on_ray
-
-                run_on_ray(pending, progress.update, **(ray_options or {}))
+                _run_ray(queue, report, ray_options or {})
             elif workers <= 1:
-                for function, args, _ in jobs:
-                    report(function(*args))
+                while queue:  # grows as runs unlock others
+                    job = queue.pop()
+                    report(job, job[0](*job[1]))
             else:
-                _run_local(jobs, workers, share, report)
+                _run_local(queue, workers, share, report)
         except KeyboardInterrupt:
             signum = received[0] if received else signal.SIGINT
-            finished = sum(is_finished(out / group / c.run_id()) for group, c in runs)
-            line = (f"[{sweep.name}] stopped by {signal.Signals(signum).name}: {finished} of {len(runs)} runs finished, "
-                    f"their results kept in {out}; the other {len(runs) - finished} (those that were running among "
-                    f"them) are left unfinished: rerun the same command to resume")
+            finished = sum(is_finished(folder / c.run_id()) for folder, c in every)
+            where = ", ".join(str(s.out) for s in stages)
+            line = (f"[{stages[0].sweep.name}] stopped by {signal.Signals(signum).name}: {finished} of {len(every)} "
+                    f"runs finished, their results kept in {where}; the other {len(every) - finished} (those that "
+                    f"were running among them) are left unfinished: rerun the same command to resume")
             print(line, file=stream, flush=True)
             raise SweepStopped(signum, line) from None
-    return {"total": len(runs), "skipped": skipped, "wall_seconds": round(time.perf_counter() - progress.started, 1),
-            **progress.counts}
+    counts: dict[str, Any] = {name: {"total": p.total, "skipped": p.skipped, **p.counts}
+                              for name, p in progresses.items()}
+    started = peers[0].started if peers else time.perf_counter()
+    counts["wall_seconds"] = round(time.perf_counter() - started, 1)
+    return counts
 
 
-def _run_local(jobs: list, workers: int, share: int, report: Callable[[Any], None]) -> None:
-    """``jobs`` on ``workers`` local processes (see emergence_bench.execution.workers), each result
-    reported as it comes. A job whose worker died is reported lost (its started runs get a failed row
-    saying so) and the rest go on; a results folder that cannot be written stops them all."""
+def _run_ray(queue: JobQueue, report: Callable[[Job, Any], None], ray_options: dict) -> None:
+    """The queued jobs on Ray, one batch of what is known after another (a Ray batch runs what it is given)."""
+    from emergence_bench.execution.ray_executor import run_on_ray
+
+    while queue:
+        batch = [queue.pop() for _ in range(len(queue))]
+        by_run = {config.run_id(): job for job in batch for _, config in job[2]}
+        run_on_ray([run for job in batch for run in job[2]],
+                   lambda summary: report(by_run[summary["run_id"]], summary), **ray_options)
+
+
+def _run_local(queue: JobQueue, workers: int, share: int, report: Callable[[Job, Any], None]) -> None:
+    """The queued jobs on ``workers`` local processes (see emergence_bench.execution.workers), each
+    result reported as it comes (a report may queue more jobs). A worker is given the queue's first
+    job only when it is free, so a job queued later can still go before those queued earlier. A job
+    whose worker died is reported lost (its started runs get a failed row saying so) and the rest go
+    on; a results folder that cannot be written stops them all."""
     pool = Workers(workers, _init_worker, (share,))
+    started: list[Job] = []
+    calls: list[tuple[Callable, tuple]] = []  # the pool's list: one more each time a worker is free
+    ended = 0
+
+    def feed() -> None:
+        while queue and len(started) - ended < workers:
+            started.append(queue.pop())
+            calls.append((started[-1][0], started[-1][1]))
+
     try:
-        for index, result in pool.results([(function, args) for function, args, _ in jobs]):
+        feed()
+        for index, result in pool.results(calls):
+            ended += 1
             if isinstance(result, ResultsUnwritable):
                 raise result
             if isinstance(result, BaseException):
-                report(_lost(jobs[index][2], result))
+                report(started[index], _lost(started[index][2], result))
             else:
-                report(result)
+                report(started[index], result)
+            feed()
     finally:
         pool.stop()
 

@@ -39,7 +39,8 @@ from emergence_bench.config import ConfigError
 from emergence_bench.execution.sweep_spec import Group, Sweep
 from emergence_bench.reporting.stats import kaplan_meier_median, wilson_interval
 from emergence_bench.result_row import ResultRow, emergence_step, step_budget
-from emergence_bench.results import TUNING_DIR, read_result, write_json
+from emergence_bench.execution.sweep import Stage
+from emergence_bench.results import TUNING_DIR, is_finished, read_result, write_json
 
 TABLES_FILE = "tuning.json"  # DIR/tuning/tuning.json: the tuning tables, rewritten after each tuning
 
@@ -235,36 +236,82 @@ def jobs_for(sweep: Sweep, retune: bool = False) -> list[Job]:
     return jobs
 
 
-def tune(sweep: Sweep, out: Path, run: Callable[[Any, Path], dict], jobs: list[Job],
-         say: Callable[[str], None]) -> list[dict]:
-    """Run ``jobs``' tuning sweep under ``out``/tuning (``run(sweep, folder)`` trains it, resuming),
-    widen the grid where a choice is strictly best on an edge, and set each choice in ``sweep.tuned``.
-    Returns the tuning tables."""
-    assert sweep.tuning is not None  # a sweep that tunes (the CLI calls this only then)
-    folder = Path(out) / TUNING_DIR
-    while True:  # ends: each job grows at most `widen` times
-        run(tuning_sweep(sweep, jobs), folder)
-        tables = [job_table(sweep, job, folder) for job in jobs]
-        grown = False
-        for job, table in zip(jobs, tables):
-            for key, side in (table["edge"] or {}).items():
-                if len(job.widened) >= sweep.tuning.widen:
-                    break
-                value = widened(job.grid[key], side)
-                job.grid[key] = sorted(job.grid[key] + [value])
-                job.widened.append({"key": key, "side": side, "value": value})
-                say(f"[{sweep.name}:tuning] {job.name} on {job.group}: best at the {side} edge of {key}, "
-                    f"grid widened to {job.grid[key]}")
-                grown = True
-        if not grown:
-            break
-    write_tables(folder, tables)
-    for table in tables:
-        sweep.tuned.setdefault(table["mixer"], {})[table["group"]] = dict(table["chosen"])
+def ranking_part(sweep: Sweep, mixer: str, group: str) -> Sweep:
+    """The ranking runs of one mixer in one group of ``sweep`` (at its tuned values), run ids unchanged."""
+    part = copy.deepcopy(sweep)
+    part.select([group])
+    part.choose_mixers([mixer])
+    return part
+
+
+class TuneThenRank:
+    """Tuning and ranking as one stream of runs (``run_stages``'s ``follow``): every job's tuning runs
+    first, and each (mixer, group)'s ranking runs as soon as its own tuning has chosen, so no worker
+    waits for the slowest tuning (or a widening) to end. A job whose tuning runs have all reported
+    is resolved: its grid widens past a strict edge (its new runs join the stream), or its choice is
+    set in ``sweep.tuned``, its table written to DIR/tuning/tuning.json, and its ranking runs join.
+    Mixers and groups not being tuned are ranked from the start at their frozen values. ``stage(sweep,
+    folder, tuning)`` says how a part trains (its seeds at a time, its batching)."""
+
+    def __init__(self, sweep: Sweep, out: Path, jobs: list[Job], say: Callable[[str], None],
+                 stage: Callable[[Sweep, Path, bool], Stage]) -> None:
+        assert sweep.tuning is not None  # a sweep that tunes (the CLI makes this only then)
+        self.sweep, self.out, self.jobs, self.say, self.stage = sweep, Path(out), jobs, say, stage
+        self.folder = self.out / TUNING_DIR
+        self.waiting: dict[str, Job] = {}  # run id -> the job whose choice waits for it
+        self.unresolved = list(jobs)
+        self.tables: list[dict] = []
+
+    def first(self) -> list[Stage]:
+        """The tuning runs of every job, then the ranking runs of every (mixer, group) not tuned here."""
+        stages = [self._tuning(self.jobs)] if self.jobs else []
+        tuned_here = {(job.name, job.group) for job in self.jobs}
+        for group in self.sweep.groups:
+            for entry in group.grid.get("mixer", self.sweep.grid.get("mixer", [self.sweep.base.get("mixer", {})])):
+                if (entry.get("name"), group.name) not in tuned_here:
+                    stages.append(self.stage(ranking_part(self.sweep, entry.get("name"), group.name), self.out, False))
+        return stages
+
+    def __call__(self, finished: list[str]) -> list[Stage]:
+        """The stages that the runs ``finished`` unlock ([] at the start: jobs already complete)."""
+        for run_id in finished:
+            self.waiting.pop(run_id, None)
+        ready = [job for job in self.unresolved if job not in self.waiting.values()]
+        return [stage for job in ready for stage in self._resolve(job)]
+
+    def _tuning(self, jobs: list[Job], only: dict[str, list] | None = None) -> Stage:
+        """The tuning runs of ``jobs`` (with ``only``, of those grid values alone: a widening's new
+        points); the unfinished ones are waited for."""
+        parts = [Job(job.mixer, job.group, {**job.grid, **(only or {})}) for job in jobs]
+        for job, part in zip(jobs, parts):
+            for group, config in tuning_sweep(self.sweep, [part]).runs():
+                if not is_finished(self.folder / group / config.run_id()):
+                    self.waiting[config.run_id()] = job
+        return self.stage(tuning_sweep(self.sweep, parts), self.folder, True)
+
+    def _resolve(self, job: Job) -> list[Stage]:
+        """``job``'s tuning has reported every run: widen its grid, or choose and rank."""
+        table = job_table(self.sweep, job, self.folder)
+        assert self.sweep.tuning is not None
+        for key, side in (table["edge"] or {}).items():
+            if len(job.widened) >= self.sweep.tuning.widen:
+                break
+            value = widened(job.grid[key], side)
+            job.grid[key] = sorted(job.grid[key] + [value])
+            job.widened.append({"key": key, "side": side, "value": value})
+            self.say(f"[{self.sweep.name}:tuning] {job.name} on {job.group}: best at the {side} edge of {key}, "
+                     f"grid widened to {job.grid[key]}")
+            stage = self._tuning([job], only={key: [value]})
+            return [stage] + (self._resolve(job) if job not in self.waiting.values() else [])
+        self.unresolved.remove(job)
+        self.tables.append(table)
+        write_tables(self.folder, [table])
+        self.sweep.tuned.setdefault(job.name, {})[job.group] = dict(table["chosen"])
         flag = f" (still on the {', '.join(f'{s} edge of {k}' for k, s in table['edge'].items())})" if table["edge"] else ""
-        say(f"[{sweep.name}:tuning] {table['mixer']} on {table['group']}: chose "
-            + ", ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in table["chosen"].items()) + flag)
-    return tables
+        self.say(f"[{self.sweep.name}:tuning] {job.name} on {job.group}: chose "
+                 + ", ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in table["chosen"].items())
+                 + flag)
+        return [self.stage(ranking_part(self.sweep, job.name, job.group), self.out, False)]
 
 
 def write_tables(folder: Path, tables: list[dict]) -> None:

@@ -15,7 +15,6 @@ import ctypes
 import multiprocessing
 import os
 import signal
-from collections import deque
 from multiprocessing.connection import Connection, wait
 from multiprocessing.context import SpawnContext
 from typing import Callable, Iterator
@@ -94,6 +93,7 @@ class Workers:
     def __init__(self, count: int, initializer: Callable, initargs: tuple = ()) -> None:
         self.context = multiprocessing.get_context("spawn")
         self.make = lambda: Worker(self.context, initializer, initargs)
+        self.count = count
         self.idle: list[Worker] = []
         self.held: dict[Worker, int] = {}  # worker → index of the job it holds
         try:
@@ -104,19 +104,21 @@ class Workers:
             raise
 
     def results(self, jobs: list[tuple[Callable, tuple]]) -> Iterator[tuple[int, object]]:
-        """Run ``jobs`` [(function, args)]; yield (job index, its result) as each ends. The result is
-        the exception the job raised, WorkerLost when its worker died, or Interrupted."""
-        queue = deque(enumerate(jobs))
-        while queue or self.held:
-            while queue and self.idle:
-                worker = self.idle.pop()
+        """Run ``jobs`` [(function, args)], in order; yield (job index, its result) as each ends. The
+        result is the exception the job raised, WorkerLost when its worker died, or Interrupted.
+        ``jobs`` may grow while this runs: what the caller appends before the next yield is run too."""
+        taken = 0  # jobs[:taken] are sent (or done)
+        while taken < len(jobs) or self.held:
+            while taken < len(jobs) and (self.idle or len(self.held) < self.count):
+                worker = self.idle.pop() if self.idle else self.make()  # a lost worker's place is filled when needed
                 try:
-                    worker.conn.send(queue[0][1])
+                    worker.conn.send(jobs[taken])
                 except OSError:  # it died while idle: a fresh one takes the job
                     worker.kill()
                     self.idle.append(self.make())
                     continue
-                self.held[worker] = queue.popleft()[0]
+                self.held[worker] = taken
+                taken += 1
             ready = wait([worker.conn for worker in self.held])
             for worker in [w for w in list(self.held) if w.conn in ready]:
                 index = self.held.pop(worker)
@@ -126,8 +128,6 @@ class Workers:
                     result = WorkerLost(f"worker process {worker.process.pid} {worker.describe_end()} mid-run")
                 if isinstance(result, (WorkerLost, Interrupted)):
                     worker.kill()
-                    if queue:
-                        self.idle.append(self.make())
                 else:
                     self.idle.append(worker)
                 yield index, result
