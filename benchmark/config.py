@@ -112,28 +112,63 @@ DEFAULT_TASK, DEFAULT_MIXER = "linear_map", "transformer"
 DEFAULT_CALLBACKS: dict[str, dict[str, Any]] = {"plateau": {}, "emergence": {}, "attention_probe": {}}
 
 
+@dataclass(frozen=True)
+class Component:
+    """A registered component (a task, a mixer, a callback) as a resolved config names it: its
+    registry name and the keyword arguments its constructor gets, every default filled in from the
+    constructor's signature (``resolve``). In a config file it is one mapping, ``{name: ..., **params}``."""
+
+    name: str
+    params: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        return {"name": self.name, **copy.deepcopy(self.params)}
+
+
+@dataclass(frozen=True)
+class Stage:
+    """A curriculum stage (``resolve_stage``): train ``task`` for ``steps`` steps, then move on."""
+
+    task: Component
+    steps: int
+    vocab: Literal["reinit", "resize"] = "reinit"  # the embeddings and head when the next vocabulary differs
+    reset_optimizer: bool = True  # whether the next stage starts with a fresh AdamW state
+
+    def to_dict(self) -> dict:
+        return {"task": self.task.to_dict(), "steps": self.steps, "vocab": self.vocab,
+                "reset_optimizer": self.reset_optimizer}
+
+
 @dataclass
 class RunConfig:
     seed: int = 0
-    task: dict = field(default_factory=lambda: {"name": DEFAULT_TASK})
-    mixer: dict = field(default_factory=lambda: {"name": DEFAULT_MIXER})
+    task: Component = field(default_factory=lambda: Component(DEFAULT_TASK))
+    mixer: Component = field(default_factory=lambda: Component(DEFAULT_MIXER))
     model: ModelConfig = field(default_factory=ModelConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
     checkpoints: CheckpointConfig = field(default_factory=CheckpointConfig)
-    curriculum: list = field(default_factory=list)  # stages trained before `task` (see resolve_stage)
-    callbacks: dict = field(default_factory=lambda: copy.deepcopy(DEFAULT_CALLBACKS))
+    curriculum: tuple[Stage, ...] = ()  # stages trained before `task` (see resolve_stage)
+    callbacks: tuple[Component, ...] = field(
+        default_factory=lambda: tuple(Component(name, dict(params)) for name, params in DEFAULT_CALLBACKS.items()))
 
     def to_dict(self) -> dict:
-        data = dataclasses.asdict(self)
+        """The config as its file says it: every section a mapping, ``callbacks`` one by name."""
+        data = {name: dataclasses.asdict(getattr(self, name)) for name in SECTIONS}
         data["optim"]["betas"] = list(data["optim"]["betas"])
-        return data
+        return {"seed": self.seed, "task": self.task.to_dict(), "mixer": self.mixer.to_dict(), **data,
+                "curriculum": [stage.to_dict() for stage in self.curriculum],
+                "callbacks": {c.name: copy.deepcopy(c.params) for c in self.callbacks}}
+
+    def callback(self, name: str) -> Component | None:
+        """The callback of that name, None when the config has none."""
+        return next((c for c in self.callbacks if c.name == name), None)
 
     def run_id(self) -> str:
         """A stable id: the same resolved config always gets the same id (so sweeps resume). The keys
         of NOT_HASHED change how fast a run goes, not what it computes, and are left out."""
         digest = hashlib.sha256(json.dumps(scientific(self.to_dict()), sort_keys=True).encode()).hexdigest()[:10]
-        return f"{self.task['name']}-{self.mixer['name']}-seed{self.seed}-{digest}"
+        return f"{self.task.name}-{self.mixer.name}-seed{self.seed}-{digest}"
 
 
 # Keys left out of the run id: saved in config.yaml and the result, but a run that differs only in
@@ -197,7 +232,8 @@ def _check_type(key: str, value: Any, default: Any) -> Any:
     return value
 
 
-def _resolve_named(section: str, data: Any, reg: registry.PluginRegistry[Any], default_name: str | None = None) -> dict:
+def _resolve_named(section: str, data: Any, reg: registry.PluginRegistry[Any],
+                   default_name: str | None = None) -> Component:
     """``{name: ..., **params}`` → the same with every constructor default filled in (a missing name
     is ``default_name``, so ``--task.state_size 16`` alone keeps the default task)."""
     if isinstance(data, str):
@@ -232,7 +268,8 @@ def _resolve_named(section: str, data: Any, reg: registry.PluginRegistry[Any], d
             if default is inspect.Parameter.empty:
                 raise ConfigError(f"{section}.{key} is required for {section} {data['name']!r}")
             resolved[key] = default
-    return resolved
+    name = resolved.pop("name")
+    return Component(name, resolved)
 
 
 def _resolve_section(name: str, data: Any, cls: type[Any]) -> Any:
@@ -253,7 +290,7 @@ def _resolve_section(name: str, data: Any, cls: type[Any]) -> Any:
 STAGE_DEFAULTS = {"vocab": "reinit", "reset_optimizer": True}
 
 
-def resolve_stage(i: int, stage: Any) -> dict:
+def resolve_stage(i: int, stage: Any) -> Stage:
     """A curriculum stage ``{task: {...}, steps: N, vocab: reinit|resize, reset_optimizer: bool}``:
     train ``task`` for ``steps`` steps, then move on. ``vocab`` says what happens to the embeddings
     and head when the next task's vocabulary differs (re-initialised, or resized keeping the shared
@@ -264,31 +301,29 @@ def resolve_stage(i: int, stage: Any) -> dict:
     for name in stage:
         if name not in {"task", "steps", *STAGE_DEFAULTS}:
             raise _unknown_key(f"{key}.{name}", {"task", "steps", *STAGE_DEFAULTS})
-    resolved = {"task": _resolve_named(f"{key}.task", stage["task"], registry.tasks, DEFAULT_TASK),
-                "steps": stage["steps"], **STAGE_DEFAULTS}
-    resolved.update({k: stage[k] for k in STAGE_DEFAULTS if k in stage})
-    if not isinstance(resolved["steps"], int) or resolved["steps"] < 1:
-        raise ConfigError(f"{key}.steps must be an int ≥ 1, got {resolved['steps']!r}")
+    resolved = {**STAGE_DEFAULTS, **{k: stage[k] for k in STAGE_DEFAULTS if k in stage}}
+    if not isinstance(stage["steps"], int) or isinstance(stage["steps"], bool) or stage["steps"] < 1:
+        raise ConfigError(f"{key}.steps must be an int ≥ 1, got {stage['steps']!r}")
     if resolved["vocab"] not in ("reinit", "resize"):
         raise ConfigError(f"{key}.vocab must be reinit or resize, got {resolved['vocab']!r}")
     if not isinstance(resolved["reset_optimizer"], bool):
         raise ConfigError(f"{key}.reset_optimizer must be true or false, got {resolved['reset_optimizer']!r}")
-    return resolved
+    return Stage(_resolve_named(f"{key}.task", stage["task"], registry.tasks, DEFAULT_TASK), stage["steps"],
+                 resolved["vocab"], resolved["reset_optimizer"])
 
 
-def _resolve_callbacks(data: Any) -> dict:
+def _resolve_callbacks(data: Any) -> tuple[Component, ...]:
     merged = copy.deepcopy(DEFAULT_CALLBACKS)
     for name, params in (data or {}).items():
         merged[name] = params
-    resolved = {}
+    resolved = []
     for name, params in merged.items():
         if params is None or params is False:  # `callbacks: {name: null}` switches one off
             continue
         if params is True:
             params = {}
-        resolved[name] = {k: v for k, v in _resolve_named("callbacks." + name, {"name": name, **params},
-                                                           registry.callbacks).items() if k != "name"}
-    return resolved
+        resolved.append(_resolve_named("callbacks." + name, {"name": name, **params}, registry.callbacks))
+    return tuple(resolved)
 
 
 def resolve(data: dict | RunConfig | None = None) -> RunConfig:
@@ -308,7 +343,7 @@ def resolve(data: dict | RunConfig | None = None) -> RunConfig:
         task=_resolve_named("task", data.get("task", {}), registry.tasks, DEFAULT_TASK),
         mixer=_resolve_named("mixer", data.get("mixer", {}), registry.mixers, DEFAULT_MIXER),
         **{name: _resolve_section(name, data.get(name), cls) for name, cls in SECTIONS.items()},
-        curriculum=[resolve_stage(i, stage) for i, stage in enumerate(data.get("curriculum") or [])],
+        curriculum=tuple(resolve_stage(i, stage) for i, stage in enumerate(data.get("curriculum") or [])),
         callbacks=_resolve_callbacks(data.get("callbacks")),
     )
     check_finite(config.to_dict())

@@ -23,8 +23,7 @@ def stage_tasks(config: RunConfig) -> list[SyntheticTask]:
     """Each stage's task, with the run's data seed (its own streams) and a small eval set."""
     tasks = []
     for stage in config.curriculum:
-        params = {k: v for k, v in stage["task"].items() if k != "name"}
-        task = registry.tasks.get(stage["task"]["name"])(**params)
+        task = registry.tasks.get(stage.task.name)(**stage.task.params)
         task.configure_streams(data_seed=config.seed, eval_batches=1)
         tasks.append(task)
     return tasks
@@ -34,7 +33,7 @@ def check_transitions(config: RunConfig, tasks: list[SyntheticTask], final: Synt
     """A kept optimizer state needs the same parameter shapes on both sides of the switch."""
     following = tasks[1:] + [final]
     for i, (stage, task, after) in enumerate(zip(config.curriculum, tasks, following)):
-        if not stage["reset_optimizer"] and task.vocab_size != after.vocab_size:
+        if not stage.reset_optimizer and task.vocab_size != after.vocab_size:
             raise ValueError(f"curriculum[{i}].reset_optimizer is false but the vocabulary changes "
                              f"({task.vocab_size} → {after.vocab_size}); the optimizer state cannot carry over")
 
@@ -47,17 +46,17 @@ def pretrain(config: RunConfig, model: SequenceModel, final: SyntheticTask,
     carried, report = None, []
     following = tasks[1:] + [final]
     for k, (stage, task, after) in enumerate(zip(config.curriculum, tasks, following)):
-        module = EmergenceModule(model, task, config.optim, stage["steps"], initial_optimizer_state=carried,
+        module = EmergenceModule(model, task, config.optim, stage.steps, initial_optimizer_state=carried,
                                  read_every=config.trainer.log_every)
         logger = build_logger(config, run_dir, stage=k)
-        trainer = build_trainer(config, [], logger, run_dir, max_steps=stage["steps"], evaluate=False)
+        trainer = build_trainer(config, [], logger, run_dir, max_steps=stage.steps, evaluate=False)
         started = time.perf_counter()
         trainer.fit(module, task)
         recent = list(module.recent_train_losses)
-        report.append({"task": stage["task"]["name"], "steps": trainer.global_step,
+        report.append({"task": stage.task.name, "steps": trainer.global_step,
                        "final_train_loss": sum(recent) / len(recent) if recent else None,
                        "seconds": round(time.perf_counter() - started, 3)})
-        carried = None if stage["reset_optimizer"] else trainer.optimizers[0].state_dict()
+        carried = None if stage.reset_optimizer else trainer.optimizers[0].state_dict()
         if after.vocab_size != task.vocab_size:
-            model.set_vocab(after.vocab_size, stage["vocab"])
+            model.set_vocab(after.vocab_size, stage.vocab)
     return carried, report

@@ -36,7 +36,7 @@ import torch
 from torch import nn
 
 from emergence_bench import registry
-from emergence_bench.config import resolve
+from emergence_bench.config import Component, resolve
 from emergence_bench.mixers.base import TORCH, MixerContext
 from emergence_bench.registry import Registry
 
@@ -81,13 +81,18 @@ class Subject:
     length: int = 12
 
     @functools.cached_property
-    def spec(self) -> dict:
-        """The resolved mixer config {name, **hparams}, every default filled (raises on a bad key)."""
+    def resolved(self) -> Component:
+        """The resolved mixer config, every default filled (raises on a bad key)."""
         return resolve({"mixer": {"name": self.name, **self.overrides}}).mixer
 
     @property
+    def spec(self) -> dict:
+        """The resolved mixer config as a mapping, {name, **hparams}."""
+        return self.resolved.to_dict()
+
+    @property
     def hparams(self) -> dict:
-        return {k: v for k, v in self.spec.items() if k != "name"}
+        return self.resolved.params
 
     def build(self, layer_idx: int = 0, seed: int = 0) -> nn.Module:
         """One layer, its parameters drawn under ``seed``."""

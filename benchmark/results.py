@@ -45,7 +45,7 @@ LEADERBOARD_STEM = "leaderboard"  # leaderboard.md, leaderboard.csv, leaderboard
 RANK_STEM = "rank"  # rank.md, rank.csv, rank.json
 TUNING_DIR = "tuning"  # DIR/tuning/<group>/<run id>: a tuned sweep's tuning runs, which its ranking leaves out
 REPORT_FILE = "report.html"
-LOCKS_DIR = ".locks"  # <run_id>.lock: held by the process training that run (emergence_bench.run.RunLock)
+LOCKS_DIR = ".locks"  # <run_id>.lock: held by the process training that run (emergence_bench.run_folder.RunLock)
 
 
 # A write failing with one of these is the disk's or the folder's, not the run's: named in one line.
@@ -132,7 +132,7 @@ def progress_summary(record: Row) -> dict:
 
 
 def busy_row(run_id: str, error: BaseException) -> dict:
-    """What a sweep reports of a run another process holds (emergence_bench.run.RunBusy): not run
+    """What a sweep reports of a run another process holds (emergence_bench.run_folder.RunBusy): not run
     here, not failed; that process writes its row."""
     return {"run_id": run_id, "status": "busy", "error": str(error), "emergence_step": None}
 

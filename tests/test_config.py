@@ -7,10 +7,10 @@ from emergence_bench.run import check
 
 def test_defaults_are_resolved_in_full():
     config = resolve({})
-    assert config.task == {"name": "linear_map", "state_size": 8, "sparsity": 3, "trajectory_length": 2,
+    assert config.task.to_dict() == {"name": "linear_map", "state_size": 8, "sparsity": 3, "trajectory_length": 2,
                            "task_seed": 0, "batch_size": 128, "blank_outputs": False, "matrix": None}
-    assert config.mixer == {"name": "transformer", "n_heads": 8, "head_dim": 8}
-    assert config.callbacks["plateau"]["frac"] == 0.1 and config.callbacks["emergence"]["threshold"] == 0.95
+    assert config.mixer.to_dict() == {"name": "transformer", "n_heads": 8, "head_dim": 8}
+    assert config.callback("plateau").params["frac"] == 0.1 and config.callback("emergence").params["threshold"] == 0.95
     assert resolve(config.to_dict()) == config  # a saved config resolves to itself
 
 
@@ -84,8 +84,8 @@ def test_dotted_overrides_and_values():
     set_dotted(data, "optim.lr", parse_value("3e-4"))
     set_dotted(data, "callbacks.plateau.threshold", parse_value("1.3"))
     config = resolve(data)
-    assert config.task["state_size"] == 16 and config.optim.lr == 3e-4
-    assert config.callbacks["plateau"]["threshold"] == 1.3
+    assert config.task.params["state_size"] == 16 and config.optim.lr == 3e-4
+    assert config.callback("plateau").params["threshold"] == 1.3
     assert parse_value("[1, 2]") == [1, 2] and parse_value("true") is True and parse_value("cosine") == "cosine"
 
 
@@ -94,5 +94,5 @@ def test_a_parameter_flag_alone_keeps_the_default_task_and_mixer():
     set_dotted(data, "task.state_size", 5)
     set_dotted(data, "mixer.n_heads", 2)
     config = resolve(data)
-    assert config.task["name"] == "linear_map" and config.task["state_size"] == 5
-    assert config.mixer == {"name": "transformer", "n_heads": 2, "head_dim": 8}
+    assert config.task.name == "linear_map" and config.task.params["state_size"] == 5
+    assert config.mixer.to_dict() == {"name": "transformer", "n_heads": 2, "head_dim": 8}

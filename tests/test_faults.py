@@ -25,7 +25,8 @@ from emergence_bench.mixers.base import TokenMixer
 from emergence_bench.module import EmergenceModule
 from emergence_bench.registry import register_mixer
 from emergence_bench.reporting import leaderboard
-from emergence_bench.run import RunFolder, RunLock, run
+from emergence_bench.run import run
+from emergence_bench.run_folder import RunFolder, RunLock
 
 
 @register_mixer("test_faults_open_ended")
@@ -60,7 +61,7 @@ def test_non_finite_numbers_are_refused_in_yaml_plugin_keys_and_sweep_grids(tmp_
     assert "optim.lr must be a finite number, got nan" in capsys.readouterr().err
     with pytest.raises(ConfigError, match=r"mixer.gain must be a finite number, got inf"):
         resolve(tiny_config(mixer={"name": "test_faults_open_ended", "gain": float("inf")}))
-    assert resolve(tiny_config(mixer={"name": "test_faults_open_ended", "gain": 2.0})).mixer["gain"] == 2.0
+    assert resolve(tiny_config(mixer={"name": "test_faults_open_ended", "gain": 2.0})).mixer.params["gain"] == 2.0
     sweep = tmp_path / "s.yaml"
     sweep.write_text(yaml.safe_dump({"name": "s", "base": tiny_config(), "grid": {"optim.lr": [1e-3, float("nan")]}}))
     assert main(["sweep", str(sweep), "--out", str(tmp_path / "out")]) == 2
@@ -79,7 +80,7 @@ def inject(monkeypatch, stage: str) -> None:
         raise Injected(f"injected at {stage}")
 
     if stage == "config save":
-        monkeypatch.setattr("emergence_bench.run.write_text", fail)
+        monkeypatch.setattr("emergence_bench.run_folder.write_text", fail)
     elif stage == "logger":
         monkeypatch.setattr(RunFolder, "logger", fail)
     elif stage == "first step":
@@ -97,7 +98,7 @@ def inject(monkeypatch, stage: str) -> None:
                 fail()
             real(path, data)
 
-        monkeypatch.setattr("emergence_bench.run.write_json", fail_once)
+        monkeypatch.setattr("emergence_bench.run_folder.write_json", fail_once)
 
 
 STAGES = ["config save", "logger", "first step", "eval", "columns", "result write"]

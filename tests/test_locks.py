@@ -1,4 +1,4 @@
-"""Two processes on one results folder: a run is trained by one of them only (emergence_bench.run.RunLock)."""
+"""Two processes on one results folder: a run is trained by one of them only (emergence_bench.run_folder.RunLock)."""
 
 import os
 import re
@@ -10,7 +10,8 @@ import pytest
 import yaml
 
 from emergence_bench.config import resolve
-from emergence_bench.run import RunBusy, RunFolder, RunLock, run
+from emergence_bench.run import run
+from emergence_bench.run_folder import RunBusy, RunFolder, RunLock
 
 
 def test_a_held_run_is_refused_and_released_once_its_row_is_written(tmp_path, tiny_config):

@@ -44,16 +44,16 @@ def test_keys_a_kwargs_constructor_does_not_name_pass_through_recorded_and_with_
     with pytest.warns(UserWarning, match=r"mixer.n_heads passes unchecked to mixer 'test_kwargs_only', whose "
                                          r"constructor takes \*\*kwargs"):
         config = resolve({"mixer": {"name": "test_kwargs_only", "n_heads": 4}})
-    assert config.mixer == {"name": "test_kwargs_only", "n_heads": 4}  # recorded as given (and in the run id)
+    assert config.mixer.to_dict() == {"name": "test_kwargs_only", "n_heads": 4}  # recorded as given (and in the run id)
     assert config.run_id() != resolve({"mixer": {"name": "test_kwargs_only"}}).run_id()
-    model = SequenceModel(2, 8, config.mixer, d_model=8)
+    model = SequenceModel(2, 8, config.mixer.to_dict(), d_model=8)
     assert model.mixers[0].kwargs == {"n_heads": 4}  # and they reach the constructor
 
 
 def test_named_keys_beside_kwargs_are_still_checked_and_defaulted():
     with pytest.warns(UserWarning, match=r"mixer.a, mixer.b pass unchecked"):
         config = resolve({"mixer": {"name": "test_named_and_kwargs", "a": 1, "b": "x"}})
-    assert config.mixer == {"name": "test_named_and_kwargs", "a": 1, "b": "x", "width": 8}
+    assert config.mixer.to_dict() == {"name": "test_named_and_kwargs", "a": 1, "b": "x", "width": 8}
     with pytest.raises(ConfigError, match="mixer.width must be of type int"):
         resolve({"mixer": {"name": "test_named_and_kwargs", "width": "wide"}})
     with warnings.catch_warnings():
@@ -81,9 +81,9 @@ def test_renaming_the_mixer_over_another_mixers_keys_says_whose_they_are():
     with pytest.raises(ConfigError, match=r"it takes \*\*kwargs: they would pass to it unchecked"):
         set_dotted(data, "mixer.name", "test_kwargs_only")
     set_dotted(data, "mixer.name", "gated_deltanet")  # keys it takes too carry over, as before
-    assert resolve(data).mixer["n_heads"] == 2
+    assert resolve(data).mixer.params["n_heads"] == 2
     set_dotted(data, "mixer", {"name": "mamba"})  # the whole section: replaced
-    assert resolve(data).mixer["name"] == "mamba"
+    assert resolve(data).mixer.name == "mamba"
 
 
 def test_renaming_the_task_over_another_tasks_keys_says_whose_they_are():

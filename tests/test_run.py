@@ -44,6 +44,35 @@ def test_same_seed_same_numbers_other_seed_other_numbers(tmp_path, tiny_config):
     assert a["metrics"] != c["metrics"]
 
 
+def test_a_run_builds_its_task_once_and_starts_from_the_seeds_weights(tmp_path, tiny_config, monkeypatch):
+    import lightning as L
+
+    from emergence_bench import run as runs
+
+    built, first_weights = [], []
+    build_task, build_model = runs.build_task, runs.build_model
+
+    def counted_task(config):
+        built.append(config.task.name)
+        return build_task(config)
+
+    def captured_model(config, task):
+        model = build_model(config, task)
+        if not any(p.is_meta for p in model.parameters()):  # the plan sizes it on the meta device first
+            first_weights.append({k: v.clone() for k, v in model.state_dict().items()})
+        return model
+
+    monkeypatch.setattr(runs, "build_task", counted_task)
+    monkeypatch.setattr(runs, "build_model", captured_model)
+    run(tiny_config(seed=3), tmp_path)
+    assert built == ["linear_map"] and len(first_weights) == 1
+    # The weights a run starts from are those of seed, then task, then model, as they always were.
+    config = runs.check(tiny_config(seed=3))
+    L.seed_everything(3, verbose=False)
+    expected = build_model(config, build_task(config)).state_dict()
+    assert all(torch.equal(expected[k], v) for k, v in first_weights[0].items())
+
+
 @pytest.mark.parametrize("log_every, stopped_at", [(10, 9), (1, 5), (4, 7)])
 def test_nan_loss_is_recorded_as_diverged_naming_its_step(log_every, stopped_at, tmp_path, tiny_config):
     """Losses are read back every log_every steps: the error names the step whose loss became NaN

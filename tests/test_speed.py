@@ -165,10 +165,10 @@ def test_the_timed_settings_are_the_ones_described():
     from emergence_bench.run import build_model, build_task
 
     configs = {name: resolve(speed.preset_run(*spec)) for name, spec in speed.SEED_RUNS.items()}
-    assert configs["quick"].task["batch_size"] == 128 and configs["quick-b16"].task["batch_size"] == 16
+    assert configs["quick"].task.params["batch_size"] == 128 and configs["quick-b16"].task.params["batch_size"] == 16
     peer = configs["peer-linear-map"]
-    assert (peer.task["state_size"], peer.task["sparsity"], peer.task["batch_size"]) == (16, 3, 256)
-    assert (peer.model.d_model, peer.model.mlp_ratio, peer.mixer["n_heads"], peer.mixer["head_dim"]) == (128, 4, 8, 16)
+    assert (peer.task.params["state_size"], peer.task.params["sparsity"], peer.task.params["batch_size"]) == (16, 3, 256)
+    assert (peer.model.d_model, peer.model.mlp_ratio, peer.mixer.params["n_heads"], peer.mixer.params["head_dim"]) == (128, 4, 8, 16)
     with torch.device("meta"):
         params = sum(p.numel() for p in build_model(peer, build_task(peer)).parameters())
     assert 195_000 < params < 210_000

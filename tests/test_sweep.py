@@ -33,7 +33,7 @@ def test_groups_expand_merge_and_select(tmp_path, tiny_config):
     sweep = load_sweep(str(path))
     runs = sweep.runs()
     assert [g for g, _ in runs] == ["lm"] * 4 + ["ca"] * 2
-    assert {c.task["name"] for g, c in runs if g == "ca"} == {"cellular_automata"}
+    assert {c.task.name for g, c in runs if g == "ca"} == {"cellular_automata"}
     sweep.override({"seed": 5, "trainer.max_steps": 7})
     assert [c.seed for _, c in sweep.runs()] == [5] * 3 and {c.trainer.max_steps for _, c in sweep.runs()} == {7}
     sweep.select(["ca"])
@@ -101,7 +101,7 @@ def test_seed_parallel_sweep_groups_seeds_of_one_config(tmp_path, tiny_config):
     jobs = seed_groups([(tmp_path, c) for _, c in sweep.runs()], 2)
     assert sorted(len(configs) for _, configs in jobs) == [1, 1, 2, 2]
     for _, configs in jobs:
-        assert len({c.task["sparsity"] for c in configs}) == 1  # a job never mixes configs
+        assert len({c.task.params["sparsity"] for c in configs}) == 1  # a job never mixes configs
     counts = run_sweep(sweep, tmp_path / "out", seed_parallel=2, batching="always")
     assert counts["ok"] == 6
     records = [json.loads(p.read_text()) for p in (tmp_path / "out").glob("*/result.json")]

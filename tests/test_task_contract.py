@@ -231,6 +231,34 @@ def test_the_task_instance_comes_from_the_task_seed(form):
 
 
 @pytest.mark.parametrize("form", TASKS)
+def test_building_a_task_leaves_the_global_rng_alone(form):
+    # A run builds its task once, before it seeds (emergence_bench.run.plan): the model's initial
+    # weights must not depend on whether the task was built first.
+    torch.manual_seed(0)
+    before = torch.get_rng_state()
+    build(form).configure_streams(data_seed=3, eval_batches=1)
+    assert torch.equal(before, torch.get_rng_state())
+
+
+def test_a_task_that_draws_from_the_global_rng_is_refused_before_it_trains(tiny_config):
+    from emergence_bench.config import ConfigError
+    from emergence_bench.run import plan
+    from emergence_bench.tasks.linear_map import LinearMap
+
+    class Unseeded(LinearMap):
+        def __init__(self, state_size: int = 4, batch_size: int = 8, task_seed: int = 0):
+            super().__init__(state_size=state_size, sparsity=1, batch_size=batch_size, task_seed=task_seed)
+            self.noise = torch.rand(3)  # the global RNG: another instance at every seed
+
+    registry.register_task("test_unseeded")(Unseeded)
+    try:
+        with pytest.raises(ConfigError, match="task 'test_unseeded' draws from torch's global RNG"):
+            plan(tiny_config(task={"name": "test_unseeded", "state_size": 4, "batch_size": 8}))
+    finally:
+        registry.tasks.remove("test_unseeded")
+
+
+@pytest.mark.parametrize("form", TASKS)
 def test_reachable_losses_are_ordered(form, tasks):
     task = tasks[form]
     chance, floor, accuracy = task.chance_loss, task.floor_loss, task.max_accuracy

@@ -105,7 +105,8 @@ def emergence(run_dir: str | Path, probe_batches: int | None = None, threshold: 
     if threshold is None:
         from emergence_bench.callbacks.emergence import effective_threshold
 
-        settings = config.callbacks.get("emergence") or {}
+        emergence = config.callback("emergence")
+        settings = emergence.params if emergence else {}
         threshold = effective_threshold(settings.get("threshold", DEFAULT_THRESHOLD),
                                         settings.get("relative", True), task)
     batches = config.trainer.eval_batches if probe_batches is None else probe_batches

@@ -94,7 +94,8 @@ def check_threads_fit(configs: list[RunConfig], share: int, workers: int) -> Non
 
 def _run_one(config: dict, out: str) -> dict:
     """One run, unless another process (a second sweep on this folder) holds it or finished it."""
-    from emergence_bench.run import RunBusy, run
+    from emergence_bench.run import run
+    from emergence_bench.run_folder import RunBusy
 
     try:
         return progress_summary(run(config, out, unfinished_only=True))
@@ -377,7 +378,7 @@ def _lost(runs: list[tuple[Path, RunConfig]], error: BaseException) -> list[dict
     """The summaries of a job's runs that ended without their own report: a run whose worker died
     mid-run gets a failed row saying so (``record_lost``); a run that finished keeps its row, and a run
     interrupted by a signal to its worker (or failed by an error outside it) none."""
-    from emergence_bench.run import record_lost
+    from emergence_bench.run_folder import record_lost
 
     summaries = []
     for run_out, config in runs:

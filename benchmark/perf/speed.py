@@ -257,7 +257,7 @@ def seed_step_rows(ks: Sequence[int] = (1, 4, 16), steps: int = 100, repeats: in
         params = sum(p.numel() for p in cast(EmergenceModule, bare.module).model.parameters())  # single_loop's
         for K in ks:
             speedup = [K / ratio for ratio in bracketed(bare_s, times[K])]
-            rows.append({"setting": name, "params": params, "batch": config.task["batch_size"], "device": where.type,
+            rows.append({"setting": name, "params": params, "batch": config.task.params["batch_size"], "device": where.type,
                          "k": K, "repeats": repeats, "bare_ms": statistics.median(bare_s) * 1e3,
                          "batched_ms": statistics.median(times[K]) * 1e3, "speedup": summary(speedup)})
     return rows

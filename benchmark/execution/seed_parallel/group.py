@@ -16,7 +16,8 @@ from emergence_bench.machine.allocator import keep_freed_memory
 from emergence_bench.registry import Registry
 from emergence_bench.result_row import Row
 from emergence_bench.results import busy_row
-from emergence_bench.run import RunBusy, apply_threads, failure, plan, run
+from emergence_bench.run import apply_threads, plan, run
+from emergence_bench.run_folder import RunBusy, failure
 from emergence_bench.trainer import build_trainer, quiet_lightning
 
 
@@ -66,7 +67,7 @@ def run_seed_parallel(given: Sequence[dict | RunConfig], out: str | Path, progre
     A NaN loss ends only its seed (``diverged``); a callback error only its seed (``failed``); an
     error in the shared step fails every seed still training. Ctrl-C raises KeyboardInterrupt and
     leaves unfinished seeds without a row, so a resumed sweep reruns them. A seed another process
-    holds (``RunBusy``, see emergence_bench.run.RunLock; with ``unfinished_only`` also one it has
+    holds (``RunBusy``, see emergence_bench.run_folder.RunLock; with ``unfinished_only`` also one it has
     finished) is left to it: its row here is ``busy_row``'s, written nowhere.
     """
     if batching not in BATCHING_MODES:

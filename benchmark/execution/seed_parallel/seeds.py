@@ -39,7 +39,8 @@ from emergence_bench.module import eval_metrics
 from emergence_bench.run_losses import RunLosses
 from emergence_bench.training import Diverged
 from emergence_bench.result_row import ResultRow
-from emergence_bench.run import RunFolder, build_model, build_task, failure
+from emergence_bench.run import build_callbacks, build_model, build_task
+from emergence_bench.run_folder import RunFolder, failure
 from emergence_bench.model import SequenceModel
 from emergence_bench.tasks.base import SyntheticTask
 
@@ -145,7 +146,7 @@ class Seed:
         L.seed_everything(self.config.seed, verbose=False)
         self.task = build_task(self.config)
         self.model = build_model(self.config, self.task)
-        self.callbacks = self.folder.callbacks(self.task, progress)
+        self.callbacks = self.folder.callbacks(build_callbacks(self.config, self.task), progress)
         self.logger = self.folder.logger()
 
     @property
