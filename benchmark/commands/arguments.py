@@ -51,6 +51,13 @@ def add_strict(parser: argparse.ArgumentParser) -> None:
                         help="an unreadable result.json is an error (default: a warning naming it; it is left out)")
 
 
+def results_in(path: str) -> Path:
+    """A results folder a command reads: one that exists, else bad input naming it."""
+    if not Path(path).is_dir():
+        raise ValueError(f"no such results directory: {path}")
+    return Path(path)
+
+
 def results_folder(path: str | Path) -> Path:
     """``path`` created (with its parents) for results; a path that cannot be is bad input."""
     from emergence_bench.config import ConfigError

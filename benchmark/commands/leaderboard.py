@@ -7,7 +7,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from emergence_bench.commands.arguments import add_strict
+from emergence_bench.commands.arguments import add_strict, results_in
 from emergence_bench.commands.command import Subparsers, register_command
 
 
@@ -26,14 +26,13 @@ def main(args: argparse.Namespace, extra: list[str]) -> int:
     from emergence_bench.reporting import leaderboard
     from emergence_bench.results import load_records, mixed_code_note
 
-    if not Path(args.dir).is_dir():
-        raise ValueError(f"no such results directory: {args.dir}")
+    folder = results_in(args.dir)
     over = tuple(k.strip() for k in args.over.split(",") if k.strip())
-    table, markdown = leaderboard.write(args.dir, over, baseline=args.baseline, strict=args.strict)
+    table, markdown = leaderboard.write(folder, over, baseline=args.baseline, strict=args.strict)
     print(markdown, end="")
-    print(f"\nwrote {Path(args.dir) / 'leaderboard.md'} and {Path(args.dir) / 'leaderboard.csv'} "
+    print(f"\nwrote {folder / 'leaderboard.md'} and {folder / 'leaderboard.csv'} "
           f"({len(table)} rows)", file=sys.stderr)
-    note = mixed_code_note(load_records(args.dir, quiet=True))
+    note = mixed_code_note(load_records(folder, quiet=True))
     if note:
         print(f"note: {note} (see each result's provenance, or the report's)", file=sys.stderr)
     return 0

@@ -7,7 +7,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from emergence_bench.commands.arguments import add_strict
+from emergence_bench.commands.arguments import add_strict, results_in
 from emergence_bench.commands.command import Subparsers, register_command
 
 
@@ -27,18 +27,17 @@ def add_parser(subparsers: Subparsers) -> argparse.ArgumentParser:
 def main(args: argparse.Namespace, extra: list[str]) -> int:
     from emergence_bench.reporting import rank
 
-    if not Path(args.dir).is_dir():
-        raise ValueError(f"no such results directory: {args.dir}")
+    folder = results_in(args.dir)
     axes = {}
     for spec in args.rung or []:
         family, _, key = spec.partition("=")
         if not family or not key:
             raise ValueError(f"--rung takes FAMILY=KEY, e.g. linear_map=task.sparsity; got {spec!r}")
         axes[family] = key if "." in key else f"task.{key}"
-    ranked, markdown = rank.write(args.dir, axes, strict=args.strict, baseline=args.baseline,
+    ranked, markdown = rank.write(folder, axes, strict=args.strict, baseline=args.baseline,
                                   reference_name=args.reference)
     print(markdown, end="")
-    print(f"\nwrote {Path(args.dir) / 'rank.md'}, rank.csv and rank.json ({len(ranked['ranking'])} mixers, "
+    print(f"\nwrote {folder / 'rank.md'}, rank.csv and rank.json ({len(ranked['ranking'])} mixers, "
           f"{len(ranked['cells'])} cells)", file=sys.stderr)
     return 0
 

@@ -111,14 +111,15 @@ def add_parser(subparsers: Subparsers) -> argparse.ArgumentParser:
 def main(args: argparse.Namespace, extra: list[str] | None = None) -> int:
     if extra:
         raise ValueError(f"forecast takes no config keys; got {' '.join(extra)}")
-    if not Path(args.dir).is_dir():
-        raise ValueError(f"no such results directory: {args.dir}")
+    from emergence_bench.commands.arguments import results_in
+
+    folder = results_in(args.dir)
     if args.features < 1 or args.permutations < 1:
         raise ValueError("--features and --permutations must be ≥ 1")
     from emergence_bench.forecast.evaluate import in_domain, transfer
     from emergence_bench.results import load_records, without_non_finite, write_json, write_text
 
-    rows = [r for r in load_records(args.dir) if r.get("status") == "ok"]
+    rows = [r for r in load_records(folder) if r.get("status") == "ok"]
     if not rows:
         raise ValueError(f"no finished runs under {args.dir}")
     found = fleets(rows)
@@ -143,9 +144,9 @@ def main(args: argparse.Namespace, extra: list[str] | None = None) -> int:
                                         args.permutations))
     markdown = to_markdown(results)
     print(markdown, end="")
-    write_text(Path(args.dir) / "forecast.md", markdown)
+    write_text(folder / "forecast.md", markdown)
     # A score that is not defined (e.g. a correlation over fewer than 3 emerged runs) is null.
-    write_json(Path(args.dir) / "forecast.json", {"results": without_non_finite(results)[0]})
+    write_json(folder / "forecast.json", {"results": without_non_finite(results)[0]})
     if args.save:
         _save(args.save, groups, args.features)
     if args.replay:
@@ -157,7 +158,7 @@ def main(args: argparse.Namespace, extra: list[str] | None = None) -> int:
     if args.stopped:
         from emergence_bench.forecast.evaluate import stop_savings
 
-        if not Path(args.stopped).is_dir():
+        if not Path(args.stopped).is_dir():  # a second folder, named by its flag
             raise ValueError(f"--stopped: no such results directory: {args.stopped}")
         saved = stop_savings(rows, [r for r in load_records(args.stopped) if r.get("status") == "ok"])
         print("\nforecast stop: " + _savings_line(saved))

@@ -58,6 +58,16 @@ class Results:
 Draw = Callable[[Results], list[Drawn]]
 
 
+def from_groups(draw: Callable[[list[tuple[str, list[ResultRow]]]], Figure | None], file: str) -> Draw:
+    """A figure drawn from the leaderboard's groups alone: ``[Drawn(draw(groups), file)]``, or none
+    when ``draw`` has nothing to show."""
+    def drawn(results: Results) -> list[Drawn]:
+        figure = draw(results.groups)
+        return [Drawn(figure, file)] if figure else []
+
+    return drawn
+
+
 @dataclass(frozen=True)
 class ReportFigure:
     """A figure of the report: ``name`` (what ``--figures`` chooses), its section's ``title`` and

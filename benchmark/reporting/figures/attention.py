@@ -4,6 +4,7 @@ four moments of training (``filmstrip``)."""
 from __future__ import annotations
 
 from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -105,38 +106,43 @@ def filmstrip(run_dir: Path, record: ResultRow, label: str) -> Figure | None:
     return figure
 
 
-@register_figure("filmstrip", "Attention over time",
-                 "The best head's map at the start, when the pattern was found, at emergence and at the end, beside "
-                 "the ground truth, all on one colour scale (the truth drawn as the attention that follows it "
-                 "exactly).", "no run saved its attention maps at the four moments (a mixer without attention "
-                 "scores, or results from an older version)")
-def _filmstrip(results: Results) -> list[Drawn]:
-    drawn: list[Drawn] = []
-    for label, members in results.groups:
-        if len(drawn) >= results.maps:
-            break
-        record = staircase_seed(members, results.seed) or (None if results.seed is not None else members[0])
-        run_dir = find_run_dir(results.root, record) if record is not None and results.root else None
-        figure = filmstrip(run_dir, record, results.titles[label]) if run_dir and record is not None else None
-        if figure:
-            drawn.append(Drawn(figure, f"filmstrip-{slug(label)}", alt=f"attention over time {label}"))
+def _filmstrip_of(results: Results, label: str, members: list) -> Figure | None:
+    record = staircase_seed(members, results.seed) or (None if results.seed is not None else members[0])
+    run_dir = find_run_dir(results.root, record) if record is not None and results.root else None
+    return filmstrip(run_dir, record, results.titles[label]) if run_dir and record is not None else None
+
+
+def _maps_of(results: Results, label: str, members: list) -> Figure | None:
+    run_dir = find_run_dir(results.root, members[0]) if results.root else None
+    title = results.titles[label]
+    return attention_maps(run_dir, f"{title + ', ' if title else ''}seed {members[0]['seed']}") if run_dir else None
+
+
+def per_group(draw: Callable[[Results, str, list], Figure | None], name: str,
+              alt: str) -> Callable[[Results], list[Drawn]]:
+    """A figure per group (``draw(results, label, members)``, None where a group has none to show), at
+    most ``results.maps`` of them, saved as ``<name>-<group>``."""
+    def drawn(results: Results) -> list[Drawn]:
+        figures: list[Drawn] = []
+        for label, members in results.groups:
+            if len(figures) >= results.maps:
+                break
+            figure = draw(results, label, members)
+            if figure:
+                figures.append(Drawn(figure, f"{name}-{slug(label)}", alt=f"{alt} {label}"))
+        return figures
+
     return drawn
 
 
-@register_figure("maps", "Attention maps beside the ground truth",
-                 "Each group's last attention maps (one panel a head; rows: the query position, columns: the key it "
-                 "attends to) next to the task's true sources, on one colour scale; grey rows are positions the task "
-                 "does not score.", "no run saved attention maps (mixers without attention scores, or no attention "
-                 "probe)")
-def _maps(results: Results) -> list[Drawn]:
-    drawn: list[Drawn] = []
-    for label, members in results.groups:
-        if len(drawn) >= results.maps:
-            break
-        run_dir = find_run_dir(results.root, members[0]) if results.root else None
-        title = results.titles[label]
-        figure = attention_maps(run_dir, f"{title + ', ' if title else ''}seed {members[0]['seed']}") \
-            if run_dir else None
-        if figure:
-            drawn.append(Drawn(figure, f"attention-{slug(label)}", alt=f"attention {label}"))
-    return drawn
+register_figure("filmstrip", "Attention over time",
+                "The best head's map at the start, when the pattern was found, at emergence and at the end, beside "
+                "the ground truth, all on one colour scale (the truth drawn as the attention that follows it "
+                "exactly).", "no run saved its attention maps at the four moments (a mixer without attention "
+                "scores, or results from an older version)")(
+    per_group(_filmstrip_of, "filmstrip", "attention over time"))
+register_figure("maps", "Attention maps beside the ground truth",
+                "Each group's last attention maps (one panel a head; rows: the query position, columns: the key it "
+                "attends to) next to the task's true sources, on one colour scale; grey rows are positions the task "
+                "does not score.", "no run saved attention maps (mixers without attention scores, or no attention "
+                "probe)")(per_group(_maps_of, "attention", "attention"))

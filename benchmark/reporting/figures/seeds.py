@@ -7,7 +7,7 @@ import textwrap
 import numpy as np
 from matplotlib.figure import Figure
 
-from emergence_bench.reporting.figure import Drawn, Results, register_figure
+from emergence_bench.reporting.figure import from_groups, register_figure
 from emergence_bench.reporting.plotting import PAGE_INCHES, plain_log, plt, short_titles
 from emergence_bench.result_row import ResultRow, emergence_step, step_budget
 
@@ -50,10 +50,9 @@ def seed_scatter(groups: list[tuple[str, list[ResultRow]]]) -> Figure | None:
     return figure
 
 
-@register_figure("seeds", "Emergence step per seed",
-                 "One column per leaderboard row, one dot per seed (log axis); a triangle at the budget marks a seed "
-                 "that never emerged. The spread within a column is how much the step depends on the seed alone.",
-                 "no run finished (ok or diverged)")
-def _seeds(results: Results) -> list[Drawn]:
-    figure = seed_scatter(results.groups)
-    return [Drawn(figure, "emergence-per-seed")] if figure else []
+register_figure("seeds", "Emergence step per seed",
+                "One column per leaderboard row, one dot per seed (log axis); a triangle at the budget marks a seed "
+                "that never emerged. The spread within a column is how much the step depends on the seed alone.",
+                "no run finished (ok or diverged)")(
+    from_groups(seed_scatter, "emergence-per-seed"))
+
