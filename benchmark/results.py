@@ -44,6 +44,7 @@ ANALYSIS_DIR = "analysis"  # `emergence-bench analyze` outputs: emergence.json, 
 LEADERBOARD_STEM = "leaderboard"  # leaderboard.md, leaderboard.csv, leaderboard.json
 RANK_STEM = "rank"  # rank.md, rank.csv, rank.json
 TUNING_DIR = "tuning"  # DIR/tuning/<group>/<run id>: a tuned sweep's tuning runs, which its ranking leaves out
+TABLES_FILE = "tuning.json"  # DIR/tuning/tuning.json: the tuning tables (execution/tuning.py), one per mixer and group
 REPORT_FILE = "report.html"
 LOCKS_DIR = ".locks"  # <run_id>.lock: held by the process training that run (emergence_bench.run_folder.RunLock)
 
@@ -301,3 +302,15 @@ def load(root: str | Path) -> pd.DataFrame:
     if not records:
         return pd.DataFrame()
     return pd.json_normalize(records)
+
+
+def write_tables(folder: Path, tables: list[dict]) -> None:
+    """Merge ``tables`` into ``folder``/tuning.json (a table per mixer and group; the newest wins)."""
+    merged = {(t["mixer"], t["group"]): t for t in read_tables(folder) + tables}
+    write_json(folder / TABLES_FILE, {"tables": [merged[k] for k in sorted(merged)]})
+
+
+def read_tables(folder: Path) -> list[dict]:
+    """The tuning tables in ``folder``/tuning.json; none where there is no file."""
+    path = Path(folder) / TABLES_FILE
+    return json.loads(path.read_text(encoding="utf-8"))["tables"] if path.is_file() else []

@@ -39,12 +39,11 @@ from emergence_bench.config import ConfigError
 from emergence_bench.execution.sweep_spec import Group, Sweep
 from emergence_bench.reporting.stats import kaplan_meier_median, wilson_interval
 from emergence_bench.result_row import ResultRow, emergence_step, step_budget
-from emergence_bench.results import TUNING_DIR, is_finished, read_result, write_json
+from emergence_bench.results import TUNING_DIR, is_finished, read_result, write_tables
 
 if TYPE_CHECKING:  # the sweep module runs the stages; tuning only hands them on
     from emergence_bench.execution.sweep import Stage
 
-TABLES_FILE = "tuning.json"  # DIR/tuning/tuning.json: the tuning tables, rewritten after each tuning
 
 # --- the choice rule -----------------------------------------------------------------------------
 @dataclass
@@ -314,15 +313,3 @@ class TuneThenRank:
                  + ", ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in table["chosen"].items())
                  + flag)
         return [self.stage(ranking_part(self.sweep, job.name, job.group), self.out, False)]
-
-
-def write_tables(folder: Path, tables: list[dict]) -> None:
-    """Merge ``tables`` into ``folder``/tuning.json (a table per mixer and group; the newest wins)."""
-    merged = {(t["mixer"], t["group"]): t for t in read_tables(folder) + tables}
-    write_json(folder / TABLES_FILE, {"tables": [merged[k] for k in sorted(merged)]})
-
-
-def read_tables(folder: Path) -> list[dict]:
-    """The tuning tables in ``folder``/tuning.json; none where there is no file."""
-    path = Path(folder) / TABLES_FILE
-    return json.loads(path.read_text(encoding="utf-8"))["tables"] if path.is_file() else []

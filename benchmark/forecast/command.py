@@ -111,9 +111,9 @@ def add_parser(subparsers: Subparsers) -> argparse.ArgumentParser:
 def main(args: argparse.Namespace, extra: list[str] | None = None) -> int:
     if extra:
         raise ValueError(f"forecast takes no config keys; got {' '.join(extra)}")
-    from emergence_bench.commands.arguments import results_in
-
-    folder = results_in(args.dir)
+    folder = Path(args.dir)
+    if not folder.is_dir():
+        raise ValueError(f"no such results directory: {args.dir}")
     if args.features < 1 or args.permutations < 1:
         raise ValueError("--features and --permutations must be ≥ 1")
     from emergence_bench.forecast.evaluate import in_domain, transfer

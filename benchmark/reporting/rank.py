@@ -37,9 +37,8 @@ from emergence_bench.reporting.plateau_score import plateau_end
 from emergence_bench.reporting.stats import kaplan_meier_median, wilson_interval
 from emergence_bench.reporting.table import Table
 from emergence_bench.result_row import ResultRow, emergence_step
-from emergence_bench.execution.tuning import read_tables
 from emergence_bench.reporting import reference
-from emergence_bench.results import RANK_STEM, TUNING_DIR, load_records, write_json, write_text
+from emergence_bench.results import RANK_STEM, TUNING_DIR, load_records, read_tables, write_json, write_text
 
 Z = 1.96  # 95%
 

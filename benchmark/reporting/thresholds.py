@@ -78,7 +78,7 @@ def threshold_figure(groups: Sequence[tuple[str, Sequence[Row]]], limit: int = 1
     median plateau end against f, the thresholds in use dashed. None when no run has curves."""
     import matplotlib.pyplot as plt
 
-    from emergence_bench.reporting.comparison import plain_log
+    from emergence_bench.reporting.plotting import plain_log
 
     groups = [(label, rows) for label, rows in groups if any(section(r, "curves").get("eval") for r in rows)]
     if not groups:
@@ -100,8 +100,7 @@ def threshold_figure(groups: Sequence[tuple[str, Sequence[Row]]], limit: int = 1
         ax.set_title(title)
         values = np.array([v for label, _ in groups for v in found[label]["emergence" if ax is left else "plateau"]])
         if np.isfinite(values).any() and np.nanmin(values) > 0:
-            ax.set_yscale("log")
-            plain_log(ax.yaxis)
+            plain_log(ax, "y")
         ax.grid(alpha=0.3)
     right.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0))
     figure.tight_layout()

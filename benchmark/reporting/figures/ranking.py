@@ -8,7 +8,7 @@ import html
 from matplotlib.figure import Figure
 
 from emergence_bench.config import ConfigError
-from emergence_bench.execution.tuning import read_tables
+from emergence_bench.results import read_tables
 from emergence_bench.reporting import comparison, rank
 from emergence_bench.reporting.figure import Drawn, Results, register_figure
 from emergence_bench.reporting.plotting import PAGE_INCHES, plain_log, plt
