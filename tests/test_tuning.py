@@ -184,3 +184,58 @@ def test_a_plugin_is_tuned_first_then_ranked_at_its_choice_and_it_resumes(tmp_pa
     assert [t["mixer"] for t in data["tuning"]] == ["lru"]
     assert {c["seeds"] for c in data["cells"]} == {2}  # seeds 0 and 1 only: no tuning seed joined a cell
     assert "| lru | " + f"{lr:.0e}".replace("e-0", "e-") + " |" in ranked.stdout
+
+
+WIDENS = """
+name: widens
+ladder: widens-v1
+tuning: {seeds: [100, 101], grid: {optim.lr: [1.0e-3, 3.0e-3]}, widen: 1}
+tuned: {transformer: {lm: {optim.lr: 3.0e-3}}}
+base:
+  model: {d_model: 16, n_layers: 1, mlp_ratio: 2}
+  trainer: {max_steps: 40, eval_every: 20, eval_batches: 1}
+grid:
+  seed: [0, 1]
+  mixer: [{name: transformer, n_heads: 2, head_dim: 8}, {name: lru}]
+groups:
+  - {name: lm, base: {task: {name: linear_map, state_size: 4, sparsity: 1, trajectory_length: 2, batch_size: 8}},
+     grid: {task.sparsity: [1, 2]}}
+"""
+
+
+def test_a_widening_runs_before_any_ranking_run_and_its_choice_unlocks_the_mixers_ranking(tmp_path, monkeypatch):
+    from emergence_bench.config import resolve
+    from emergence_bench.execution import sweep as sweeps
+    from emergence_bench.results import SCHEMA_VERSION, write_json
+
+    taken = []
+
+    def fake_run(config, out):  # emerges sooner the higher the lr, up to 3e-3; never at 9e-3
+        c = resolve(config)
+        lr, where = c.optim.lr, "tuning" if out.rstrip("/").split("/")[-2] == "tuning" else "ranking"
+        taken.append((where, c.mixer.name, lr, c.seed))
+        step = {1e-3: 20, 3e-3: 10}.get(lr)
+        write_json(f"{out}/{c.run_id()}/result.json", {
+            "schema_version": SCHEMA_VERSION, "run_id": c.run_id(), "status": "ok", "config": c.to_dict(),
+            "emergence": {"step": step}, "timing": {"steps": step or 40}})
+        return {"run_id": c.run_id(), "status": "ok", "error": None, "emergence_step": step}
+
+    monkeypatch.setattr(sweeps, "_run_one", fake_run)
+    (tmp_path / "widens.yaml").write_text(WIDENS)
+    sweep = load_sweep(str(tmp_path / "widens.yaml"))
+    said = []
+    pipeline = tuning.TuneThenRank(sweep, tmp_path / "out", tuning.jobs_for(sweep), said.append,
+                                   lambda this, folder, tunes: sweeps.Stage(this, folder, priority=0 if tunes else 1))
+    with open(tmp_path / "log", "w") as stream:
+        counts = sweeps.run_stages(pipeline.first(), stream=stream, follow=pipeline, announced={"widens": 8})
+    # lru's grid widens past 3e-3 (strictly best on the high edge) to 9e-3, whose runs go before every
+    # ranking run, the frozen Transformer's included; then 3e-3 is chosen and lru's ranking runs follow.
+    assert said[0].endswith("lru on lm: best at the high edge of optim.lr, grid widened to [0.001, 0.003, 0.009]")
+    assert said[1].endswith("lru on lm: chose optim.lr=0.003")
+    stages = [where if where == "ranking" else f"tuning {lr}" for where, _, lr, _ in taken]
+    assert sorted(stages[:4]) == ["tuning 0.001"] * 2 + ["tuning 0.003"] * 2
+    assert stages[4:] == ["tuning 0.009"] * 2 + ["ranking"] * 8
+    assert {(m, lr) for where, m, lr, _ in taken if where == "ranking"} == {("transformer", 3e-3), ("lru", 3e-3)}
+    assert counts["widens:tuning"]["total"] == 6 and counts["widens"]["ok"] == 8
+    table = json.loads((tmp_path / "out" / "tuning" / "tuning.json").read_text())["tables"][0]
+    assert table["widened"] == [{"key": "optim.lr", "side": "high", "value": 0.009}] and table["edge"] is None
