@@ -27,12 +27,12 @@ from emergence_bench.mixers.init import WeightInit
 from emergence_bench.model import SequenceModel
 from emergence_bench.module import EmergenceModule
 from emergence_bench.result_row import ResultRow
-from emergence_bench.run_folder import RunBusy, RunFolder, failure
+from emergence_bench.run_folder import RunFolder, failure
 from emergence_bench.tasks.base import SyntheticTask
 from emergence_bench.trainer import build_trainer, quiet_lightning
 from emergence_bench.training import Diverged
 
-__all__ = ["RunBusy", "RunPlan", "apply_threads", "build_callbacks", "build_model", "build_task", "check", "plan",
+__all__ = ["RunPlan", "apply_threads", "build_callbacks", "build_model", "build_task", "check", "plan",
            "run"]
 
 

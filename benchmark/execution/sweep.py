@@ -7,6 +7,7 @@ result.json says ok or diverged, reruns failed and unfinished ones, and loses no
 
 from __future__ import annotations
 
+import functools
 import heapq
 import itertools
 import json
@@ -19,13 +20,15 @@ from dataclasses import dataclass
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import FrameType
-from typing import Any, Protocol, TextIO
+from typing import TYPE_CHECKING, Any, Protocol, TextIO
 
 from emergence_bench.config import Batching, ConfigError, RunConfig, resolve
 from emergence_bench.execution.sweep_spec import Sweep
 from emergence_bench.execution.workers import Interrupted, Workers, WorkerLost
 from emergence_bench.machine.threads import available_cpus, set_cpu_share
 from emergence_bench.result_row import Row
+if TYPE_CHECKING:  # plans are the run module's; a sweep only reads their sizes
+    from emergence_bench.run import RunPlan
 from emergence_bench.results import (ResultsUnwritable, busy_row, is_finished, lost_summary, progress_summary,
                                      read_result)
 
@@ -175,6 +178,11 @@ class Stage:
     batching: str = "auto"
     priority: int = 0  # a stage of a lower priority is taken first (a tuning before the ranking it unlocks)
 
+    @functools.cached_property
+    def planned(self) -> list[tuple[Path, RunPlan]]:
+        """Its runs, checked and sized once: (the run's folder's parent, its plan)."""
+        return [(self.out / group, planned) for group, planned in self.sweep.plans()]
+
 
 class Follow(Protocol):
     """What runs next, once some have finished: given the ids of runs just reported, the stages they
@@ -196,11 +204,9 @@ class JobQueue:
         self.heap: list[tuple[int, int, int, Job]] = []
         self.arrivals = itertools.count()
 
-    def push(self, job: Job, priority: int) -> None:
-        from emergence_bench.run import build_task
-
-        task = build_task(job[2][0][1])
-        heapq.heappush(self.heap, (priority, -task.batch_size * task.seq_len, next(self.arrivals), job))
+    def push(self, job: Job, priority: int, tokens: int) -> None:
+        """Queue ``job``, whose step trains ``tokens`` tokens per seed."""
+        heapq.heappush(self.heap, (priority, -tokens, next(self.arrivals), job))
 
     def pop(self) -> Job:
         return heapq.heappop(self.heap)[-1]
@@ -268,7 +274,8 @@ def run_stages(stages: list[Stage], workers: int = 1, stream: TextIO | None = No
                       f"{later} {where} → {folders[name]}", file=stream, flush=True)
 
     def add(stage: Stage) -> None:
-        runs = [(stage.out / group, config) for group, config in stage.sweep.runs()]
+        runs = [(folder, planned.config) for folder, planned in stage.planned]
+        tokens = {planned.config.run_id(): planned.batch_size * planned.seq_len for _, planned in stage.planned}
         pending = [(folder, config) for folder, config in runs if not is_finished(folder / config.run_id())]
         if executor == "local":
             check_threads_fit([c for _, c in pending], share, workers)
@@ -290,7 +297,7 @@ def run_stages(stages: list[Stage], workers: int = 1, stream: TextIO | None = No
         else:
             jobs = [(_run_one, (c.to_dict(), str(folder)), [(folder, c)], progress) for folder, c in pending]
         for job in jobs:
-            queue.push(job, stage.priority)
+            queue.push(job, stage.priority, tokens[job[2][0][1].run_id()])
 
     def report(job: Job, results: list[dict] | dict) -> None:
         summaries = results if isinstance(results, list) else [results]

@@ -29,10 +29,13 @@ import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from emergence_bench.config import (Batching, ConfigError, RunConfig, TrainerConfig, check_choices, load_yaml,
                                     set_dotted)
+
+if TYPE_CHECKING:  # the run module plans; a sweep only lists its runs
+    from emergence_bench.run import RunPlan
 
 PRESETS_DIR = Path(__file__).parents[1] / "presets"
 
@@ -172,9 +175,13 @@ class Sweep:
 
     def runs(self) -> list[tuple[str, RunConfig]]:
         """Every run resolved and checked (a bad grid point fails here, before any run)."""
-        from emergence_bench.run import check
+        return [(group, planned.config) for group, planned in self.plans()]
 
-        return [(group, check(raw)) for group, raw in self.raw_runs()]
+    def plans(self) -> list[tuple[str, RunPlan]]:
+        """Every run checked and sized (``emergence_bench.run.plan``), by group."""
+        from emergence_bench.run import plan
+
+        return [(group, plan(raw)) for group, raw in self.raw_runs()]
 
     def select(self, names: list[str]) -> None:
         """Keep only the named groups."""

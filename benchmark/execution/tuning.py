@@ -259,7 +259,7 @@ class TuneThenRank:
         assert sweep.tuning is not None  # a sweep that tunes (the CLI makes this only then)
         self.sweep, self.out, self.jobs, self.say, self.stage = sweep, Path(out), jobs, say, stage
         self.folder = self.out / TUNING_DIR
-        self.waiting: dict[str, Job] = {}  # run id -> the job whose choice waits for it
+        self.waiting: dict[str, tuple[str, str]] = {}  # run id -> the (mixer, group) whose choice waits for it
         self.unresolved = list(jobs)
         self.tables: list[dict] = []
 
@@ -277,18 +277,19 @@ class TuneThenRank:
         """The stages that the runs ``finished`` unlock ([] at the start: jobs already complete)."""
         for run_id in finished:
             self.waiting.pop(run_id, None)
-        ready = [job for job in self.unresolved if job not in self.waiting.values()]
+        waited = set(self.waiting.values())
+        ready = [job for job in self.unresolved if (job.name, job.group) not in waited]
         return [stage for job in ready for stage in self._resolve(job)]
 
     def _tuning(self, jobs: list[Job], only: dict[str, list] | None = None) -> Stage:
         """The tuning runs of ``jobs`` (with ``only``, of those grid values alone: a widening's new
         points); the unfinished ones are waited for."""
         parts = [Job(job.mixer, job.group, {**job.grid, **(only or {})}) for job in jobs]
-        for job, part in zip(jobs, parts):
-            for group, config in tuning_sweep(self.sweep, [part]).runs():
-                if not is_finished(self.folder / group / config.run_id()):
-                    self.waiting[config.run_id()] = job
-        return self.stage(tuning_sweep(self.sweep, parts), self.folder, True)
+        stage = self.stage(tuning_sweep(self.sweep, parts), self.folder, True)
+        for folder, planned in stage.planned:  # planned once: the sweep reads the same plans
+            if not is_finished(folder / planned.config.run_id()):
+                self.waiting[planned.config.run_id()] = (planned.config.mixer.name, folder.name)
+        return stage
 
     def _resolve(self, job: Job) -> list[Stage]:
         """``job``'s tuning has reported every run: widen its grid, or choose and rank."""
@@ -303,7 +304,7 @@ class TuneThenRank:
             self.say(f"[{self.sweep.name}:tuning] {job.name} on {job.group}: best at the {side} edge of {key}, "
                      f"grid widened to {job.grid[key]}")
             stage = self._tuning([job], only={key: [value]})
-            return [stage] + (self._resolve(job) if job not in self.waiting.values() else [])
+            return [stage] + (self._resolve(job) if (job.name, job.group) not in self.waiting.values() else [])
         self.unresolved.remove(job)
         self.tables.append(table)
         write_tables(self.folder, [table])

@@ -99,11 +99,11 @@ def run_seed_parallel(given: Sequence[dict | RunConfig], out: str | Path, progre
     note = {"seed_parallel": {"k": len(configs), "group": [c.run_id() for c in configs], **probe}}
     seeds: list[Seed] = []
     busy: list[Row] = []
-    for config in configs:
+    for planned in plans:
         try:
-            seeds.append(Seed(config, Path(out), note, unfinished_only))
+            seeds.append(Seed(planned, Path(out), note, unfinished_only))
         except RunBusy as error:
-            busy.append(busy_row(config.run_id(), error))
+            busy.append(busy_row(planned.config.run_id(), error))
     built: list[Seed] = []
     for seed in seeds:
         try:

@@ -33,13 +33,12 @@ import torch
 from lightning.pytorch.loggers import Logger
 
 from emergence_bench.callbacks.contract import EvalResult
-from emergence_bench.config import RunConfig
 from emergence_bench.execution.seed_parallel.ensemble import EnsembleModule, stack_bias
 from emergence_bench.module import eval_metrics
 from emergence_bench.run_losses import RunLosses
 from emergence_bench.training import Diverged
 from emergence_bench.result_row import ResultRow
-from emergence_bench.run import build_callbacks, build_model, build_task
+from emergence_bench.run import RunPlan, build_callbacks, build_model
 from emergence_bench.run_folder import RunFolder, failure
 from emergence_bench.model import SequenceModel
 from emergence_bench.tasks.base import SyntheticTask
@@ -130,9 +129,9 @@ class SeedTrainer:
 class Seed:
     """One seed of a group: its run folder, task, model, callbacks, logger and views."""
 
-    def __init__(self, config: RunConfig, out: Path, note: dict, unfinished_only: bool = False) -> None:
-        self.config, self.note = config, note
-        self.folder = RunFolder(config, out, unfinished_only)
+    def __init__(self, planned: RunPlan, out: Path, note: dict, unfinished_only: bool = False) -> None:
+        self.planned, self.config, self.note = planned, planned.config, note
+        self.folder = RunFolder(self.config, out, unfinished_only)
         self.index = -1
         self.task: SyntheticTask | None = None  # these four from build on
         self.model: SequenceModel | None = None
@@ -142,9 +141,10 @@ class Seed:
         self.trainer: SeedTrainer | None = None  # from attach (the Trainer's setup) on
 
     def build(self, progress: bool) -> None:
-        """Task, model and callbacks in ``run()``'s order, so the initial weights are the sequential run's."""
+        """Task, model and callbacks as ``run()`` makes them (the plan's task, then the model under the
+        seed), so the initial weights are the sequential run's."""
         L.seed_everything(self.config.seed, verbose=False)
-        self.task = build_task(self.config)
+        self.task = self.planned.task
         self.model = build_model(self.config, self.task)
         self.callbacks = self.folder.callbacks(build_callbacks(self.config, self.task), progress)
         self.logger = self.folder.logger()
