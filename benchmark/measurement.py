@@ -19,6 +19,7 @@ and a plugin callback's module registers its own when the callbacks registry loa
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, Literal, Protocol, TypeAlias, TypeVar, Union
@@ -89,8 +90,22 @@ class Measurement(Generic[S]):
 
 
 class _Measurements(registry.Registry["Measurement[Any]"]):
-    """The registered measurements, in registration order. A callback's module registers its own, so
-    loading the callbacks (the built-ins and the installed plugins) loads them."""
+    """The registered measurements: the built-in callbacks' in the order of their modules in
+    ``callbacks.BUILTINS`` (each module's in its own order), then the others (plugins, tests) in
+    registration order, whichever module was imported first. A callback's module registers its own,
+    so loading the callbacks (the built-ins and the installed plugins) loads them."""
+
+    def __init__(self, kind: str, contract: type) -> None:
+        super().__init__(kind, contract)
+        self._declared: dict[str, tuple[str, int]] = {}  # name -> (declaring module, registration index)
+
+    def declare(self, entry: Measurement[Any], module: str) -> None:
+        self.add(entry.name, entry)
+        self._declared[entry.name] = (module, len(self._declared))
+
+    def remove(self, name: str) -> None:
+        super().remove(name)
+        self._declared.pop(name, None)
 
     def add(self, name: str, entry: Measurement[Any]) -> Measurement[Any]:
         """As a registry adds, and its leaderboard columns must be new too."""
@@ -103,15 +118,22 @@ class _Measurements(registry.Registry["Measurement[Any]"]):
 
     def _load(self) -> None:
         registry.callbacks.names()
+        builtins = registry.callbacks.builtin_modules()
+
+        def order(name: str) -> tuple[int, int]:
+            module, index = self._declared.get(name, ("", len(self._declared)))
+            return (builtins.index(module) if module in builtins else len(builtins), index)
+
+        self._entries = dict(sorted(self._entries.items(), key=lambda item: order(item[0])))
 
 
 MEASUREMENTS = _Measurements("measurement", Measurement)
 
 
 def register_measurement(measurement: Measurement[S]) -> Measurement[S]:
-    """Adds ``measurement`` (after those registered before it) and returns it. Its name and its
-    leaderboard columns must be new."""
-    MEASUREMENTS.add(measurement.name, measurement)
+    """Adds ``measurement`` and returns it; its name and its leaderboard columns must be new. Its
+    place among the others is its module's (``_Measurements``): the caller's module is that."""
+    MEASUREMENTS.declare(measurement, sys._getframe(1).f_globals.get("__name__", ""))
     return measurement
 
 
@@ -121,8 +143,8 @@ def unregister_measurement(name: str) -> None:
 
 
 def measurements() -> tuple[Measurement[Any], ...]:
-    """Every registered measurement, in registration order: the built-in callbacks' and installed
-    plugins' (loading the callbacks registers them)."""
+    """Every registered measurement, in ``_Measurements``' order: the built-in callbacks' and
+    installed plugins' (loading the callbacks registers them)."""
     return tuple(MEASUREMENTS.values())
 
 

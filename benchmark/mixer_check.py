@@ -335,8 +335,7 @@ def check_attention(s: Subject) -> tuple[str, str]:
 
 @register_check("seed_parallel")
 def check_seed_parallel(s: Subject) -> tuple[str, str]:
-    from emergence_bench.execution.seed_parallel import seed_parallel_supported
-
+    from emergence_bench.execution.seed_parallel.probe import seed_parallel_supported
     supported, reason = seed_parallel_supported(s.run_config())
     if supported:
         return PASS, f"--seed-parallel batches its seeds ({reason}, equal to each seed alone)"

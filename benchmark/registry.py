@@ -151,9 +151,10 @@ class Registry(Generic[T]):
 
 
 class PluginRegistry(Registry[C]):
-    """A registry of classes, ``kind`` e.g. "mixer": the built-ins (registered when
-    ``builtin_package`` is imported) and the installed plugins of entry-point ``group``, loaded on
-    first use. A plugin that fails to import or to register is kept in ``broken`` with its error."""
+    """A registry of classes, ``kind`` e.g. "mixer": the built-ins (the modules that
+    ``builtin_package``'s ``BUILTINS`` names, each registering its own) and the installed plugins of
+    entry-point ``group``, loaded on first use. A plugin that fails to import or to register is kept
+    in ``broken`` with its error."""
 
     def __init__(self, kind: str, contract: type, group: str, builtin_package: str) -> None:
         super().__init__(kind, contract)
@@ -177,7 +178,8 @@ class PluginRegistry(Registry[C]):
         if self._plugins_loaded:
             return
         self._plugins_loaded = True
-        importlib.import_module(self.builtin_package)
+        for module in self.builtin_modules():
+            importlib.import_module(module)
         for ep in entry_points(group=self.group):
             if ep.name in self._entries:
                 continue
@@ -190,6 +192,11 @@ class PluginRegistry(Registry[C]):
                     f"{self.broken[ep.name]}",
                     stacklevel=2,
                 )
+
+    def builtin_modules(self) -> tuple[str, ...]:
+        """The built-ins' modules, in the order their package's ``BUILTINS`` lists them."""
+        names = importlib.import_module(self.builtin_package).BUILTINS
+        return tuple(f"{self.builtin_package}.{name}" for name in names)
 
     def get(self, name: str) -> C:
         self._load()

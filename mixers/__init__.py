@@ -1,3 +1,5 @@
-"""Token mixers: one module per mixer. Importing this package registers the built-ins."""
+"""Token mixers: one module per mixer. Importing this package (or ``mixers.base``) loads none of
+them: ``registry.mixers`` imports the modules ``BUILTINS`` names when it is first read, and each
+registers its mixer."""
 
-from emergence_bench.mixers import attention, gated_deltanet, lru, mamba, mlp_mixer, mlstm, rwkv  # noqa: F401
+BUILTINS = ("attention", "gated_deltanet", "lru", "mamba", "mlp_mixer", "mlstm", "rwkv")

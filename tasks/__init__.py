@@ -1,5 +1,5 @@
-"""Synthetic tasks: one LightningDataModule per module. Importing this package registers the built-ins."""
+"""Synthetic tasks: one LightningDataModule per module. Importing this package (or ``tasks.base``)
+loads none of them: ``registry.tasks`` imports the modules ``BUILTINS`` names when it is first read,
+and each registers its task."""
 
-from emergence_bench.tasks import cellular_automata  # noqa: F401
-from emergence_bench.tasks import linear_map  # noqa: F401
-from emergence_bench.tasks import dyck, in_context_linear_map, mqar, neural_ca  # noqa: F401
+BUILTINS = ("cellular_automata", "linear_map", "dyck", "in_context_linear_map", "mqar", "neural_ca")

@@ -157,6 +157,68 @@ def test_no_import_cycles():
     assert cycle is None, "import cycle: " + " -> ".join(cycle)
 
 
+FLOORS = 16  # issue 34: no more floors than the house had when it was drawn
+
+
+def tallest_chain(graph: dict[str, set[str]]) -> list[str]:
+    """The longest chain of imports [a, b, ..., z] in ``graph`` (acyclic): a house's floors. Importing a
+    module runs its package's ``__init__`` first, which ``imported`` counts as an edge."""
+    height: dict[str, list[str]] = {}
+
+    def chain(node: str) -> list[str]:
+        if node not in height:
+            below = [chain(nxt) for nxt in sorted(graph.get(node, ())) if nxt != node]
+            height[node] = [node] + max(below, key=len, default=[])
+        return height[node]
+
+    return max((chain(node) for node in sorted(graph)), key=len)
+
+
+def test_the_tallest_chain_is_measured():
+    graph = {"a": {"b", "c"}, "b": {"d"}, "c": set(), "d": {"c"}}
+    assert tallest_chain(graph) == ["a", "b", "d", "c"]
+
+
+def test_the_house_has_at_most_16_floors():
+    """What keeps it low: a package's ``__init__`` imports none of its modules (the registries import
+    the built-ins that ``BUILTINS`` names when first read), so importing ``mixers.base`` or
+    ``callbacks.contract`` does not pull every mixer or callback under the module that needs a type."""
+    chain = tallest_chain(import_graph())
+    assert len(chain) <= FLOORS, f"{len(chain)} floors: " + " -> ".join(chain)
+
+
+@pytest.mark.parametrize("module, package", [("emergence_bench.mixers.base", "emergence_bench.mixers"),
+                                             ("emergence_bench.tasks.base", "emergence_bench.tasks"),
+                                             ("emergence_bench.callbacks.contract", "emergence_bench.callbacks")])
+def test_a_contract_module_loads_none_of_the_builtins_until_the_registry_is_read(module, package, tmp_path):
+    kind = package.rsplit(".", 1)[1]
+    code = (
+        "import importlib, sys\n"
+        f"importlib.import_module({module!r})\n"
+        f"package = sys.modules[{package!r}]\n"
+        "loaded = [m for m in package.BUILTINS if f'{package.__name__}.{m}' in sys.modules]\n"
+        "print('before', loaded)\n"
+        f"from emergence_bench import registry\n"
+        f"registry.{kind}.names()\n"
+        "print('after', all(f'{package.__name__}.{m}' in sys.modules for m in package.BUILTINS))\n"
+    )
+    result = _python(code, tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split("\n")[:2] == ["before []", "after True"]
+
+
+def test_the_measurements_order_is_the_builtins_whichever_module_is_imported_first(tmp_path):
+    code = (
+        "import emergence_bench.callbacks.recorder\n"  # as run_folder does, before any registry read
+        "from emergence_bench.measurement import measurements\n"
+        "print(' '.join(m.name for m in measurements()))\n"
+    )
+    result = _python(code, tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["emergence", "plateau", "attention_probe", "influence_probe", "budget",
+                                     "final_loss", "shortcut", "cells_learned", "speed"]
+
+
 def import_path(graph: dict[str, set[str]], start: str, goal) -> list[str] | None:
     """A chain of imports [start, ..., m] with ``goal(m)`` true, or None (breadth-first)."""
     paths = {start: [start]}

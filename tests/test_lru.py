@@ -8,7 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from emergence_bench.execution.seed_parallel import seed_parallel_supported
+from emergence_bench.execution.seed_parallel.probe import seed_parallel_supported
 from emergence_bench.mixers.base import MixerContext
 from emergence_bench.mixers.init import WeightInit
 from emergence_bench.mixers.lru import LRU

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 import emergence_bench.mixers.mlstm
-from emergence_bench.execution.seed_parallel import seed_parallel_supported
+from emergence_bench.execution.seed_parallel.probe import seed_parallel_supported
 from emergence_bench.mixers.backend import ENV
 from emergence_bench.mixers.base import MixerContext
 from emergence_bench.mixers.init import WeightInit

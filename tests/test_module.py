@@ -10,7 +10,7 @@ from emergence_bench.config import OptimConfig
 from emergence_bench.model import SequenceModel
 from emergence_bench.module import EmergenceModule
 from emergence_bench.run import run
-from emergence_bench.execution.seed_parallel import run_seed_parallel
+from emergence_bench.execution.seed_parallel.group import run_seed_parallel
 from emergence_bench.tasks.linear_map import LinearMap
 
 
@@ -59,8 +59,7 @@ def test_blank_outputs_reach_the_model_and_seed_parallel_matches_a_run_alone(tmp
                 "final_eval_full_sequence_loss"):
         assert together["metrics"][key] == pytest.approx(alone["metrics"][key], rel=1e-4, abs=1e-5), key
     # What the model reads, in both engines: x0, then blanks where x1 stands.
-    from emergence_bench.execution.seed_parallel import EnsembleModule
-
+    from emergence_bench.execution.seed_parallel.ensemble import EnsembleModule
     task = LinearMap(4, 2, blank_outputs=True)
     tokens = task.batch("eval", 0)
     assert torch.all(task.model_inputs(tokens)[:, 4:] == 2) and torch.equal(task.model_inputs(tokens)[:, :4],

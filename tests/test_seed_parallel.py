@@ -19,8 +19,9 @@ from emergence_bench.config import resolve
 from emergence_bench.registry import register_callback, register_mixer
 from emergence_bench.run import build_model, build_task, run
 from emergence_bench.execution.batching import register_flash_rule
-from emergence_bench.execution.seed_parallel import (EnsembleModule, clip_per_seed_, run_seed_parallel,
-                                                     seed_parallel_supported)
+from emergence_bench.execution.seed_parallel.ensemble import EnsembleModule, clip_per_seed_
+from emergence_bench.execution.seed_parallel.group import run_seed_parallel
+from emergence_bench.execution.seed_parallel.probe import seed_parallel_supported
 from emergence_bench.callbacks.checkpoints import saved_checkpoints
 from emergence_bench.mixers.base import TokenMixer
 
@@ -533,7 +534,6 @@ def test_ended_seeds_leave_the_step_and_the_others_keep_their_bits(mixer, tmp_pa
 
 @pytest.mark.parametrize("measured", [0.6, 3.0])
 def test_auto_batches_only_where_its_probe_says_it_pays(measured, tmp_path, monkeypatch, tiny_config):
-    from emergence_bench.execution import seed_parallel
     from emergence_bench.execution.seed_parallel import group
 
     monkeypatch.setattr(group, "batching_speedup", lambda config, k: measured)
@@ -541,14 +541,13 @@ def test_auto_batches_only_where_its_probe_says_it_pays(measured, tmp_path, monk
     rows = run_seed_parallel(configs, tmp_path, batching="auto")
     note = rows[0]["seed_parallel"]
     assert note["probe"] == measured and all(r["status"] == "ok" for r in rows)
-    assert ("group" in note) == (measured >= seed_parallel.PAYS)
+    assert ("group" in note) == (measured >= group.PAYS)
     if "fallback" in note:
         assert note["k"] == 1 and note["fallback"].startswith("auto: batching 2 seeds measured 0.60×")
 
 
 def test_the_probe_measures_a_positive_speedup_and_leaves_the_random_state_alone(tiny_config):
-    from emergence_bench.execution.seed_parallel import batching_speedup
-
+    from emergence_bench.execution.seed_parallel.probe import batching_speedup
     torch.manual_seed(7)
     expected = torch.rand(2)
     torch.manual_seed(7)

@@ -10,7 +10,7 @@ import torch
 
 from emergence_bench import training
 from emergence_bench.config import resolve
-from emergence_bench.execution.seed_parallel import run_seed_parallel
+from emergence_bench.execution.seed_parallel.group import run_seed_parallel
 from emergence_bench.perf import loops, speed, timing
 from emergence_bench.run import run
 

@@ -67,7 +67,7 @@ def main(args: argparse.Namespace, extra: list[str]) -> int:
 
 def _run_seeds(config: RunConfig, args: argparse.Namespace) -> int:
     """`run --seed-parallel K`: seeds s, s+1, ..., s+K-1 of the config, trained together."""
-    from emergence_bench.execution.seed_parallel import run_seed_parallel
+    from emergence_bench.execution.seed_parallel.group import run_seed_parallel
     from emergence_bench.results import RESULT_FILE
     from emergence_bench.run import check
 

@@ -108,8 +108,7 @@ def _run_one(config: dict, out: str) -> dict:
 
 def _run_group(configs: list[dict], out: str, batching: Batching = "auto") -> list[dict]:
     """Seeds of one config trained together (see emergence_bench.execution.seed_parallel)."""
-    from emergence_bench.execution.seed_parallel import run_seed_parallel
-
+    from emergence_bench.execution.seed_parallel.group import run_seed_parallel
     return [progress_summary(record) for record in
             run_seed_parallel(configs, out, batching=batching, unfinished_only=True)]
 

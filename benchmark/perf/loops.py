@@ -43,7 +43,7 @@ def ensemble_loop(config: RunConfig, K: int, device: str | torch.device = "cpu")
     """K seeds of ``config`` (seed, seed + 1, ...) trained by the ensemble's step: seed k starts from
     the weights ``single_loop`` of seed + k starts from, and slice k of batch i ([K, B, L+1]) is that
     seed's own ``batch("train", i)``."""
-    from emergence_bench.execution.seed_parallel import EnsembleModule
+    from emergence_bench.execution.seed_parallel.ensemble import EnsembleModule
     from emergence_bench.run import build_model, build_task
 
     tasks, models = [], []

@@ -297,7 +297,7 @@ def throughput(config: dict | RunConfig | None = None, ks: Sequence[int] = (1, 4
     speedup (summary of the per-repeat K·run / parallel), seed_steps_per_s_sequential,
     seed_steps_per_s_parallel, mode ("vmap", or the fallback reason when the model cannot be batched)}.
     """
-    from emergence_bench.execution.seed_parallel import run_seed_parallel
+    from emergence_bench.execution.seed_parallel.group import run_seed_parallel
     from emergence_bench.run import run
 
     base = resolve(config if config is not None else quick_config(steps)).to_dict()

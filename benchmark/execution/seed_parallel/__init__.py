@@ -42,13 +42,7 @@ seeds, and those of a config with a curriculum, run one after another through ``
 The package, by concern: ``ensemble`` (the batched module and the group's data: it is given the
 live-seed mask and the stacked biases, and reports reads and evals to listeners), ``seeds`` (each
 seed's views and callbacks, and the fan-out), ``probe`` (whether a model vmaps, and whether batching
-pays), ``group`` (``run_seed_parallel``, and the batching modes by which a group chooses).
+pays), ``group`` (``run_seed_parallel``, and the batching modes by which a group chooses). Import each
+from its module: the package imports none of them, so that the ensemble (which ``speed`` times)
+does not load the group's runner.
 """
-
-from emergence_bench.execution.seed_parallel.ensemble import EnsembleModule, clip_per_seed_, stack_bias
-from emergence_bench.execution.seed_parallel.group import (BATCHING, BATCHING_MODES, PAYS, BatchingMode,
-                                                          run_seed_parallel)
-from emergence_bench.execution.seed_parallel.probe import batching_speedup, seed_parallel_supported
-
-__all__ = ["BATCHING", "BATCHING_MODES", "PAYS", "BatchingMode", "EnsembleModule", "batching_speedup",
-           "clip_per_seed_", "run_seed_parallel", "seed_parallel_supported", "stack_bias"]
