@@ -180,9 +180,10 @@ def test_the_tallest_chain_is_measured():
 
 
 def test_the_house_has_at_most_16_floors():
-    """What keeps it low: a package's ``__init__`` imports none of its modules (the registries import
-    the built-ins that ``BUILTINS`` names when first read), so importing ``mixers.base`` or
-    ``callbacks.contract`` does not pull every mixer or callback under the module that needs a type."""
+    """What keeps it low: the ``__init__`` of mixers, tasks and callbacks imports none of their modules
+    (the registries import the built-ins that ``BUILTINS`` names when first read), so importing
+    ``mixers.base`` or ``callbacks.contract`` does not pull every mixer or callback under the module
+    that needs a type."""
     chain = tallest_chain(import_graph())
     assert len(chain) <= FLOORS, f"{len(chain)} floors: " + " -> ".join(chain)
 
