@@ -100,8 +100,16 @@ class _Measurements(registry.Registry["Measurement[Any]"]):
         self._declared: dict[str, tuple[str, int]] = {}  # name -> (declaring module, registration index)
 
     def declare(self, entry: Measurement[Any], module: str) -> None:
+        """Adds ``entry``, declared in ``module``, at its place (sorted once here, not on each read)."""
         self.add(entry.name, entry)
         self._declared[entry.name] = (module, len(self._declared))
+        builtins = registry.callbacks.builtin_modules()
+
+        def order(name: str) -> tuple[int, int]:
+            module, index = self._declared.get(name, ("", len(self._declared)))
+            return (builtins.index(module) if module in builtins else len(builtins), index)
+
+        self._entries = dict(sorted(self._entries.items(), key=lambda item: order(item[0])))
 
     def remove(self, name: str) -> None:
         super().remove(name)
@@ -118,13 +126,6 @@ class _Measurements(registry.Registry["Measurement[Any]"]):
 
     def _load(self) -> None:
         registry.callbacks.names()
-        builtins = registry.callbacks.builtin_modules()
-
-        def order(name: str) -> tuple[int, int]:
-            module, index = self._declared.get(name, ("", len(self._declared)))
-            return (builtins.index(module) if module in builtins else len(builtins), index)
-
-        self._entries = dict(sorted(self._entries.items(), key=lambda item: order(item[0])))
 
 
 MEASUREMENTS = _Measurements("measurement", Measurement)
