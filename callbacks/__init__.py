@@ -3,5 +3,5 @@
 names when it is first read, and each registers its configurable callbacks and the measurements they
 declare (``emergence_bench.measurement``), whose leaderboard columns come in this order."""
 
-BUILTINS = ("emergence", "plateau", "attention_probe", "influence_probe", "recorder",
+BUILTINS = ("emergence", "plateau", "attention_probe", "influence_probe", "abruptness", "recorder",
             "attention_bias", "attention_distillation", "forecast_stop")

@@ -12,7 +12,8 @@ the next-token shift lives here, once:
     output_cell               [seq_len] long   which output cell a scored row predicts (-1: unscored)
     ground_truth_attention()  [seq_len, seq_len] 0/1, row p marks the keys that determine token p+1
     ground_truth_patterns()   {name: [seq_len, seq_len] 0/1}, ``predict`` is ground_truth_attention();
-                              ``pattern(name)`` picks one (cellular automata add ``own``)
+                              ``pattern(name)`` picks one (cellular automata add ``own``), or one of
+                              the CONTROLS every task has (``control_patterns``: placebo, near_miss)
 
 What a task reaches and what a shortcut reaches, for thresholds (losses in nats on scored tokens):
 
@@ -36,6 +37,9 @@ from typing import Any, Iterator, cast
 import lightning as L
 import torch
 from torch.utils.data import DataLoader, Dataset, IterableDataset
+
+
+CONTROLS = ("near_miss", "placebo")  # the control patterns every task has (control_patterns)
 
 
 def seeded_generator(*key: object) -> torch.Generator:
@@ -104,13 +108,49 @@ class SyntheticTask(L.LightningDataModule, metaclass=ABCMeta):
         ``predict`` (row p marks the keys that determine token p + 1) is always there."""
         return {"predict": self.ground_truth_attention()}
 
+    def control_patterns(self) -> dict[str, torch.Tensor]:
+        """{placebo, near_miss}: patterns shaped like ``predict`` that mark none of its keys, for a
+        bias that is not the truth (a placebo arm and a near-miss arm). Row p of either marks
+        min(ones of predict's row p, non-source keys of the row) keys among its non-source keys: the
+        keys of ``probe_keys()`` row p that predict's row p does not mark (causal, as probe_keys is).
+        Rows where predict is zero stay zero; the dtype is predict's.
+
+        ``placebo``: those keys drawn uniformly among the row's non-source keys, from a generator of
+        the task seed alone (never the global RNG): the same pattern at every call.
+        ``near_miss``: with the row's allowed keys (probe_keys row p) in order, as a cycle, each
+        source in turn, from the first, takes the nearest key that is neither a source nor already
+        taken, trying offsets +1, −1, +2, −2, ... (wrapping from the last allowed key to the first).
+        A source finds none only when every non-source key is taken."""
+        truth = self.ground_truth_attention()
+        sources, allowed = truth.bool(), self.probe_keys()
+        free = allowed & ~sources
+        count = torch.minimum(sources.sum(1), free.sum(1))  # [L] ones per row of either control
+        score = torch.rand(truth.shape, generator=seeded_generator(self.task_seed, "control.placebo"))
+        rank = score.masked_fill(~free, 2.0).argsort(1).argsort(1)  # free keys first, in random order
+        placebo = (rank < count[:, None]).to(truth.dtype)
+        near_miss = torch.zeros_like(truth)
+        for row in sources.any(1).nonzero()[:, 0].tolist():
+            keys = allowed[row].nonzero()[:, 0].tolist()  # the row's allowed keys, in order: a cycle
+            n = len(keys)
+            taken = sources[row, keys].tolist()  # sources, then the near misses placed
+            for i in [i for i in range(n) if taken[i]]:
+                near = [(i + d) % n for k in range(1, n) for d in (k, -k)]  # +1, −1, +2, −2, ...
+                j = next((j for j in near if not taken[j]), None)
+                if j is not None:
+                    taken[j] = True
+                    near_miss[row, keys[j]] = 1
+        return {"placebo": placebo, "near_miss": near_miss}
+
     def pattern(self, name: str) -> torch.Tensor:
-        """The named ground-truth pattern [seq_len, seq_len]; a ValueError lists the valid names."""
+        """The named ground-truth pattern [seq_len, seq_len], or a control (``control_patterns``);
+        a ValueError lists the valid names."""
         patterns = self.ground_truth_patterns()
-        if name not in patterns:
-            raise ValueError(f"unknown pattern {name!r} for {type(self).__name__}; "
-                             f"valid names: {', '.join(sorted(patterns))}")
-        return patterns[name]
+        if name in patterns:
+            return patterns[name]
+        if name in CONTROLS:
+            return self.control_patterns()[name]
+        raise ValueError(f"unknown pattern {name!r} for {type(self).__name__}; "
+                         f"valid names: {', '.join(sorted(patterns))} (controls: {', '.join(CONTROLS)})")
 
     # What `attention_bias: {strength: c}` does on this task (layers "all" or indices, and the named
     # patterns spread over each biased layer's heads in equal blocks).

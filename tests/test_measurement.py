@@ -93,7 +93,8 @@ def test_the_built_in_columns_keep_the_leaderboards_order():
     assert names == ["emerged", "success_rate", "success_low", "success_high", "median_emergence_step",
                      "emergence_low", "emergence_high", "median_plateau_end", "plateau_low", "plateau_high",
                      "plateau_measured", "median_pattern_found", "probed", "median_influence_found",
-                     "influence_probed", "budget", "final_eval_loss", "final_full_sequence_loss", "shortcut_loss",
+                     "influence_probed", "abrupt_cells", "cells_with_transition", "median_transition_share",
+                     "budget", "final_eval_loss", "final_full_sequence_loss", "shortcut_loss",
                      "plateau_measures_shortcut", "pattern_cells_learned", "pattern_cells",
                      "shortcut_cells_learned", "shortcut_cells", "steps_per_second"]
 
