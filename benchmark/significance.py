@@ -81,6 +81,40 @@ def chi2_sf_1df(x: float) -> float:
     return 1.0 if x <= 0 else math.erfc(math.sqrt(x / 2))
 
 
+def chi2_sf(x: float, df: int) -> float:
+    """P(X ≥ x) for a chi-square with ``df`` ≥ 1 degrees of freedom: the regularised upper incomplete
+    gamma Q(df/2, x/2), by its series for small x and its continued fraction (Lentz) otherwise."""
+    if df < 1:
+        raise ValueError(f"df must be ≥ 1, got {df}")
+    if x <= 0:
+        return 1.0
+    a, z = df / 2, x / 2
+    log_prefix = a * math.log(z) - z - math.lgamma(a)
+    if z < a + 1:  # P(a, z) = e^(−z) z^a / Γ(a) · Σ z^n / (a (a+1) … (a+n))
+        term = total = 1 / a
+        n = 0
+        while abs(term) > 1e-16 * abs(total) and n < 10_000:
+            n += 1
+            term *= z / (a + n)
+            total += term
+        return max(0.0, 1 - math.exp(log_prefix) * total)
+    tiny = 1e-300
+    b, c, d = z + 1 - a, 1 / tiny, 1 / (z + 1 - a)
+    h = d
+    for i in range(1, 10_000):
+        an = -i * (i - a)
+        b += 2
+        d = an * d + b
+        d = tiny if abs(d) < tiny else d
+        c = b + an / c
+        c = tiny if abs(c) < tiny else c
+        d = 1 / d
+        h *= d * c
+        if abs(d * c - 1) < 1e-16:
+            break
+    return min(1.0, math.exp(log_prefix) * h)
+
+
 def _exact_p(distribution: Iterable[tuple[float, float]], observed: float, mean: float,
              alternative: str, tolerance: float = 0.0) -> float:
     """The p-value of ``observed`` under a discrete null given as (value, weight) pairs (weights need

@@ -8,7 +8,8 @@ import random
 import pytest
 
 from emergence_bench.abruptness import ABRUPT_SHARE, transition
-from emergence_bench.callbacks.abruptness import abrupt_cells, cell_transitions
+from emergence_bench.abruptness import cell_transitions
+from emergence_bench.callbacks.abruptness import abrupt_cells
 
 GRID = list(range(25, 3001, 25))  # evals every 25 steps, the first at 25 (as the Trainer evaluates)
 

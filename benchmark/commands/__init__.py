@@ -3,7 +3,7 @@
 lists them."""
 
 from emergence_bench.commands.command import COMMANDS, Command, Subparsers, register_command
-from emergence_bench.commands import listing, run, sweep, leaderboard, rank, report  # noqa: F401
+from emergence_bench.commands import listing, run, sweep, leaderboard, rank, report, claims  # noqa: F401
 from emergence_bench.commands import analyze, forecast, speed, check_mixer  # noqa: F401
 
 __all__ = ["COMMANDS", "Command", "Subparsers", "register_command"]

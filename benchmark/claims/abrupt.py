@@ -1,0 +1,93 @@
+"""Claim 2: emergence is abrupt, and coincides with attention heads jumping to the sparse pattern.
+
+Two tests on the ``emergence`` group:
+
+- ``abrupt``: a run is abrupt when the median share of its pattern cells' transitions is at most
+  ``ABRUPT_SHARE`` (``emergence_bench.abruptness``: the shortest window holding 80% of a cell's loss
+  drop, over the time to its end). The claim: most runs are abrupt (exact binomial test against 1/2).
+- ``with-attention``: per run, the midpoint of the best head's jump in mass on the true sources
+  (the attention probe's history) against the midpoint of the eval loss's drop, as a lag relative to
+  the loss's midpoint. The claim: the lag lies within ±``margin`` (two one-sided sign tests). Needs
+  attention scores; ``n/a`` for a mixer without them.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from emergence_bench.abruptness import ABRUPT_SHARE, cell_transitions, loss_transition, transition
+from emergence_bench.claim import Claim, Evidence, NotApplicable, Outcome, Rows, has_attention, register_claim
+from emergence_bench.claims import compare
+from emergence_bench.claims.design import frozen
+from emergence_bench.result_row import Row, section
+from emergence_bench.significance import sign_test
+
+
+def run_share(row: Row) -> float | None:
+    """The median share of the transitions of the run's cells that only the sparse pattern predicts
+    (a cell that earlier outputs predict, ``task_facts.shortcut_cells``, is left out: it needs no
+    pattern); None where no such cell had one."""
+    transitions = cell_transitions(row)
+    shortcut = section(row, "task_facts").get("shortcut_cells") or [False] * len(transitions)
+    shares = [t.share for t, s in zip(transitions, shortcut) if t is not None and not s]
+    return statistics.median(shares) if shares else None
+
+
+def evaluate_abrupt(rows: Rows, settings: Mapping[str, Any]) -> dict[str, Outcome]:
+    shares = [s for s in map(run_share, rows["emergence"]) if s is not None]
+    if not shares:
+        return {"": NotApplicable("no run's loss dropped: nothing to time")}
+    evidence = compare.rate([s <= settings["abrupt_share"] for s in shares], 0.5, "abrupt runs")
+    return {"": Evidence(**{**evidence.__dict__, "details": evidence.details + f"; median share per run "
+                            + ", ".join(f"{s:.2f}" for s in sorted(shares)),
+                            "data": {"median share of a run's cell transitions": shares}})}
+
+
+def attention_lag(row: Row) -> float | None:
+    """(mass midpoint − loss midpoint) / loss midpoint, for a run whose loss and best-head mass both
+    moved; None otherwise."""
+    history = section(row, "attention_probe").get("history") or []
+    mass = transition([h[0] for h in history], [-h[1] for h in history], min_drop=0.1)
+    loss = loss_transition(row)
+    if mass is None or loss is None or loss.midpoint <= 0:
+        return None
+    return (mass.midpoint - loss.midpoint) / loss.midpoint
+
+
+def evaluate_with_attention(rows: Rows, settings: Mapping[str, Any]) -> dict[str, Outcome]:
+    runs: Sequence[Row] = rows["emergence"]
+    if not has_attention(runs):
+        return {"": NotApplicable("the mixer exposes no attention scores")}
+    lags = [lag for lag in map(attention_lag, runs) if lag is not None]
+    if len(lags) < 2:
+        return {"": NotApplicable(f"{len(lags)} run(s) had both a loss drop and an attention jump")}
+    margin = settings["margin"]
+    above = sign_test([margin - lag for lag in lags], alternative="greater").p  # lag < margin
+    below = sign_test([lag + margin for lag in lags], alternative="greater").p  # lag > −margin
+    rng = np.random.default_rng(0)
+    values = np.array(lags)
+    medians = np.median(values[rng.integers(0, len(values), (4000, len(values)))], axis=1)
+    low, high = np.quantile(medians, [0.025, 0.975], method="inverted_cdf")
+    median = float(np.median(values))
+    return {"": Evidence(effect=median, low=float(low), high=float(high), p=max(above, below),
+                         direction=1 if abs(median) <= margin else -1, n=str(len(lags)),
+                         details="lags " + ", ".join(f"{v:+.2f}" for v in sorted(lags)),
+                         data={"attention midpoint lag / loss midpoint": lags})}
+
+
+ABRUPT = register_claim(Claim(
+    "abrupt", 2, paper="Emergence is abrupt: a loss plateau, then a sharp drop.", paper_number="-",
+    groups=("emergence",), statistic="exact binomial test of the share of abrupt runs against 1/2",
+    effect="share of runs whose cells' median transition share ≤ 0.25", predicts="above 1/2",
+    settings=frozen(abrupt_share=ABRUPT_SHARE), evaluate=evaluate_abrupt))
+WITH_ATTENTION = register_claim(Claim(
+    "abrupt-with-attention", 2, paper="Emergence coincides with attention heads jumping from diffuse to "
+    "sparse patterns that match the task.", paper_number="-", groups=("emergence",),
+    statistic="two one-sided sign tests (TOST) of the lag against ±margin",
+    effect="median lag of the attention jump's midpoint behind the loss drop's, relative to the latter",
+    predicts="within ±0.25", settings=frozen(margin=0.25), evaluate=evaluate_with_attention,
+    kind="equivalence", margin=0.25))

@@ -1,0 +1,36 @@
+"""`emergence-bench claims DIR`: the paper's claims judged on the results under DIR (a
+``claims-cpu-v2`` sweep), printed and written beside them as claims.md, claims.csv and claims.json."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from emergence_bench.commands.arguments import results_in
+from emergence_bench.commands.command import Subparsers, register_command
+
+
+def add_parser(subparsers: Subparsers) -> argparse.ArgumentParser:
+    parser = subparsers.add_parser("claims", help="the paper's claims as pre-registered tests: a scorecard of DIR")
+    parser.add_argument("dir")
+    parser.add_argument("--claim", action="append", metavar="ID",
+                        help="judge only this claim (repeatable; `emergence-bench claims --list` names them)")
+    return parser
+
+
+def main(args: argparse.Namespace, extra: list[str]) -> int:
+    from emergence_bench.claim import CLAIMS, claims
+    from emergence_bench.reporting import scorecard
+
+    folder = results_in(args.dir)
+    only = None
+    if args.claim:
+        claims()  # declares the built-in ones
+        only = [CLAIMS.get(name) for name in args.claim]
+    rows, markdown = scorecard.write(folder, only)
+    print(markdown, end="")
+    print(f"\nwrote {folder / 'claims.md'}, claims.csv and claims.json ({len(rows)} rows)", file=sys.stderr)
+    return 0
+
+
+register_command("claims", add_parser, main, takes_extra=False)

@@ -1,0 +1,114 @@
+"""The claims scorecard of a results folder (``emergence-bench claims DIR``): every declared claim
+(``emergence_bench.claim``) judged on the folder's rows, grouped by sweep group, and written beside
+them as ``claims.md``, ``claims.csv`` and ``claims.json``.
+
+Before judging, the runs of the ``patching`` group that emerged between two checkpoints are patched
+(``analyze patch``: the top 1…16 heads of the post-emergence checkpoint into the pre-emergence one,
+and the ground-truth pattern), once: the reports are kept in each run's ``analysis/`` folder and read
+back on the next call.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from collections import defaultdict
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from emergence_bench.claim import Claim, ScoreRow, scorecard
+from emergence_bench.results import ANALYSIS_DIR, UnreadableResult, parse_result, result_paths, write_text
+from emergence_bench.result_row import ResultRow
+
+PATCHING_GROUP = "patching"
+TOP_K = 16
+
+
+def rows_by_group(folder: Path) -> dict[str, list[ResultRow]]:
+    """The folder's readable rows by sweep group (the first folder under ``folder``; rows directly in
+    it belong to the group ``""``)."""
+    groups: dict[str, list[ResultRow]] = defaultdict(list)
+    for path in result_paths(folder):
+        parts = path.relative_to(folder).parts
+        try:
+            groups[parts[0] if len(parts) > 2 else ""].append(parse_result(path))
+        except UnreadableResult as error:
+            print(f"warning: {error}; left out of the scorecard", file=sys.stderr)
+    return dict(groups)
+
+
+def attach_patching(folder: Path, rows: list[ResultRow]) -> int:
+    """Adds a ``patching`` section to each row of the patching group whose emergence two checkpoints
+    bracket, patching it first where its reports are not yet on disk; returns how many were patched now."""
+    from emergence_bench.analysis.analyze import load_run, patch
+    from emergence_bench.claims.patching import bracket
+
+    patched = 0
+    for row in rows:
+        run_dir = folder / PATCHING_GROUP / row["run_id"]
+        _, _, checkpoints = load_run(run_dir)
+        steps = bracket(row, sorted(checkpoints))
+        if steps is None:
+            continue
+        old, new = steps
+        reports = {}
+        for truth in (False, True):
+            path = run_dir / ANALYSIS_DIR / (f"patch_{old}_{new}" + ("_ground_truth" if truth else "") + ".json")
+            if path.is_file():
+                reports[truth] = json.loads(path.read_text(encoding="utf-8"))
+            else:
+                reports[truth] = patch(run_dir, old, new, top_k=TOP_K, ground_truth=truth, device="cpu")
+                patched += 1
+        truth_best = max((t["fraction_recovered"] for t in reports[True]["top_k"] if t["fraction_recovered"] is not None),
+                         default=None)
+        row["patching"] = {"old": old, "new": new, "top_k": reports[False]["top_k"], "ground_truth": truth_best}  # type: ignore[typeddict-unknown-key]
+    return patched
+
+
+def number(value: float | None, spec: str = ".3g") -> str:
+    return "-" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:{spec}}"
+
+
+def effect_cell(row: dict[str, Any]) -> str:
+    if row["effect"] is None and row["low"] is None:
+        return "-"
+    interval = f" [{number(row['low'])}, {number(row['high'])}]" if row["low"] is not None or row["high"] is not None else ""
+    return number(row["effect"]) + interval
+
+
+def table(card: Sequence[ScoreRow]) -> list[dict[str, Any]]:
+    return [row.to_dict() for row in card]
+
+
+def to_markdown(rows: list[dict[str, Any]]) -> str:
+    lines = ["| claim | paper | effect [95%] | test | p (Holm) | n | verdict | why |", "|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        paper = r["paper"] + ("" if r["paper_number"] == "-" else f" ({r['paper_number']})")
+        why = r["reason"] + (f"; {r['details']}" if r["details"] else "")
+        lines.append(f"| {r['number']}. {r['claim']} | {paper} | {effect_cell(r)} ({r['effect_measures']}; predicted "
+                     f"{r['predicts']}) | {r['statistic']} | {number(r['p_holm'], '.2g')} | {r['n'] or '-'} | "
+                     f"**{r['verdict']}** | {why} |")
+    counts = pd.Series([r["verdict"] for r in rows]).value_counts()
+    summary = ", ".join(f"{counts.get(v, 0)} {v}" for v in ("agrees", "disagrees", "inconclusive", "n/a", "not run"))
+    return "\n".join(lines) + f"\n\n{len(rows)} rows: {summary}.\n"
+
+
+def write(folder: Path, only: Sequence[Claim] | None = None) -> tuple[list[dict[str, Any]], str]:
+    """Judges the claims on ``folder``'s rows and writes claims.{md,csv,json} there."""
+    groups = rows_by_group(folder)
+    if not any(groups.values()):
+        raise ValueError(f"no readable results under {folder}: run `emergence-bench sweep claims-cpu-v2 --out {folder}` first")
+    if groups.get(PATCHING_GROUP):
+        attach_patching(folder, groups[PATCHING_GROUP])
+    rows = table(scorecard(groups, only))
+    markdown = to_markdown(rows)
+    write_text(folder / "claims.md", markdown)
+    flat = pd.DataFrame([{k: v for k, v in r.items() if k != "settings"} for r in rows])
+    write_text(folder / "claims.csv", flat.to_csv(index=False))
+    write_text(folder / "claims.json", json.dumps(rows, indent=1, default=str) + "\n")
+    return rows, markdown
+

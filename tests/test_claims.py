@@ -1,0 +1,204 @@
+"""The claims and their scorecard on constructed rows: verdicts that follow the data, n/a and not run
+with their reasons, Holm over the claims, the confirmation seeds only, the frozen preset, the CLI."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from emergence_bench.claim import CLAIMS, claims, scorecard
+from emergence_bench.claims.design import SEEDS, TASK_SEEDS
+from emergence_bench.claims.heads import independence_fit
+from emergence_bench.execution.sweep_spec import load_sweep
+from emergence_bench.results import SCHEMA_VERSION
+from emergence_bench.significance import holm
+
+BUDGET = 1500
+STEPS = list(range(20, BUDGET + 1, 20))
+
+
+def row(seed: int, task_seed: int = 0, emergence: int | None = 500, plateau: int | None = 200, attention: bool = True,
+        config: dict[str, Any] | None = None, cells: list[list[float]] | None = None, **sections: Any) -> dict[str, Any]:
+    """A trained run's row with what the claims read (its eval curves: a logistic drop at ``plateau``)."""
+    base = {"task": {"name": "linear_map", "state_size": 12, "sparsity": 3, "task_seed": task_seed},
+            "mixer": {"name": "transformer", "n_heads": 8, "head_dim": 8}, "model": {"n_layers": 1},
+            "trainer": {"max_steps": BUDGET}, "callbacks": {}, "curriculum": []}
+    for key, value in (config or {}).items():
+        node = base
+        *path, last = key.split(".")
+        for part in path:
+            node = node.setdefault(part, {})
+        node[last] = value
+    drop = plateau or BUDGET * 2
+    loss = [0.69 / (1 + math.exp((t - drop) / 10)) for t in STEPS]
+    return {"run_id": f"r{seed}-{task_seed}-{id(base)}", "status": "ok", "seed": seed, "config": base,
+            "timing": {"steps": BUDGET}, "emergence": {"step": emergence}, "plateau": {"end_step": plateau},
+            "attention_probe": ({"applicable": True, "history": [[t, 1 - l / 0.69, 1.0] for t, l in zip(STEPS, loss)]}
+                                if attention else {"applicable": False, "not_applicable": "no scores"}),
+            "curves": {"eval": [[t, l, 1 - l] for t, l in zip(STEPS, loss)],
+                       "eval_cells": [[t, [l] * 3] for t, l in zip(STEPS, cells or loss)] if cells is None
+                       else [[t, list(c)] for t, c in zip(STEPS, cells)]},
+            "task_facts": {"chance_loss": math.log(2), "floor_loss": 0.0, "shortcut_cells": [False] * 3},
+            **sections}
+
+
+def cell(rows: list[dict[str, Any]], claim_id: str, label: str = "") -> Any:
+    card = scorecard({"emergence": rows} if not isinstance(rows, dict) else rows, [CLAIMS.get(claim_id)])
+    return next(r for r in card if r.label == label)
+
+
+def confirmation(**kwargs: Any) -> list[dict[str, Any]]:
+    """One row per confirmation seed and task instance, built by ``row``."""
+    return [row(seed, task_seed, **kwargs) for seed in SEEDS for task_seed in TASK_SEEDS]
+
+
+def bias_rows(plateau: int, jitter: int = 7) -> dict[str, list[dict[str, Any]]]:
+    """The emergence group's unbiased rows (plateau ~400) and the bias group's three arms, the true
+    pattern's plateau ending near ``plateau``."""
+    plain = [row(s, t, plateau=400 + jitter * s + t) for s in SEEDS for t in TASK_SEEDS]
+    bias = [row(s, t, plateau=(plateau if pattern == "predict" else 400) + jitter * s + t,
+                config={"callbacks.attention_bias": {"strength": 5.0, "pattern": pattern}})
+            for pattern in ("predict", "placebo", "near_miss") for s in SEEDS for t in TASK_SEEDS]
+    return {"emergence": plain, "bias": bias}
+
+
+def judge(rows: dict[str, list[dict[str, Any]]], claim_id: str) -> dict[str, Any]:
+    return {r.label: r for r in scorecard(rows, [CLAIMS.get(claim_id)])}
+
+
+def test_the_bias_agrees_when_the_true_pattern_ends_the_plateau_sooner_than_every_control():
+    verdicts = judge(bias_rows(plateau=100), "bias-removes-plateau")
+    assert {label: r.verdict for label, r in verdicts.items()} == {
+        "vs none": "agrees", "vs placebo": "agrees", "vs near miss": "agrees"}
+    none = verdicts["vs none"].outcome
+    assert none.effect == pytest.approx((100 + 7 * 3) / (400 + 7 * 3), rel=0.05) and none.high < 1
+
+
+def test_a_claim_whose_data_go_the_other_way_disagrees():
+    verdicts = judge(bias_rows(plateau=900), "bias-removes-plateau")
+    assert all(r.verdict == "disagrees" for r in verdicts.values())
+    assert all(r.outcome.effect > 1 and r.outcome.direction == -1 for r in verdicts.values())
+
+
+def test_too_few_seeds_is_inconclusive_and_names_what_they_could_detect():
+    rows = bias_rows(plateau=200)
+    few = {group: [r for r in runs if r["seed"] in (0, 1) and r["config"]["task"]["task_seed"] == 0]
+           for group, runs in rows.items()}
+    verdict = judge(few, "bias-removes-plateau")["vs none"]
+    assert verdict.verdict == "inconclusive" and verdict.outcome.direction == 1
+    assert verdict.outcome.detectable is None or "ratio" in verdict.outcome.detectable
+    assert "not significant" in verdict.reason
+
+
+def test_only_the_confirmation_seeds_and_instances_count():
+    rows = bias_rows(plateau=100)
+    # Exploration seeds and a third instance going the other way change nothing.
+    noise = [row(s, 100, plateau=2000, config={"callbacks.attention_bias": {"strength": 5.0, "pattern": "predict"}})
+             for s in (100, 101, 102, 103)]
+    noise += [row(s, 7, plateau=2000, config={"callbacks.attention_bias": {"strength": 5.0, "pattern": "predict"}})
+              for s in SEEDS]
+    before = judge(rows, "bias-removes-plateau")["vs none"].outcome
+    after = judge({**rows, "bias": rows["bias"] + noise}, "bias-removes-plateau")["vs none"].outcome
+    assert (before.effect, before.p, before.n) == (after.effect, after.p, after.n)
+
+
+def test_a_mixer_without_attention_reads_na_with_the_reason_and_a_missing_group_not_run():
+    rows = {"emergence": confirmation(attention=False), "bias": []}
+    card = scorecard(rows, [CLAIMS.get("abrupt-with-attention"), CLAIMS.get("bias-removes-plateau")])
+    assert [(r.verdict, r.reason) for r in card] == [
+        ("n/a", "the mixer exposes no attention scores"),
+        ("not run", "no confirmation rows in group(s) bias")]
+
+
+def test_holm_adjusts_over_every_judged_claim():
+    rows = {**bias_rows(plateau=150), "emergence": bias_rows(plateau=150)["emergence"]}
+    card = scorecard(rows)
+    raw = [r.outcome.p if r.outcome is not None and hasattr(r.outcome, "p") else None for r in card]
+    assert [r.p_adjusted for r in card] == holm(raw)
+    assert sum(p is not None for p in raw) >= 5  # the bias's three, seeds, abruptness, attention, ...
+
+
+def test_abrupt_drops_after_a_plateau_agree_and_smooth_learning_curves_disagree():
+    late = confirmation(plateau=800)
+    assert cell(late, "abrupt").verdict == "agrees"
+    smooth = [[0.69 * (1 + t / 30) ** -1.0] * 3 for t in STEPS]
+    assert cell(confirmation(cells=smooth), "abrupt").verdict == "disagrees"
+
+
+def test_an_attention_jump_with_the_loss_drop_coincides_and_one_long_after_does_not():
+    rows = confirmation(plateau=600)
+    assert cell(rows, "abrupt-with-attention").verdict == "agrees"
+    for r in rows:  # the attention jumps at twice the loss's step
+        r["attention_probe"]["history"] = [[t, 1 / (1 + math.exp(-(t - 1200) / 10)), 1.0] for t in STEPS]
+    late = cell(rows, "abrupt-with-attention")
+    assert late.verdict == "disagrees" and late.outcome.effect == pytest.approx(1.0, abs=0.1)
+
+
+def test_the_independent_heads_fit_recovers_its_rate_and_rejects_a_falling_success():
+    heads, trials = [1, 4, 8, 16, 64], [400] * 5
+    p = 0.1
+    exact = [round(n * (1 - (1 - p) ** h)) for h, n in zip(heads, trials)]
+    fitted, statistic, p_value = independence_fit(heads, exact, trials)
+    assert fitted == pytest.approx(p, abs=0.005) and p_value > 0.5
+    _, _, rejected = independence_fit(heads, [300, 200, 100, 50, 10], trials)
+    assert rejected < 1e-6
+
+
+def test_seeds_differ_reads_the_spread_within_each_instance():
+    spread = confirmation()
+    for r in spread:  # emergence from 300 to 1,000, different on each seed, the same on both instances
+        r["emergence"]["step"] = 300 + 100 * r["seed"]
+    assert cell(spread, "seeds-differ").verdict == "agrees"
+    same = confirmation()
+    for r in same:  # each instance deterministic: the instance alone sets the step
+        r["emergence"]["step"] = 400 + 300 * r["config"]["task"]["task_seed"]
+    verdict = cell(same, "seeds-differ")
+    assert verdict.verdict == "disagrees" and verdict.outcome.effect == pytest.approx(1.0)
+
+
+def test_the_preset_freezes_the_design_the_claims_read():
+    sweep = load_sweep("claims-cpu-v2")
+    assert sweep.grid["seed"] == list(SEEDS) and sweep.grid["task.task_seed"] == list(TASK_SEEDS)
+    groups = {g.name: g for g in sweep.groups}
+    assert {group for c in claims() for group in c.groups} == set(groups)
+    assert sweep.base["trainer"] == {"max_steps": 1500, "eval_every": 20, "eval_batches": 4}
+    assert [b["pattern"] for b in groups["bias"].grid["callbacks.attention_bias"]] == ["predict", "placebo", "near_miss"]
+    assert [m["n_heads"] for m in groups["heads"].grid["mixer"]] == [1, 4, 16, 64]
+    assert all(m["n_heads"] * m["head_dim"] == 64 for m in groups["heads"].grid["mixer"])
+    assert groups["sparsity"].base["task"] == {"blank_outputs": True}
+    assert groups["curricula"].base["trainer"]["max_steps"] + 300 == 1500  # matched total steps
+    frozen = {c.id: dict(c.settings) for c in claims()}
+    assert frozen["abrupt"]["abrupt_share"] == 0.25 and frozen["abrupt-with-attention"]["margin"] == 0.25
+    assert frozen["seeds-differ"]["min_spread"] == 1.25 and frozen["few-heads"]["k"] == 4
+    assert all(c.settings["seeds"] == SEEDS and c.settings["task_seeds"] == TASK_SEEDS for c in claims())
+    with pytest.raises(TypeError):
+        CLAIMS.get("abrupt").settings["abrupt_share"] = 0.5  # type: ignore[index]
+
+
+def test_the_command_writes_the_scorecard_and_refuses_an_empty_folder(tmp_path: Path):
+    rows = bias_rows(plateau=100)
+    for group, runs in rows.items():
+        for r in runs:
+            folder = tmp_path / "runs" / group / r["run_id"]
+            folder.mkdir(parents=True)
+            (folder / "result.json").write_text(json.dumps({"schema_version": SCHEMA_VERSION, "error": None, "backend": None,
+                                                             "device": None, "threads": 1, "versions": {},
+                                                             "started_at": "", **r}))
+    command = [sys.executable, "-m", "emergence_bench", "claims", str(tmp_path / "runs"), "--claim", "bias-removes-plateau"]
+    done = subprocess.run(command, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.count("**agrees**") == 3
+    written = json.loads((tmp_path / "runs" / "claims.json").read_text())
+    assert [r["claim"] for r in written] == ["bias-removes-plateau[vs none]", "bias-removes-plateau[vs placebo]",
+                                             "bias-removes-plateau[vs near miss]"]
+    assert (tmp_path / "runs" / "claims.csv").read_text().startswith("claim,")
+    (tmp_path / "empty").mkdir()
+    empty = subprocess.run([sys.executable, "-m", "emergence_bench", "claims", str(tmp_path / "empty")],
+                           capture_output=True, text=True)
+    assert empty.returncode != 0 and empty.stderr.strip().startswith("error:") and "no readable results" in empty.stderr
