@@ -30,7 +30,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, Union
+from typing import Any, Literal, Union, cast
 
 from emergence_bench import registry
 from emergence_bench.result_row import Row, section, step_budget
@@ -150,6 +150,12 @@ def never_as_inf(times: Sequence[float], censored: Sequence[bool]) -> list[float
     return [math.inf if c else t for t, c in zip(times, censored)]
 
 
+def final_metric(rows: Sequence[Row], key: str) -> list[float]:
+    """The runs' ``metrics[key]`` (a final loss), leaving out runs without one."""
+    values: list[Any] = [cast(Mapping[str, Any], section(r, "metrics")).get(key) for r in rows]
+    return [float(v) for v in values if v is not None]
+
+
 def has_attention(rows: Sequence[Row]) -> bool:
     """Whether these rows' mixer exposes attention scores (their attention probe applied)."""
     return any(section(r, "attention_probe").get("applicable", bool(section(r, "attention_probe"))) for r in rows)
@@ -214,8 +220,8 @@ def scorecard(rows: Rows, only: Sequence[Claim] | None = None) -> list[ScoreRow]
             pending.append((claim, "", None, f"no confirmation rows in group(s) {', '.join(missing)}"))
             continue
         picked = {g: confirmation(rows[g], claim.settings) for g in claim.groups}
-        for label, outcome in claim.evaluate(picked, claim.settings).items():
-            pending.append((claim, label, outcome, outcome.reason if isinstance(outcome, NotApplicable) else ""))
+        for label, found in claim.evaluate(picked, claim.settings).items():
+            pending.append((claim, label, found, found.reason if isinstance(found, NotApplicable) else ""))
     adjusted = holm([o.p if isinstance(o, Evidence) else None for _, _, o, _ in pending])
     card = []
     for (claim, label, outcome, reason), p in zip(pending, adjusted):

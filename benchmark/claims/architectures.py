@@ -17,10 +17,9 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from emergence_bench.claim import Claim, NotApplicable, Outcome, Rows, arm, config_value, register_claim
+from emergence_bench.claim import Claim, NotApplicable, Outcome, Rows, arm, config_value, final_metric, register_claim
 from emergence_bench.claims import compare
 from emergence_bench.claims.design import CA_STATE_SIZE, frozen
-from emergence_bench.result_row import section
 
 TRANSFORMER = "transformer"
 
@@ -30,9 +29,7 @@ def evaluate_mixer_linear_map(rows: Rows, settings: Mapping[str, Any]) -> dict[s
     outcomes: dict[str, Outcome] = {}
     for s in sorted({config_value(r, "task.sparsity") for r in runs}):
         def losses(mixer: str) -> list[float]:
-            return [section(r, "metrics")["final_eval_full_sequence_loss"]
-                    for r in arm(runs, task__sparsity=s, mixer__name=mixer)
-                    if section(r, "metrics").get("final_eval_full_sequence_loss") is not None]
+            return final_metric(arm(runs, task__sparsity=s, mixer__name=mixer), "final_eval_full_sequence_loss")
 
         mixer, transformer = losses("mlp_mixer"), losses(TRANSFORMER)
         outcomes[f"s={s}"] = (compare.values(mixer, transformer, ("MLP-Mixer", "Transformer"), predicts="lower", unit=" nats")

@@ -16,10 +16,9 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
-from emergence_bench.claim import Claim, NotApplicable, Outcome, Rows, arm, config_value, register_claim
+from emergence_bench.claim import Claim, NotApplicable, Outcome, Rows, arm, config_value, final_metric, register_claim
 from emergence_bench.claims import compare
 from emergence_bench.claims.design import frozen
-from emergence_bench.result_row import section
 
 
 def evaluate_state_size(rows: Rows, settings: Mapping[str, Any]) -> dict[str, Outcome]:
@@ -38,8 +37,7 @@ def evaluate_sparsity(rows: Rows, settings: Mapping[str, Any]) -> dict[str, Outc
         middle, ends = size // 2, (1, size - 1)
 
         def losses(s: int) -> list[float]:
-            return [section(r, "metrics")["final_eval_loss"] for r in arm(runs, task__state_size=size, task__sparsity=s)
-                    if section(r, "metrics").get("final_eval_loss") is not None]
+            return final_metric(arm(runs, task__state_size=size, task__sparsity=s), "final_eval_loss")
 
         if not losses(middle) or not all(losses(e) for e in ends):
             outcomes[f"S={size}"] = NotApplicable(f"needs s = 1, {middle} and {size - 1}")

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -40,10 +40,14 @@ def bracket(row: Row, checkpoints: Sequence[int]) -> tuple[int, int] | None:
     return (old[-1], new[0]) if old and new and old[-1] < new[0] else None
 
 
+def report(row: Row) -> Mapping[str, Any]:
+    """The ``patching`` section the scorecard attached to the row ({} where it patched none)."""
+    return cast(Mapping[str, Any], row).get("patching") or {}
+
+
 def recovered(row: Row, k: int) -> float | None:
     """The fraction of the gap the top ``k`` heads recovered in this run (None: not patched)."""
-    report = row.get("patching") or {}
-    return next((t["fraction_recovered"] for t in report.get("top_k", []) if t["k"] == k), None)
+    return next((t["fraction_recovered"] for t in report(row).get("top_k", []) if t["k"] == k), None)
 
 
 def evaluate(rows: Rows, settings: Mapping[str, Any]) -> dict[str, Outcome]:
@@ -56,7 +60,7 @@ def evaluate(rows: Rows, settings: Mapping[str, Any]) -> dict[str, Outcome]:
         return {"": NotApplicable(f"{len(fractions)} run(s) emerged between two checkpoints and were patched")}
     curve = {kk: statistics.median(f for f in (recovered(r, kk) for r in runs) if f is not None) for kk in KS
              if any(recovered(r, kk) is not None for r in runs)}
-    truth = [r["patching"]["ground_truth"] for r in runs if (r.get("patching") or {}).get("ground_truth") is not None]
+    truth = [report(r)["ground_truth"] for r in runs if report(r).get("ground_truth") is not None]
     rng = np.random.default_rng(0)
     values = np.array(fractions)
     medians = np.median(values[rng.integers(0, len(values), (4000, len(values)))], axis=1)
