@@ -21,8 +21,8 @@ the folder lacks).
   goodness-of-fit test rejects it, and is otherwise inconclusive (consistent with the data, which is
   not evidence for it).
 
-The built-in claims are declared in ``emergence_bench.claims`` (one module per claim of the paper);
-docs/claims.md lists them.
+The built-in claims are declared in ``emergence_bench.claims`` (one module per claim of the paper),
+whose ``claims()`` gives every declared claim; docs/claims.md lists them.
 """
 
 from __future__ import annotations
@@ -100,14 +100,6 @@ def register_claim(claim: Claim) -> Claim:
     """Adds ``claim`` (its id must be new) and returns it."""
     CLAIMS.add(claim.id, claim)
     return claim
-
-
-def claims() -> tuple[Claim, ...]:
-    """Every registered claim, the built-in ones first (importing ``emergence_bench.claims`` declares
-    them), in the paper's order."""
-    import emergence_bench.claims  # noqa: F401  (declares the built-in claims)
-
-    return tuple(sorted(CLAIMS.values(), key=lambda c: c.number))
 
 
 # Reading rows: the arms of a group, and the times a claim compares.
@@ -210,11 +202,12 @@ def _verdict(claim: Claim, evidence: Evidence, p: float | None) -> tuple[Verdict
     return "inconclusive", ("significant, but mixed in direction" if significant else "not significant") + detectable
 
 
-def scorecard(rows: Rows, only: Sequence[Claim] | None = None) -> list[ScoreRow]:
-    """Every claim (or ``only`` these) judged on ``rows`` (sweep group -> result rows; the claim keeps
-    its confirmation seeds), p Holm-adjusted over the rows that have one."""
+def scorecard(rows: Rows, judged: Sequence[Claim]) -> list[ScoreRow]:
+    """The ``judged`` claims (``emergence_bench.claims.claims()``: every declared one) on ``rows``
+    (sweep group -> result rows; each claim keeps its confirmation seeds), p Holm-adjusted over the
+    rows that have one."""
     pending: list[tuple[Claim, str, Outcome | None, str]] = []
-    for claim in (only if only is not None else claims()):
+    for claim in judged:
         missing = [g for g in claim.groups if not confirmation(rows.get(g, ()), claim.settings)]
         if missing:
             pending.append((claim, "", None, f"no confirmation rows in group(s) {', '.join(missing)}"))

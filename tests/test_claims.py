@@ -12,7 +12,8 @@ from typing import Any
 
 import pytest
 
-from emergence_bench.claim import CLAIMS, claims, scorecard
+from emergence_bench.claim import CLAIMS, scorecard
+from emergence_bench.claims import claims
 from emergence_bench.claims.design import SEEDS, TASK_SEEDS
 from emergence_bench.claims.heads import independence_fit
 from emergence_bench.execution.sweep_spec import load_sweep
@@ -118,7 +119,7 @@ def test_a_mixer_without_attention_reads_na_with_the_reason_and_a_missing_group_
 
 def test_holm_adjusts_over_every_judged_claim():
     rows = {**bias_rows(plateau=150), "emergence": bias_rows(plateau=150)["emergence"]}
-    card = scorecard(rows)
+    card = scorecard(rows, claims())
     raw = [r.outcome.p if r.outcome is not None and hasattr(r.outcome, "p") else None for r in card]
     assert [r.p_adjusted for r in card] == holm(raw)
     assert sum(p is not None for p in raw) >= 5  # the bias's three, seeds, abruptness, attention, ...

@@ -47,7 +47,7 @@ def test_list_shows_mixers_tasks_parameters_and_presets(cli):
     assert "plateau" in out and "emergence" in out and "quick" in out
 
 
-COMMAND_NAMES = ["list", "run", "sweep", "leaderboard", "rank", "report", "analyze", "forecast", "speed",
+COMMAND_NAMES = ["list", "run", "sweep", "leaderboard", "rank", "report", "claims", "analyze", "forecast", "speed",
                  "check-mixer"]
 
 

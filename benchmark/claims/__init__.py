@@ -2,5 +2,11 @@
 module per claim of PAPER.md, in its order. Importing this package declares them all; ``compare``
 holds the comparisons they share, and ``design`` the frozen settings of the confirmation."""
 
+from emergence_bench.claim import CLAIMS, Claim
 from emergence_bench.claims import (abrupt, architectures, bias, curricula, difficulty, heads,  # noqa: F401
                                     patching, seeds)
+
+
+def claims() -> tuple[Claim, ...]:
+    """Every declared claim (the built-in ones, and any a plugin registered), in the paper's order."""
+    return tuple(sorted(CLAIMS.values(), key=lambda c: c.number))

@@ -14,19 +14,17 @@ def add_parser(subparsers: Subparsers) -> argparse.ArgumentParser:
     parser = subparsers.add_parser("claims", help="the paper's claims as pre-registered tests: a scorecard of DIR")
     parser.add_argument("dir")
     parser.add_argument("--claim", action="append", metavar="ID",
-                        help="judge only this claim (repeatable; `emergence-bench claims --list` names them)")
+                        help="judge only this claim (repeatable; docs/claims.md names them)")
     return parser
 
 
 def main(args: argparse.Namespace, extra: list[str]) -> int:
-    from emergence_bench.claim import CLAIMS, claims
+    from emergence_bench.claim import CLAIMS
+    from emergence_bench.claims import claims
     from emergence_bench.reporting import scorecard
 
     folder = results_in(args.dir)
-    only = None
-    if args.claim:
-        claims()  # declares the built-in ones
-        only = [CLAIMS.get(name) for name in args.claim]
+    only = [CLAIMS.get(name) for name in args.claim] if args.claim else claims()
     rows, markdown = scorecard.write(folder, only)
     print(markdown, end="")
     print(f"\nwrote {folder / 'claims.md'}, claims.csv and claims.json ({len(rows)} rows)", file=sys.stderr)

@@ -21,6 +21,7 @@ from typing import Any
 import pandas as pd
 
 from emergence_bench.claim import Claim, ScoreRow, scorecard
+from emergence_bench.claims import claims
 from emergence_bench.results import ANALYSIS_DIR, UnreadableResult, parse_result, result_paths, write_text
 from emergence_bench.result_row import ResultRow
 
@@ -104,7 +105,7 @@ def write(folder: Path, only: Sequence[Claim] | None = None) -> tuple[list[dict[
         raise ValueError(f"no readable results under {folder}: run `emergence-bench sweep claims-cpu-v2 --out {folder}` first")
     if groups.get(PATCHING_GROUP):
         attach_patching(folder, groups[PATCHING_GROUP])
-    rows = table(scorecard(groups, only))
+    rows = table(scorecard(groups, claims() if only is None else only))
     markdown = to_markdown(rows)
     write_text(folder / "claims.md", markdown)
     flat = pd.DataFrame([{k: v for k, v in r.items() if k != "settings"} for r in rows])
