@@ -203,3 +203,22 @@ def test_the_command_writes_the_scorecard_and_refuses_an_empty_folder(tmp_path: 
     empty = subprocess.run([sys.executable, "-m", "emergence_bench", "claims", str(tmp_path / "empty")],
                            capture_output=True, text=True)
     assert empty.returncode != 0 and empty.stderr.strip().startswith("error:") and "no readable results" in empty.stderr
+
+
+def test_the_report_draws_one_figure_per_judged_claim_with_the_scorecard_above(tmp_path: Path):
+    from emergence_bench.reporting.figure import Results
+    from emergence_bench.reporting.figures.claims import draw
+
+    rows = bias_rows(plateau=100)
+    for group, runs in rows.items():
+        for r in runs:
+            folder = tmp_path / group / r["run_id"]
+            folder.mkdir(parents=True)
+            (folder / "result.json").write_text(json.dumps({"schema_version": SCHEMA_VERSION, **r}))
+    drawn = draw(Results([], root=tmp_path))
+    judged = [d.title for d in drawn]
+    assert "Claim 5: bias-removes-plateau[vs placebo]" in judged and "Claim 1: seeds-differ" in judged
+    assert "<table>" in drawn[0].html[0] and all(not d.html for d in drawn[1:])
+    bias = next(d for d in drawn if d.title == "Claim 5: bias-removes-plateau[vs none]")
+    assert [t.get_text() for t in bias.figure.axes[0].get_xticklabels()] == ["true bias", "none"]
+    assert draw(Results([], root=tmp_path / "nothing")) == [] and draw(Results([])) == []

@@ -75,7 +75,7 @@ def cells(records: list[ResultRow], axes: dict[str, str] | None = None) -> tuple
     """One row per (mixer, family, rung) and the ladders. Failed runs (errors) are left out of the
     rates; a diverged run counts as not emerged, as in the leaderboard."""
     ladder = ladders(records, axes)
-    emergence, budget = measurement("emergence"), measurement("budget")
+    emergence, budget, abrupt = measurement("emergence"), measurement("budget"), measurement("abruptness")
     rows = []
     for (mixer, family, rung), members in cell_members(records, ladder).items():
         measured = [r for r in members if r["status"] in ("ok", "diverged")]
@@ -83,7 +83,7 @@ def cells(records: list[ResultRow], axes: dict[str, str] | None = None) -> tuple
         low, high = wilson_interval(emerged, len(measured))
         # The median step and budget as the leaderboard declares them; the success rate is the rank's own
         # (over every trained run: a run a forecast stopped counts as not emerged).
-        declared = {**emergence.aggregate(members), **budget.aggregate(members)}
+        declared = {**emergence.aggregate(members), **budget.aggregate(members), **abrupt.aggregate(members)}
         ends = [plateau_end(r) for r in measured]
         params = [r["parameters"] for r in members if r.get("parameters")]
         states = [size for r in members if (size := r.get("state_size"))]
@@ -95,6 +95,8 @@ def cells(records: list[ResultRow], axes: dict[str, str] | None = None) -> tuple
                      "median_plateau_end": kaplan_meier_median([t for t, _ in ends], [c for _, c in ends]),
                      "median_emergence_step": declared["median_emergence_step"],
                      "budget": declared["budget"], "parameters": max(params) if params else None,
+                     "abrupt_cells": declared["abrupt_cells"], "cells_with_transition": declared["cells_with_transition"],
+                     "median_transition_share": declared["median_transition_share"],
                      "state_size": max(states) if states else None})
     table = pd.DataFrame(rows)
     if len(table):
@@ -223,10 +225,19 @@ FRONTIER_NOTE = ("The hardest rung with success ≥ 50%, [interval]: the hardest
                  "above 50%, and the hardest whose interval reaches it.")
 
 
+def _abrupt(row: Any) -> str:  # a row of the cells table (pandas itertuples)
+    share = getattr(row, "median_transition_share", None)
+    if share is None or pd.isna(share):
+        return "-"
+    return f"{int(row.abrupt_cells)}/{int(row.cells_with_transition)} ({share:.2f})"
+
+
 def cells_note(baseline: str | None) -> str:
     return (f"Plateau ratio: the cell's median plateau end over {baseline or 'the baseline'}'s on the same rung, "
             "[95% bootstrap interval]; `>` where this mixer's median was not reached within the budget (a lower "
-            "bound), `<` where the baseline's was not.")
+            "bound), `<` where the baseline's was not. Abrupt cells: over the cell's runs, the output cells whose "
+            "loss drop took at most a quarter of the time to its end (docs/ranking.md: which families show a "
+            "phase change), with the median share.")
 
 
 def tables(ranked: dict) -> dict[str, Table]:
@@ -260,13 +271,13 @@ def tables(ranked: dict) -> dict[str, Table]:
                                                            cell.get("bound", ""))
         rung_rows.append([row.family, f"{row.axis or '-'}={_value(row.rung)}", row.mixer, str(row.seeds), success,
                           _median(row.median_plateau_end, row.budget), ratio,
-                          _median(row.median_emergence_step, row.budget)])
+                          _median(row.median_emergence_step, row.budget), _abrupt(row)])
     return {
         "ranking": Table(["rank", "mixer", f"lr ({' / '.join(families)})" if len(families) > 1 else "lr", "parameters", "state (numbers/seq)", "success score ± se",
                           "plateau ratio [95%]", *(f"{f} area" for f in families)], overall_rows),
         "frontier": Table(["mixer", *(f"{f} ({ladder[f]['axis'] or '-'})" for f in families)], frontier_rows),
         "cells": Table(["family", "rung", "mixer", "seeds", "success (95% interval)", "median plateau end",
-                        "plateau ratio", "median emergence"], rung_rows),
+                        "plateau ratio", "median emergence", "abrupt cells (median share)"], rung_rows),
     }
 
 

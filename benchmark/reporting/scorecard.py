@@ -42,9 +42,10 @@ def rows_by_group(folder: Path) -> dict[str, list[ResultRow]]:
     return dict(groups)
 
 
-def attach_patching(folder: Path, rows: list[ResultRow]) -> int:
+def attach_patching(folder: Path, rows: list[ResultRow], compute: bool = True) -> int:
     """Adds a ``patching`` section to each row of the patching group whose emergence two checkpoints
-    bracket, patching it first where its reports are not yet on disk; returns how many were patched now."""
+    bracket, patching it first where its reports are not yet on disk (unless not ``compute``: then
+    such a row stays unpatched); returns how many were patched now."""
     from emergence_bench.analysis.analyze import load_run, patch
     from emergence_bench.claims.patching import bracket
 
@@ -61,9 +62,11 @@ def attach_patching(folder: Path, rows: list[ResultRow]) -> int:
             path = run_dir / ANALYSIS_DIR / (f"patch_{old}_{new}" + ("_ground_truth" if truth else "") + ".json")
             if path.is_file():
                 reports[truth] = json.loads(path.read_text(encoding="utf-8"))
-            else:
+            elif compute:
                 reports[truth] = patch(run_dir, old, new, top_k=TOP_K, ground_truth=truth, device="cpu")
                 patched += 1
+        if len(reports) < 2:
+            continue
         truth_best = max((t["fraction_recovered"] for t in reports[True]["top_k"] if t["fraction_recovered"] is not None),
                          default=None)
         row["patching"] = {"old": old, "new": new, "top_k": reports[False]["top_k"], "ground_truth": truth_best}  # type: ignore[typeddict-unknown-key]
@@ -98,14 +101,20 @@ def to_markdown(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines) + f"\n\n{len(rows)} rows: {summary}.\n"
 
 
-def write(folder: Path, only: Sequence[Claim] | None = None) -> tuple[list[dict[str, Any]], str]:
-    """Judges the claims on ``folder``'s rows and writes claims.{md,csv,json} there."""
+def judge(folder: Path, only: Sequence[Claim] | None = None, patch: bool = True) -> list[ScoreRow]:
+    """The claims (every declared one, or ``only`` these) judged on ``folder``'s rows; the patching
+    group's runs patched first (with ``patch``; else only those patched before count)."""
     groups = rows_by_group(folder)
     if not any(groups.values()):
         raise ValueError(f"no readable results under {folder}: run `emergence-bench sweep claims-cpu-v2 --out {folder}` first")
     if groups.get(PATCHING_GROUP):
-        attach_patching(folder, groups[PATCHING_GROUP])
-    rows = table(scorecard(groups, claims() if only is None else only))
+        attach_patching(folder, groups[PATCHING_GROUP], compute=patch)
+    return scorecard(groups, claims() if only is None else only)
+
+
+def write(folder: Path, only: Sequence[Claim] | None = None) -> tuple[list[dict[str, Any]], str]:
+    """Judges the claims on ``folder``'s rows and writes claims.{md,csv,json} there."""
+    rows = table(judge(folder, only))
     markdown = to_markdown(rows)
     write_text(folder / "claims.md", markdown)
     flat = pd.DataFrame([{k: v for k, v in r.items() if k != "settings"} for r in rows])

@@ -3,6 +3,6 @@ a module registers its figures (``emergence_bench.reporting.figure.register_figu
 
 from emergence_bench.reporting.figure import REGISTRY
 from emergence_bench.reporting.figures import curves, staircase, seeds, ranking, axes  # noqa: F401
-from emergence_bench.reporting.figures import threshold_sensitivity, heatmap, attention  # noqa: F401
+from emergence_bench.reporting.figures import threshold_sensitivity, heatmap, attention, claims  # noqa: F401
 
 FIGURES = tuple(name for name, figure in REGISTRY.items() if figure.part_of is None)  # what --figures may choose
