@@ -91,6 +91,7 @@ class Claim:
     evaluate: Callable[[Rows, Mapping[str, Any]], Mapping[str, Outcome]]
     kind: Kind = "difference"
     margin: float | None = None
+    across_mixers: bool = False  # it compares mixers; otherwise each mixer in the rows is judged alone
 
 
 CLAIMS: registry.Registry[Claim] = registry.Registry("claim", Claim)
@@ -202,6 +203,24 @@ def _verdict(claim: Claim, evidence: Evidence, p: float | None) -> tuple[Verdict
     return "inconclusive", ("significant, but mixed in direction" if significant else "not significant") + detectable
 
 
+def judged_per_mixer(claim: Claim, rows: Rows) -> dict[str, Outcome]:
+    """The claim's outcomes on ``rows``; where the rows hold several mixers and the claim does not
+    compare mixers, each mixer's rows judged alone, labelled by its name."""
+    names = sorted({config_value(r, "mixer.name") for group in rows.values() for r in group})
+    if claim.across_mixers or len(names) < 2:
+        return dict(claim.evaluate(rows, claim.settings))
+    outcomes: dict[str, Outcome] = {}
+    for name in names:
+        own = {g: [r for r in group if config_value(r, "mixer.name") == name] for g, group in rows.items()}
+        lacking = [g for g, group in own.items() if not group]
+        if lacking:
+            outcomes[name] = NotApplicable(f"no {name} rows in group(s) {', '.join(lacking)}")
+            continue
+        for label, found in claim.evaluate(own, claim.settings).items():
+            outcomes[name + (f", {label}" if label else "")] = found
+    return outcomes
+
+
 def scorecard(rows: Rows, judged: Sequence[Claim]) -> list[ScoreRow]:
     """The ``judged`` claims (``emergence_bench.claims.claims()``: every declared one) on ``rows``
     (sweep group -> result rows; each claim keeps its confirmation seeds), p Holm-adjusted over the
@@ -213,7 +232,7 @@ def scorecard(rows: Rows, judged: Sequence[Claim]) -> list[ScoreRow]:
             pending.append((claim, "", None, f"no confirmation rows in group(s) {', '.join(missing)}"))
             continue
         picked = {g: confirmation(rows[g], claim.settings) for g in claim.groups}
-        for label, found in claim.evaluate(picked, claim.settings).items():
+        for label, found in judged_per_mixer(claim, picked).items():
             pending.append((claim, label, found, found.reason if isinstance(found, NotApplicable) else ""))
     adjusted = holm([o.p if isinstance(o, Evidence) else None for _, _, o, _ in pending])
     card = []

@@ -222,3 +222,17 @@ def test_the_report_draws_one_figure_per_judged_claim_with_the_scorecard_above(t
     bias = next(d for d in drawn if d.title == "Claim 5: bias-removes-plateau[vs none]")
     assert [t.get_text() for t in bias.figure.axes[0].get_xticklabels()] == ["true bias", "none"]
     assert draw(Results([], root=tmp_path / "nothing")) == [] and draw(Results([])) == []
+
+
+def test_a_claim_about_one_mixer_judges_each_mixer_in_the_rows_alone():
+    transformer = confirmation()
+    for r in transformer:
+        r["emergence"]["step"] = 300 + 100 * r["seed"]
+    plugin = [row(s, t, attention=False, config={"mixer": {"name": "my_mixer"}}) for s in SEEDS for t in TASK_SEEDS]
+    for r in plugin:  # deterministic per instance: seeds do not differ
+        r["emergence"]["step"] = 500
+    card = {r.label: r for r in scorecard({"emergence": transformer + plugin}, [CLAIMS.get("seeds-differ")])}
+    assert set(card) == {"transformer", "my_mixer"}
+    assert card["transformer"].verdict == "agrees" and card["my_mixer"].verdict == "disagrees"
+    both = scorecard({"emergence": transformer + plugin}, [CLAIMS.get("abrupt-with-attention")])
+    assert {(r.label, r.verdict) for r in both} == {("my_mixer", "n/a"), ("transformer", "agrees")}

@@ -73,17 +73,17 @@ MIXER_LINEAR_MAP = register_claim(Claim(
     paper_number="final loss 0.40 vs 0.59 (s=5), 0.46 vs 0.59 (s=7), S=16, 10k steps", groups=("mixers-lm",),
     statistic="Mann–Whitney test of the final full-sequence loss", effect="MLP-Mixer minus Transformer (nats)",
     predicts="lower for the MLP-Mixer", settings=frozen(state_size=16, sparsity=(5, 7), train_on="all"),
-    evaluate=evaluate_mixer_linear_map))
+    evaluate=evaluate_mixer_linear_map, across_mixers=True))
 MIXER_CA = register_claim(Claim(
     "mixer-ca", 7, paper="MLP-Mixer is worse than a Transformer on cellular automata.", paper_number="-",
     groups=("mixers-ca", "ca-state-size"), statistic="log-rank test of the plateau end",
     effect="KM median plateau end, MLP-Mixer over Transformer", predicts="longer for the MLP-Mixer",
-    settings=frozen(), evaluate=evaluate_mixer_ca))
+    settings=frozen(), evaluate=evaluate_mixer_ca, across_mixers=True))
 TRAILS = register_claim(Claim(
     "trails-transformer", 7, paper="Mamba, Gated DeltaNet and RWKV mostly trail the Transformer.", paper_number="-",
     groups=("recurrent", "emergence"), statistic="log-rank test of the emergence step",
     effect="KM median emergence step, the mixer over the Transformer", predicts="longer for the mixer",
-    settings=frozen(width=64, n_layers=1), evaluate=evaluate_trails))
+    settings=frozen(width=64, n_layers=1), evaluate=evaluate_trails, across_mixers=True))
 DEPTH_LINEAR_MAP = register_claim(Claim(
     "depth-linear-map", 7, paper="Depth hurts the linear map.", paper_number="-", groups=("depth", "emergence"),
     statistic="Jonckheere trend test of the emergence step over depth (never-emerged ranked last)",
