@@ -19,41 +19,10 @@ import statistics
 from collections.abc import Sequence
 from typing import Any
 
-from emergence_bench.abruptness import Transition, transition
+from emergence_bench.abruptness import cell_transitions
 from emergence_bench.measurement import Measurement, register_measurement
 from emergence_bench.reporting.columns import Computed, missing
 from emergence_bench.result_row import Curves, Row, section
-
-MIN_DROP = 0.1  # of the task's chance − floor gap: a smaller drop is no transition
-
-
-def cell_curves(row: Row) -> tuple[list[int], list[list[float]]]:
-    """The eval steps [n] and, per output cell, its eval loss at each [cells][n] (empty where the row
-    has no per-cell curve)."""
-    points = section(row, "curves").get("eval_cells") or []
-    steps = [int(step) for step, _ in points]
-    cells = len(points[0][1]) if points else 0
-    return steps, [[losses[i] for _, losses in points] for i in range(cells)]
-
-
-def min_drop(row: Row) -> float:
-    """The smallest loss drop that counts as a transition for this row's task."""
-    facts = section(row, "task_facts")
-    return MIN_DROP * (facts.get("chance_loss", 0.0) - facts.get("floor_loss", 0.0))
-
-
-def cell_transitions(row: Row) -> list[Transition | None]:
-    """Per output cell, its transition (None: no drop worth the name)."""
-    steps, cells = cell_curves(row)
-    floor = min_drop(row)
-    return [transition(steps, losses, min_drop=floor) for losses in cells]
-
-
-def loss_transition(row: Row) -> Transition | None:
-    """The transition of the run's eval loss over every scored token."""
-    points = section(row, "curves").get("eval") or []
-    return transition([p[0] for p in points], [p[1] for p in points], min_drop=min_drop(row))
-
 
 COLUMNS = ("abrupt_cells", "cells_with_transition", "median_transition_share")
 

@@ -172,7 +172,7 @@ def test_the_preset_freezes_the_design_the_claims_read():
     assert [b["pattern"] for b in groups["bias"].grid["callbacks.attention_bias"]] == ["predict", "placebo", "near_miss"]
     assert [m["n_heads"] for m in groups["heads"].grid["mixer"]] == [1, 4, 16, 64]
     assert all(m["n_heads"] * m["head_dim"] == 64 for m in groups["heads"].grid["mixer"])
-    assert groups["sparsity"].base["task"] == {"blank_outputs": True}
+    assert groups["sparsity"].grid["task.sparsity"] == [1, 6, 11] and groups["sparsity"].grid["task.blank_outputs"] == [False, True]
     assert groups["curricula"].base["trainer"]["max_steps"] + 300 == 1500  # matched total steps
     frozen = {c.id: dict(c.settings) for c in claims()}
     assert frozen["abrupt"]["abrupt_share"] == 0.25 and frozen["abrupt-with-attention"]["margin"] == 0.25
