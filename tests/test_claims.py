@@ -236,3 +236,25 @@ def test_a_claim_about_one_mixer_judges_each_mixer_in_the_rows_alone():
     assert card["transformer"].verdict == "agrees" and card["my_mixer"].verdict == "disagrees"
     both = scorecard({"emergence": transformer + plugin}, [CLAIMS.get("abrupt-with-attention")])
     assert {(r.label, r.verdict) for r in both} == {("my_mixer", "n/a"), ("transformer", "agrees")}
+
+
+def test_medium_sparsity_needs_the_middle_above_both_ends_and_judges_the_blanked_control_apart():
+    def sparsity_rows(losses: dict[tuple[int, bool], float]) -> list[dict[str, Any]]:
+        return [row(seed, t, config={"task.sparsity": s, "task.blank_outputs": blank},
+                    metrics={"final_eval_loss": loss + 0.001 * seed + 0.0005 * t})
+                for (s, blank), loss in losses.items() for seed in SEEDS for t in TASK_SEEDS]
+
+    paper = {(1, False): 0.0, (6, False): 0.4, (11, False): 0.06, (1, True): 0.0, (6, True): 0.5, (11, True): 0.69}
+    card = {r.label: r for r in scorecard({"sparsity": sparsity_rows(paper)}, [CLAIMS.get("medium-sparsity")])}
+    assert card["S=12"].verdict == "agrees" and card["S=12"].outcome.effect == pytest.approx(0.34, abs=0.01)
+    blanked = card["S=12, outputs blanked"]
+    assert blanked.verdict == "inconclusive" and blanked.outcome.direction == 0 and "mixed" in blanked.reason
+
+
+def test_curricula_compare_each_stage_task_with_no_curriculum():
+    none = [row(s, t, emergence=800 + 10 * s) for s in SEEDS for t in TASK_SEEDS]
+    stage = lambda task: [{"task": {"name": task}, "steps": 300}]  # noqa: E731
+    dyck = [row(s, t, emergence=300 + 10 * s, config={"curriculum": stage("dyck")}) for s in SEEDS for t in TASK_SEEDS]
+    nca = [row(s, t, emergence=900 + 10 * s, config={"curriculum": stage("neural_ca")}) for s in SEEDS for t in TASK_SEEDS]
+    card = {r.label: r.verdict for r in scorecard({"emergence": none, "curricula": dyck + nca}, [CLAIMS.get("curricula")])}
+    assert card == {"after dyck": "agrees", "after neural_ca": "disagrees"}
