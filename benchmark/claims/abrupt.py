@@ -51,7 +51,7 @@ def attention_lag(row: Row) -> float | None:
     """(mass midpoint − loss midpoint) / loss midpoint, for a run whose loss and best-head mass both
     moved; None otherwise."""
     history = section(row, "attention_probe").get("history") or []
-    mass = transition([h[0] for h in history], [-h[1] for h in history], min_drop=0.1)
+    mass = transition([h[0] for h in history], [None if h[1] is None else -h[1] for h in history], min_drop=0.1)
     loss = loss_transition(row)
     if mass is None or loss is None or loss.midpoint <= 0:
         return None

@@ -47,7 +47,8 @@ def times(a: Sequence[Row], b: Sequence[Row], measurement: str, field: str, name
     detect = detectable_shift_ratio(len(ta), len(tb))
     return Evidence(effect=_finite(ratio), low=_finite(low), high=_finite(high), p=test.p, direction=direction,
                     n=f"{len(ta)} vs {len(tb)}",
-                    detectable=None if detect is None else f"a ratio of {1 / detect:.2g}× or {detect:.2g}×",
+                    detectable=None if detect is None else (f"a ratio of {1 / detect:.2g}× or {detect:.2g}× "
+                                                            "(Mann–Whitney, uncensored log-normal times)"),
                     details=f"KM median {names[0]} {_median_text(ta, ca)} ({sum(not c for c in ca)}/{len(ca)} reached), "
                             f"{names[1]} {_median_text(tb, cb)} ({sum(not c for c in cb)}/{len(cb)})",
                     data={names[0]: never_as_inf(ta, ca), names[1]: never_as_inf(tb, cb)})

@@ -1,7 +1,7 @@
 """Claim 1: emergence is stochastic. At a fixed scale and task instance, seeds differ in when (and
 whether) the capability emerges.
 
-The test: within each task instance, each seed's emergence step over the instance's median (so two
+The test: within each task instance, each seed's emergence step over the instance's lower median (so two
 instances of different difficulty do not read as seed noise), pooled; the spread is the ratio of the
 75th to the 25th percentile of those relative steps (a run that never emerged ranks last), with a
 bootstrap interval, against ``min_spread`` (a deterministic process spreads only by the eval
@@ -16,7 +16,8 @@ from typing import Any
 
 import numpy as np
 
-from emergence_bench.claim import Claim, Evidence, Outcome, Rows, config_value, event_times, register_claim
+from emergence_bench.claim import (Claim, Evidence, NotApplicable, Outcome, Rows, config_value, event_times,
+                                   register_claim)
 from emergence_bench.claims.design import frozen
 
 
@@ -27,9 +28,13 @@ def relative_steps(rows: list, field: str = "step") -> list[float]:
         members = [r for r in rows if config_value(r, "task.task_seed") == instance]
         times, censored = event_times(members, "emergence", field)
         steps = [math.inf if c else t for t, c in zip(times, censored)]
-        middle = float(np.median(steps))
-        relative += [s / middle if math.isfinite(middle) and middle > 0 else math.nan for s in steps]
-    return [r for r in relative if not math.isnan(r)]
+        # The lower median, so half the runs never emerging still leaves a finite scale; when more
+        # than half never did, the latest step any run reached (its budget at the latest).
+        middle = sorted(steps)[(len(steps) - 1) // 2]
+        if not math.isfinite(middle):
+            middle = max(times)
+        relative += [s / middle for s in steps]
+    return relative
 
 
 def spread(values: np.ndarray) -> np.ndarray:
@@ -42,6 +47,8 @@ def spread(values: np.ndarray) -> np.ndarray:
 def evaluate(rows: Rows, settings: Mapping[str, Any]) -> dict[str, Outcome]:
     runs = list(rows["emergence"])
     relative = np.array(relative_steps(runs))
+    if len(relative) < 4:
+        return {"": NotApplicable(f"{len(relative)} run(s): too few to measure a spread")}
     rng = np.random.default_rng(0)
     resamples = relative[rng.integers(0, len(relative), (settings["resamples"], len(relative)))]
     observed, replicates = float(spread(relative[None])[0]), spread(resamples)
@@ -50,7 +57,8 @@ def evaluate(rows: Rows, settings: Mapping[str, Any]) -> dict[str, Outcome]:
     tail = min(np.sum(replicates <= settings["min_spread"]), np.sum(replicates >= settings["min_spread"]))
     p = float(min(1.0, 2 * (1 + tail) / (1 + len(replicates))))
     emerged = int(np.isfinite(relative).sum())
-    return {"": Evidence(effect=observed if math.isfinite(observed) else None, low=float(low),
+    return {"": Evidence(effect=observed if math.isfinite(observed) else None,
+                         low=float(low) if math.isfinite(low) else None,
                          high=float(high) if math.isfinite(high) else None, p=p,
                          direction=1 if observed > settings["min_spread"] else -1, n=str(len(relative)),
                          details=f"{emerged}/{len(relative)} emerged; relative steps "

@@ -14,7 +14,8 @@ def add_parser(subparsers: Subparsers) -> argparse.ArgumentParser:
     parser = subparsers.add_parser("claims", help="the paper's claims as pre-registered tests: a scorecard of DIR")
     parser.add_argument("dir")
     parser.add_argument("--claim", action="append", metavar="ID",
-                        help="judge only this claim (repeatable; docs/claims.md names them)")
+                        help="print only this claim's rows, judged among all of them (repeatable; docs/claims.md "
+                             "names them); the files hold the whole scorecard")
     return parser
 
 
@@ -23,8 +24,10 @@ def main(args: argparse.Namespace, extra: list[str]) -> int:
     from emergence_bench.claims import claims
     from emergence_bench.reporting import scorecard
 
+    claims()  # declares the built-in claims, so --claim can name them
+
     folder = results_in(args.dir)
-    only = [CLAIMS.get(name) for name in args.claim] if args.claim else claims()
+    only = [CLAIMS.get(name) for name in args.claim] if args.claim else None  # judged among all: one Holm family
     rows, markdown = scorecard.write(folder, only)
     print(markdown, end="")
     print(f"\nwrote {folder / 'claims.md'}, claims.csv and claims.json ({len(rows)} rows)", file=sys.stderr)

@@ -16,14 +16,14 @@ import sys
 from collections import defaultdict
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pandas as pd
 
-from emergence_bench.claim import Claim, ScoreRow, scorecard
+from emergence_bench.claim import Claim, ScoreRow, confirmation, scorecard
 from emergence_bench.claims import claims
 from emergence_bench.results import ANALYSIS_DIR, UnreadableResult, parse_result, result_paths, write_text
-from emergence_bench.result_row import ResultRow
+from emergence_bench.result_row import ResultRow, emergence_step
 
 PATCHING_GROUP = "patching"
 TOP_K = 16
@@ -47,12 +47,17 @@ def attach_patching(folder: Path, rows: list[ResultRow], compute: bool = True) -
     bracket, patching it first where its reports are not yet on disk (unless not ``compute``: then
     such a row stays unpatched); returns how many were patched now."""
     from emergence_bench.analysis.analyze import load_run, patch
-    from emergence_bench.claims.patching import bracket
+    from emergence_bench.claims.patching import FEW_HEADS, bracket
 
     patched = 0
-    for row in rows:
+    for row in confirmation(rows, FEW_HEADS.settings):  # exploration runs never count: not patched
+        if emergence_step(row) is None:
+            continue
         run_dir = folder / PATCHING_GROUP / row["run_id"]
-        _, _, checkpoints = load_run(run_dir)
+        try:
+            _, _, checkpoints = load_run(run_dir)
+        except ValueError:  # no checkpoints (it failed early) or no config: nothing to patch
+            continue
         steps = bracket(row, sorted(checkpoints))
         if steps is None:
             continue
@@ -69,7 +74,8 @@ def attach_patching(folder: Path, rows: list[ResultRow], compute: bool = True) -
             continue
         truth_best = max((t["fraction_recovered"] for t in reports[True]["top_k"] if t["fraction_recovered"] is not None),
                          default=None)
-        row["patching"] = {"old": old, "new": new, "top_k": reports[False]["top_k"], "ground_truth": truth_best}  # type: ignore[typeddict-unknown-key]
+        cast(dict[str, Any], row)["patching"] = {"old": old, "new": new, "top_k": reports[False]["top_k"],
+                                                 "ground_truth": truth_best}
     return patched
 
 
@@ -102,23 +108,27 @@ def to_markdown(rows: list[dict[str, Any]]) -> str:
 
 
 def judge(folder: Path, only: Sequence[Claim] | None = None, patch: bool = True) -> list[ScoreRow]:
-    """The claims (every declared one, or ``only`` these) judged on ``folder``'s rows; the patching
-    group's runs patched first (with ``patch``; else only those patched before count)."""
+    """Every declared claim judged on ``folder``'s rows (Holm over all of them, as pre-registered),
+    then only the rows of ``only`` kept; the patching group's runs patched first (with ``patch``; else
+    only those patched before count)."""
     groups = rows_by_group(folder)
     if not any(groups.values()):
         raise ValueError(f"no readable results under {folder}: run `emergence-bench sweep claims-cpu-v2 --out {folder}` first")
     if groups.get(PATCHING_GROUP):
         attach_patching(folder, groups[PATCHING_GROUP], compute=patch)
-    return scorecard(groups, claims() if only is None else only)
+    card = scorecard(groups, claims())
+    return card if only is None else [row for row in card if row.claim in only]
 
 
 def write(folder: Path, only: Sequence[Claim] | None = None) -> tuple[list[dict[str, Any]], str]:
-    """Judges the claims on ``folder``'s rows and writes claims.{md,csv,json} there."""
-    rows = table(judge(folder, only))
-    markdown = to_markdown(rows)
-    write_text(folder / "claims.md", markdown)
-    flat = pd.DataFrame([{k: v for k, v in r.items() if k != "settings"} for r in rows])
+    """Judges the claims on ``folder``'s rows and writes claims.{md,csv,json} there (the whole
+    scorecard; ``only`` chooses the rows returned)."""
+    card = judge(folder)
+    written = table(card)
+    rows = [r.to_dict() for r in card if only is None or r.claim in only]
+    write_text(folder / "claims.md", to_markdown(written))
+    flat = pd.DataFrame([{k: v for k, v in r.items() if k != "settings"} for r in written])
     write_text(folder / "claims.csv", flat.to_csv(index=False))
-    write_text(folder / "claims.json", json.dumps(rows, indent=1, default=str) + "\n")
-    return rows, markdown
+    write_text(folder / "claims.json", json.dumps(written, indent=1, default=str) + "\n")
+    return rows, to_markdown(rows)
 
