@@ -261,3 +261,22 @@ def test_curricula_compare_each_stage_task_with_no_curriculum():
     nca = [row(s, t, emergence=900 + 10 * s, config={"curriculum": stage("neural_ca")}) for s in SEEDS for t in TASK_SEEDS]
     card = {r.label: r.verdict for r in scorecard({"emergence": none, "curricula": dyck + nca}, [CLAIMS.get("curricula")])}
     assert card == {"after dyck": "agrees", "after neural_ca": "disagrees"}
+
+
+def test_few_heads_reads_the_patched_fraction_and_brackets_emergence_between_adjacent_checkpoints():
+    from emergence_bench.claims.patching import bracket
+
+    assert bracket(row(0, emergence=500), [0, 20, 480, 500, 520]) == (480, 500)
+    assert bracket(row(0, emergence=510), [0, 500, 520]) == (500, 520)
+    assert bracket(row(0, emergence=None), [0, 500]) is None and bracket(row(0, emergence=20), [20, 40]) is None
+
+    def patched(fractions: dict[int, float]) -> list[dict[str, Any]]:
+        return [row(s, t, config={"model.n_layers": 2},
+                    patching={"top_k": [{"k": k, "fraction_recovered": f + 0.01 * s} for k, f in fractions.items()],
+                              "ground_truth": 0.1}) for s in SEEDS for t in TASK_SEEDS]
+
+    most = cell({"patching": patched({1: 0.3, 4: 0.7, 16: 0.9})}, "few-heads")
+    assert most.verdict == "agrees" and "K=4 0.7" in most.outcome.details and "ground-truth pattern 0.10" in most.outcome.details
+    assert cell({"patching": patched({1: 0.02, 4: 0.1, 16: 0.2})}, "few-heads").verdict == "disagrees"
+    unpatched = cell({"patching": confirmation()}, "few-heads")
+    assert unpatched.verdict == "n/a" and "were patched" in unpatched.reason
