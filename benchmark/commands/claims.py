@@ -30,7 +30,8 @@ def main(args: argparse.Namespace, extra: list[str]) -> int:
     only = [CLAIMS.get(name) for name in args.claim] if args.claim else None  # judged among all: one Holm family
     rows, markdown = scorecard.write(folder, only)
     print(markdown, end="")
-    print(f"\nwrote {folder / 'claims.md'}, claims.csv and claims.json ({len(rows)} rows)", file=sys.stderr)
+    print(f"\nwrote {folder / 'claims.md'} (with the paper's words, each test and its details), claims.csv and "
+          f"claims.json", file=sys.stderr)
     return 0
 
 

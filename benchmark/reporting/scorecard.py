@@ -94,14 +94,23 @@ def table(card: Sequence[ScoreRow]) -> list[dict[str, Any]]:
     return [row.to_dict() for row in card]
 
 
-def to_markdown(rows: list[dict[str, Any]]) -> str:
-    lines = ["| claim | paper | effect [95%] | test | p (Holm) | n | verdict | why |", "|---|---|---|---|---|---|---|---|"]
+def to_markdown(rows: list[dict[str, Any]], full: bool = True) -> str:
+    """The scorecard as a Markdown table: ``full`` with the paper's words, what the effect measures,
+    the test and the details (claims.md); else one short line per row (the terminal)."""
+    if full:
+        lines = ["| claim | paper | effect [95%] | test | p (Holm) | n | verdict | why |", "|---|---|---|---|---|---|---|---|"]
+    else:
+        lines = ["| claim | effect [95%] | p (Holm) | n | verdict | why |", "|---|---|---|---|---|---|"]
     for r in rows:
         paper = r["paper"] + ("" if r["paper_number"] == "-" else f" ({r['paper_number']})")
-        why = r["reason"] + (f"; {r['details']}" if r["details"] else "")
-        lines.append(f"| {r['number']}. {r['claim']} | {paper} | {effect_cell(r)} ({r['effect_measures']}; predicted "
-                     f"{r['predicts']}) | {r['statistic']} | {number(r['p_holm'], '.2g')} | {r['n'] or '-'} | "
-                     f"**{r['verdict']}** | {why} |")
+        why = r["reason"] + (f"; {r['details']}" if r["details"] and full else "")
+        if full:
+            lines.append(f"| {r['number']}. {r['claim']} | {paper} | {effect_cell(r)} ({r['effect_measures']}; "
+                         f"predicted {r['predicts']}) | {r['statistic']} | {number(r['p_holm'], '.2g')} | "
+                         f"{r['n'] or '-'} | **{r['verdict']}** | {why} |")
+        else:
+            lines.append(f"| {r['number']}. {r['claim']} | {effect_cell(r)} | {number(r['p_holm'], '.2g')} | "
+                         f"{r['n'] or '-'} | **{r['verdict']}** | {why} |")
     counts = pd.Series([r["verdict"] for r in rows]).value_counts()
     summary = ", ".join(f"{counts.get(v, 0)} {v}" for v in ("agrees", "disagrees", "inconclusive", "n/a", "not run"))
     return "\n".join(lines) + f"\n\n{len(rows)} rows: {summary}.\n"
@@ -130,5 +139,5 @@ def write(folder: Path, only: Sequence[Claim] | None = None) -> tuple[list[dict[
     flat = pd.DataFrame([{k: v for k, v in r.items() if k != "settings"} for r in written])
     write_text(folder / "claims.csv", flat.to_csv(index=False))
     write_text(folder / "claims.json", json.dumps(written, indent=1, default=str) + "\n")
-    return rows, to_markdown(rows)
+    return rows, to_markdown(rows, full=False)
 
