@@ -62,3 +62,43 @@ def test_written_files_follow_the_umask_like_any_other_file(tmp_path):
         os.umask(previous)
     assert (tmp_path / "a" / "result.json").stat().st_mode & 0o777 == 0o644  # a colleague can read it
     assert (tmp_path / "private.json").stat().st_mode & 0o777 == 0o600
+
+
+def test_an_empty_or_all_corrupt_folder_is_an_error_and_its_files_are_left_alone(tmp_path):
+    (tmp_path / "leaderboard.md").write_text("an earlier table\n")
+    with pytest.raises(ValueError, match="no readable results"):
+        leaderboard.write(tmp_path)
+    for name, text in BAD.items():
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "result.json").write_text(text)
+    with pytest.raises(ValueError, match="no readable results"):
+        leaderboard.write(tmp_path)
+    assert (tmp_path / "leaderboard.md").read_text() == "an earlier table\n"
+
+
+def test_a_typo_in_over_is_named_with_the_closest_key_and_overwrites_nothing(tmp_path):
+    folder_with(tmp_path, {})
+    leaderboard.write(tmp_path)
+    before = (tmp_path / "leaderboard.md").read_text()
+    with pytest.raises(ValueError, match="task.sparsty.*did you mean 'task.sparsity'"):
+        leaderboard.write(tmp_path, over=("seed", "task.sparsty"))
+    assert (tmp_path / "leaderboard.md").read_text() == before
+    table, _ = leaderboard.write(tmp_path, over=("seed", "task.sparsity"))
+    assert len(table) == 2  # one row per mixer once the sparsity is aggregated over
+
+
+def test_rank_refuses_a_folder_without_a_finished_run_and_an_unknown_family(tmp_path):
+    from emergence_bench.config import ConfigError
+    from emergence_bench.reporting import rank
+
+    folder_with(tmp_path, {})
+    with pytest.raises(ConfigError, match="no task family 'nosuch'.*families: linear_map"):
+        rank.write(tmp_path, {"nosuch": "task.x"})
+    failed = tmp_path / "failed"
+    failed.mkdir()
+    for i, r in enumerate(ladder_records()[:4]):
+        (failed / str(i)).mkdir()
+        status = "failed" if i % 2 else "diverged"
+        (failed / str(i) / "result.json").write_text(json.dumps({"schema_version": 2, **r, "status": status}))
+    with pytest.raises(ConfigError, match=r"finished ok \(2 diverged, 2 failed\)"):
+        rank.write(failed)

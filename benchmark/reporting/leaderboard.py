@@ -10,6 +10,7 @@ success rates have 95% Wilson intervals.
 
 from __future__ import annotations
 
+import difflib
 import json
 from functools import partial
 from pathlib import Path
@@ -228,13 +229,28 @@ def _baseline_cell(label: str, row: dict[str, Any]) -> str:
     return ratio_cell(row[f"{label}_vs_baseline"], row[f"{label}_vs_baseline_bound"])
 
 
+def check_over(records: list[ResultRow], over: tuple[str, ...]) -> None:
+    """Every ``--over`` key must be a config key of some row (``seed``, ``task.task_seed``); a typo
+    would otherwise aggregate over nothing and overwrite the folder's leaderboard with a per-seed one."""
+    known = {k for r in records for k in flatten(scientific(r["config"]))} | {"seed"}
+    unknown = [k for k in over if k not in known]
+    if unknown:
+        close = difflib.get_close_matches(unknown[0], sorted(known), n=1)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        raise ValueError(f"--over {', '.join(unknown)}: no such config key in these results{hint}")
+
+
 def write(root: str | Path, over: tuple[str, ...] = ("seed",), baseline: str | None = None,
           strict: bool = False) -> tuple[pd.DataFrame, str]:
     """Build the leaderboard of every result under ``root`` but its tuning runs (``leaderboard
     DIR/tuning`` shows those); write leaderboard.md/.csv/.json there. ``strict``: an unreadable
     result file is an error, not a warning (see results.load_records)."""
     root = Path(root)
-    table = build(load_records(root, strict=strict, exclude=(TUNING_DIR,)), over, baseline=baseline)
+    records = load_records(root, strict=strict, exclude=(TUNING_DIR,))
+    if not records:  # nothing to aggregate: say so, and leave DIR's files as they were
+        raise ValueError(f"no readable results under {root} (an unreadable one is named above): nothing to aggregate")
+    check_over(records, over)
+    table = build(records, over, baseline=baseline)
     markdown = to_markdown(table)
     write_text(root / f"{LEADERBOARD_STEM}.md", markdown)
     write_text(root / f"{LEADERBOARD_STEM}.csv", table.to_csv(index=False))

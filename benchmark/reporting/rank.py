@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -332,6 +333,14 @@ def write(root: str | Path, axes: dict[str, str] | None = None, strict: bool = F
     records = load_records(root, strict=strict, exclude=(TUNING_DIR,))
     if not records:
         raise ConfigError(f"no results to rank under {root}")
+    if not any(r["status"] == "ok" for r in records):
+        statuses = ", ".join(f"{n} {s}" for s, n in sorted(Counter(r["status"] for r in records).items()))
+        raise ConfigError(f"no run under {root} finished ok ({statuses}): nothing to rank")
+    families = {r["config"]["task"]["name"] for r in records}
+    unknown = sorted(set(axes or {}) - families)
+    if unknown:
+        raise ConfigError(f"--rung {unknown[0]}=...: no task family {unknown[0]!r} under {root}; "
+                          f"families: {', '.join(sorted(families))}")
     tuning = read_tables(root / TUNING_DIR)
     ref = None
     if reference_name is not None:
