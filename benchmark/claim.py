@@ -49,7 +49,8 @@ class Evidence:
     of an equivalence, or a fit's goodness-of-fit p); ``direction`` +1 where the effect goes the
     paper's way, −1 the other way, 0 neither; ``n`` the sample sizes as text; ``detectable`` the
     smallest effect these sizes detect with 80% power (text, the effect's units); ``details`` what a
-    reader needs beside the effect (per-arm medians); ``data`` each arm's values, for the figure."""
+    reader needs beside the effect (per-arm medians); ``data`` each arm's values, for the figure, and
+    ``guides`` the lines it draws across them ({label: value}: a threshold, a margin)."""
 
     effect: float | None
     low: float | None
@@ -60,6 +61,7 @@ class Evidence:
     detectable: str | None = None
     details: str = ""
     data: Mapping[str, Sequence[float]] = field(default_factory=dict)
+    guides: Mapping[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

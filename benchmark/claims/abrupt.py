@@ -44,7 +44,8 @@ def evaluate_abrupt(rows: Rows, settings: Mapping[str, Any]) -> dict[str, Outcom
     evidence = compare.rate([s <= settings["abrupt_share"] for s in shares], 0.5, "abrupt runs")
     return {"": Evidence(**{**evidence.__dict__, "details": evidence.details + f"; median share per run "
                             + ", ".join(f"{s:.2f}" for s in sorted(shares)),
-                            "data": {"median share of a run's cell transitions": shares}})}
+                            "data": {"median share of a run's cell transitions": shares},
+                            "guides": {f"abrupt at ≤ {settings['abrupt_share']}": settings["abrupt_share"]}})}
 
 
 def attention_lag(row: Row) -> float | None:
@@ -76,7 +77,8 @@ def evaluate_with_attention(rows: Rows, settings: Mapping[str, Any]) -> dict[str
     return {"": Evidence(effect=median, low=float(low), high=float(high), p=max(above, below),
                          direction=1 if abs(median) <= margin else -1, n=str(len(lags)),
                          details="lags " + ", ".join(f"{v:+.2f}" for v in sorted(lags)),
-                         data={"attention midpoint lag / loss midpoint": lags})}
+                         data={"attention midpoint lag / loss midpoint": lags},
+                         guides={f"+{margin}": margin, "0: together": 0.0, f"−{margin}": -margin})}
 
 
 ABRUPT = register_claim(Claim(

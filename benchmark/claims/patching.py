@@ -72,7 +72,8 @@ def evaluate(rows: Rows, settings: Mapping[str, Any]) -> dict[str, Outcome]:
                          direction=1 if median > settings["most"] else -1, n=str(len(fractions)),
                          details="median recovered by the top K: " + ", ".join(f"K={kk} {v:.2f}" for kk, v in curve.items())
                                  + (f"; ground-truth pattern {statistics.median(truth):.2f}" if truth else ""),
-                         data={f"top {k} heads: fraction recovered": fractions})}
+                         data={f"top {k} heads: fraction recovered": fractions},
+                         guides={"most of the gap": settings["most"]})}
 
 
 FEW_HEADS = register_claim(Claim(

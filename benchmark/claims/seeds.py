@@ -57,13 +57,12 @@ def evaluate(rows: Rows, settings: Mapping[str, Any]) -> dict[str, Outcome]:
     tail = min(np.sum(replicates <= settings["min_spread"]), np.sum(replicates >= settings["min_spread"]))
     p = float(min(1.0, 2 * (1 + tail) / (1 + len(replicates))))
     emerged = int(np.isfinite(relative).sum())
-    return {"": Evidence(effect=observed if math.isfinite(observed) else None,
-                         low=float(low) if math.isfinite(low) else None,
-                         high=float(high) if math.isfinite(high) else None, p=p,
+    return {"": Evidence(effect=observed, low=float(low), high=float(high), p=p,
                          direction=1 if observed > settings["min_spread"] else -1, n=str(len(relative)),
                          details=f"{emerged}/{len(relative)} emerged; relative steps "
                                  + ", ".join("never" if math.isinf(v) else f"{v:.2f}" for v in sorted(relative)),
-                         data={"emergence step / instance median": relative.tolist()})}
+                         data={"emergence step / instance median": relative.tolist()},
+                         guides={f"{settings['min_spread']}× (spread of a deterministic process)": settings["min_spread"]})}
 
 
 SEEDS_DIFFER = register_claim(Claim(

@@ -22,7 +22,8 @@ import pandas as pd
 
 from emergence_bench.claim import Claim, ScoreRow, confirmation, scorecard
 from emergence_bench.claims import claims
-from emergence_bench.results import ANALYSIS_DIR, UnreadableResult, parse_result, result_paths, write_text
+from emergence_bench.results import (ANALYSIS_DIR, UnreadableResult, parse_result, result_paths, without_non_finite,
+                                     write_json, write_text)
 from emergence_bench.result_row import ResultRow, emergence_step
 
 PATCHING_GROUP = "patching"
@@ -80,7 +81,12 @@ def attach_patching(folder: Path, rows: list[ResultRow], compute: bool = True) -
 
 
 def number(value: float | None, spec: str = ".3g") -> str:
-    return "-" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:{spec}}"
+    """``0.25``; ``∞`` for an unbounded end (a median never reached); ``-`` for none."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    if math.isinf(value):
+        return "∞" if value > 0 else "−∞"
+    return f"{value:{spec}}"
 
 
 def effect_cell(row: dict[str, Any]) -> str:
@@ -138,6 +144,6 @@ def write(folder: Path, only: Sequence[Claim] | None = None) -> tuple[list[dict[
     write_text(folder / "claims.md", to_markdown(written))
     flat = pd.DataFrame([{k: v for k, v in r.items() if k != "settings"} for r in written])
     write_text(folder / "claims.csv", flat.to_csv(index=False))
-    write_text(folder / "claims.json", json.dumps(written, indent=1, default=str) + "\n")
+    write_json(folder / "claims.json", without_non_finite(written)[0])  # an unbounded end as null
     return rows, to_markdown(rows, full=False)
 

@@ -21,8 +21,9 @@ def strip(evidence: Evidence, verdict: str) -> Figure:
     """Each arm's values as a column of dots (a run that never got there: a triangle above the rest,
     labelled "never"), each arm's median as a bar."""
     arms = list(evidence.data.items())
-    figure, ax = plt.subplots(figsize=(PAGE_INCHES * 0.6, 3.4))
-    finite = [v for _, values in arms for v in values if math.isfinite(v)]
+    figure, ax = plt.subplots(figsize=(PAGE_INCHES * 0.75, 3.4))
+    figure.subplots_adjust(right=0.7)  # room for the guides' labels beside the axes
+    finite = [v for _, values in arms for v in values if math.isfinite(v)] + list(evidence.guides.values())
     top = max(finite, default=1.0)
     ceiling = top * 1.12 if top > 0 else 1.0
     rng = np.random.default_rng(0)
@@ -38,6 +39,9 @@ def strip(evidence: Evidence, verdict: str) -> Figure:
     if any(not math.isfinite(v) for _, values in arms for v in values):
         ax.axhline(ceiling, color="C3", linewidth=0.6, linestyle=":")
         ax.text(len(arms) - 0.5, ceiling, " never", color="C3", va="center", ha="left", fontsize=8, clip_on=False)
+    for label, value in evidence.guides.items():
+        ax.axhline(value, color="C1", linewidth=0.8, linestyle="--", zorder=1)
+        ax.text(len(arms) - 0.5, value, f" {label}", color="C1", va="center", ha="left", fontsize=8, clip_on=False)
     ax.set_xticks(range(len(arms)), [name for name, _ in arms])
     ax.set_xlim(-0.5, len(arms) - 0.5)
     ax.margins(y=0.12)
