@@ -280,3 +280,30 @@ def test_few_heads_reads_the_patched_fraction_and_brackets_emergence_between_adj
     assert cell({"patching": patched({1: 0.02, 4: 0.1, 16: 0.2})}, "few-heads").verdict == "disagrees"
     unpatched = cell({"patching": confirmation()}, "few-heads")
     assert unpatched.verdict == "n/a" and "were patched" in unpatched.reason
+
+
+def test_the_trend_claims_read_their_arms_in_order_with_the_plain_twin_included():
+    heads = [row(s, t, emergence=(None if h == 1 else 1000 // h + 10 * s),
+                 config={"mixer": {"name": "transformer", "n_heads": h, "head_dim": 64 // h}})
+             for h in (1, 4, 16, 64) for s in SEEDS for t in TASK_SEEDS]
+    plain = [row(s, t, emergence=125 + 10 * s) for s in SEEDS for t in TASK_SEEDS]  # 8 × 8, from emergence
+    more = cell({"heads": heads, "emergence": plain}, "more-heads")
+    assert more.verdict == "agrees" and "H=1 >1500" in more.outcome.details and "H=8 1" in more.outcome.details
+    assert list(more.outcome.data) == ["H=1", "H=4", "H=8", "H=16", "H=64"]
+    assert cell({"heads": heads}, "head-dim-1").verdict == "agrees"
+    depth = [row(s, t, emergence=300 * layers + 10 * s, config={"model.n_layers": layers})
+             for layers in (2, 4) for s in SEEDS for t in TASK_SEEDS]
+    assert cell({"depth": depth, "emergence": plain}, "depth-linear-map").verdict == "agrees"
+    shallower = [{**r, "emergence": {"step": 200 // r["config"]["model"]["n_layers"] + r["seed"]}} for r in depth]
+    assert cell({"depth": shallower, "emergence": plain}, "depth-linear-map").verdict == "disagrees"
+
+
+def test_trails_transformer_gives_each_other_mixer_its_row_and_counts_the_transformer_once():
+    transformer = [row(s, t, emergence=400 + 10 * s) for s in SEEDS for t in TASK_SEEDS]
+    recurrent = [row(s, t, emergence=(900 if name == "mamba" else 100) + 10 * s, attention=False,
+                     config={"mixer": {"name": name}}) for name in ("mamba", "rwkv7") for s in SEEDS for t in TASK_SEEDS]
+    again = [row(s, t, emergence=400 + 10 * s) for s in SEEDS for t in TASK_SEEDS]  # --mixers transformer,...
+    card = {r.label: r for r in scorecard({"emergence": transformer, "recurrent": recurrent + again},
+                                          [CLAIMS.get("trails-transformer")])}
+    assert {label: r.verdict for label, r in card.items()} == {"mamba": "agrees", "rwkv7": "disagrees"}
+    assert card["mamba"].outcome.n == "16 vs 16"
