@@ -78,6 +78,12 @@ CASES = [
     ("rank of an empty folder", ["rank", "{tmp}/empty"], ["no results"]),
     ("leaderboard baseline no row has", ["leaderboard", "{tmp}/two-runs", "--baseline", "mixer=transformr"],
      ["transformr", "transformer"]),
+    ("leaderboard over no key", ["leaderboard", "{tmp}/two-runs", "--over", "seed,task.sparsty"],
+     ["task.sparsty", "task.sparsity"]),
+    ("report of a seed no run has", ["report", "{tmp}/two-runs", "--seed", "99"], ["--seed 99", "seeds"]),
+    ("report with negative maps", ["report", "{tmp}/two-runs", "--maps", "-1"], ["--maps"]),
+    ("claims of an empty folder", ["claims", "{tmp}/empty"], ["no readable results"]),
+    ("claims of an unknown claim", ["claims", "{tmp}/two-runs", "--claim", "abupt"], ["abupt", "abrupt"]),
     ("forecast of two runs", ["forecast", "{tmp}/two-runs", "--window", "5"], ["at least 3 runs", "all runs: 2"]),
     # results
     ("corrupt result, strict leaderboard", ["leaderboard", "{tmp}/results", "--strict"], ["run-1", "result.json"]),

@@ -57,6 +57,12 @@ def write(root: str | Path, out: str | Path | None = None, axes: tuple[str, str]
     records = load_records(root, strict=strict, exclude=(TUNING_DIR,))  # the tuning runs: their own figure
     if not records:
         raise ValueError(f"no {RESULT_FILE} under {root}")
+    if maps < 0:
+        raise ValueError(f"--maps must be ≥ 0 (0: no attention maps), got {maps}")
+    seeds = sorted({r["seed"] for r in records})
+    if seed is not None and seed not in seeds:
+        raise ValueError(f"--seed {seed}: no run of that seed under {root}; seeds: {', '.join(map(str, seeds))}")
+    leaderboard.check_over(records, over)
     table = leaderboard.build(records, over, keep_keys=True)
     results = Results(records, _groups(records, table, over), root, axes, maps, seed)
     page = Page(out.with_name(f"{out.stem}_figures"))
