@@ -50,7 +50,9 @@ class Evidence:
     paper's way, −1 the other way, 0 neither; ``n`` the sample sizes as text; ``detectable`` the
     smallest effect these sizes detect with 80% power (text, the effect's units); ``details`` what a
     reader needs beside the effect (per-arm medians); ``data`` each arm's values, for the figure, and
-    ``guides`` the lines it draws across them ({label: value}: a threshold, a margin)."""
+    ``guides`` the lines it draws across them ({label: value}: a threshold, a margin);
+    ``smallest_arm``: the fewest runs in an arm it compared (None: not a comparison of arms of runs),
+    which must reach the design's count (``design.SEEDS`` × ``design.TASK_SEEDS``) for a verdict."""
 
     effect: float | None
     low: float | None
@@ -62,6 +64,7 @@ class Evidence:
     details: str = ""
     data: Mapping[str, Sequence[float]] = field(default_factory=dict)
     guides: Mapping[str, float] = field(default_factory=dict)
+    smallest_arm: int | None = None
 
 
 @dataclass(frozen=True)
@@ -184,6 +187,10 @@ class ScoreRow:
 def _verdict(claim: Claim, evidence: Evidence, p: float | None) -> tuple[Verdict, str]:
     if p is None:
         return "inconclusive", "no test could be computed"
+    design = len(claim.settings["seeds"]) * len(claim.settings.get("task_seeds") or (None,))
+    if evidence.smallest_arm is not None and evidence.smallest_arm < design:
+        # An unfinished group (or a run that failed): never a verdict on fewer runs than registered.
+        return "inconclusive", f"an arm has {evidence.smallest_arm} of the design's {design} runs"
     significant = p < ALPHA
     if claim.kind == "fit":
         return ("disagrees", "the fit is rejected") if significant else \

@@ -94,7 +94,14 @@ def test_too_few_seeds_is_inconclusive_and_names_what_they_could_detect():
     verdict = judge(few, "bias-removes-plateau")["vs none"]
     assert verdict.verdict == "inconclusive" and verdict.outcome.direction == 1
     assert verdict.outcome.detectable is None or "ratio" in verdict.outcome.detectable
-    assert "not significant" in verdict.reason
+    assert verdict.reason == "an arm has 2 of the design's 16 runs"
+    # One run against sixteen: the log-rank p is small, but an unfinished arm never gets a verdict.
+    partial = {**rows, "bias": [r for r in rows["bias"] if r["seed"] == 0 and r["config"]["task"]["task_seed"] == 0]}
+    one = judge(partial, "bias-removes-plateau")["vs none"]
+    assert one.outcome.p < 0.05 and one.verdict == "inconclusive" and "1 of the design's 16" in one.reason
+    # Sixteen a side but no effect: inconclusive for want of evidence, with what these seeds detect.
+    null = judge(bias_rows(plateau=400), "bias-removes-plateau")["vs none"]
+    assert null.verdict == "inconclusive" and "not significant; these seeds detect a ratio" in null.reason
 
 
 def test_only_the_confirmation_seeds_and_instances_count():

@@ -51,7 +51,8 @@ def times(a: Sequence[Row], b: Sequence[Row], measurement: str, field: str, name
                                                             "(Mann–Whitney, uncensored log-normal times)"),
                     details=f"KM median {names[0]} {_median_text(ta, ca)} ({sum(not c for c in ca)}/{len(ca)} reached), "
                             f"{names[1]} {_median_text(tb, cb)} ({sum(not c for c in cb)}/{len(cb)})",
-                    data={names[0]: never_as_inf(ta, ca), names[1]: never_as_inf(tb, cb)})
+                    data={names[0]: never_as_inf(ta, ca), names[1]: never_as_inf(tb, cb)},
+                    smallest_arm=min(len(ta), len(tb)))
 
 
 def values(a: Sequence[float], b: Sequence[float], names: tuple[str, str], predicts: str = "lower",
@@ -67,7 +68,7 @@ def values(a: Sequence[float], b: Sequence[float], names: tuple[str, str], predi
     return Evidence(effect=difference, low=low, high=high, p=test.p, direction=direction, n=f"{len(a)} vs {len(b)}",
                     detectable=f"a difference of about ±{detect:.2g}{unit}",
                     details=f"median {names[0]} {statistics.median(a):.3g}, {names[1]} {statistics.median(b):.3g}",
-                    data={names[0]: list(a), names[1]: list(b)})
+                    data={names[0]: list(a), names[1]: list(b)}, smallest_arm=min(len(a), len(b)))
 
 
 def trend(arms: Sequence[tuple[str, Sequence[Row]]], measurement: str, field: str, predicts: str) -> Evidence:
@@ -84,7 +85,8 @@ def trend(arms: Sequence[tuple[str, Sequence[Row]]], measurement: str, field: st
                     n=" / ".join(str(len(rows)) for _, rows in arms),
                     details="KM median " + ", ".join(f"{name} {_median_text(t, c)}"
                                                      for (name, _), (t, c) in zip(arms, groups)),
-                    data={name: never_as_inf(t, c) for (name, _), (t, c) in zip(arms, groups)})
+                    data={name: never_as_inf(t, c) for (name, _), (t, c) in zip(arms, groups)},
+                    smallest_arm=min(sizes))
 
 
 def detectable_share(n: int, p0: float, predicts: str, alpha: float = 0.05, power: float = 0.8) -> float | None:
