@@ -314,3 +314,20 @@ def test_trails_transformer_gives_each_other_mixer_its_row_and_counts_the_transf
                                           [CLAIMS.get("trails-transformer")])}
     assert {label: r.verdict for label, r in card.items()} == {"mamba": "agrees", "rwkv7": "disagrees"}
     assert card["mamba"].outcome.n == "16 vs 16"
+
+
+def test_the_trend_concordance_counts_every_later_arm_pair_ties_half_and_never_ranked_last():
+    import itertools
+
+    import numpy as np
+
+    from emergence_bench.claims.compare import concordance
+
+    arms = [[1.0, 5.0, math.inf], [2.0, 5.0], [math.inf, 0.5, 3.0]]
+    above = pairs = 0.0
+    for (i, a), (j, b) in itertools.combinations(enumerate(arms), 2):
+        for x, y in itertools.product(a, b):  # y from the later arm
+            above += 1.0 if y > x else 0.5 if y == x else 0.0
+            pairs += 1
+    assert concordance([np.array(a) for a in arms]) == pytest.approx(above / pairs)
+    assert concordance([np.array([1.0, 2.0]), np.array([3.0, math.inf])]) == 1.0

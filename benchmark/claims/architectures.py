@@ -91,11 +91,10 @@ TRAILS = register_claim(Claim(
 DEPTH_LINEAR_MAP = register_claim(Claim(
     "depth-linear-map", 7, paper="Depth hurts the linear map.", paper_number="-", groups=("depth", "emergence"),
     statistic="Jonckheere trend test of the emergence step over depth (never-emerged ranked last)",
-    effect="KM median emergence step at the most layers over 1 layer", predicts="increasing with depth",
+    effect="P(a deeper run emerged later than a shallower one; 0.5: no trend)", predicts="increasing with depth",
     settings=frozen(depths=(1, 2, 4)), evaluate=evaluate_depth("depth", "emergence", "emergence", "step", "increasing")))
 DEPTH_CA = register_claim(Claim(
     "depth-ca", 7, paper="Depth helps multi-rule cellular automata.", paper_number="-",
     groups=("ca-depth", "ca-state-size"),
-    statistic="Jonckheere trend test of the plateau end over depth", effect="KM median plateau end at the most layers "
-    "over the fewest", predicts="decreasing with depth", settings=frozen(depths=(1, 2, 4)),
+    statistic="Jonckheere trend test of the plateau end over depth", effect="P(a deeper run's plateau ended later than a shallower one's; 0.5: no trend)", predicts="decreasing with depth", settings=frozen(depths=(1, 2, 4)),
     evaluate=evaluate_depth("ca-depth", "ca-state-size", "plateau", "end_step", "decreasing")))

@@ -6,7 +6,8 @@
 - ``values``: a number per run (a final loss): the difference of medians (a − b) with a bootstrap
   interval, the two-sided Mann–Whitney p, and the smallest difference these seeds detect;
 - ``trend``: times over ordered arms (more heads, more layers): Jonckheere's test with runs that
-  never got there ranked last, and the ratio of the last arm's KM median over the first's;
+  never got there ranked last, its effect the concordance (the chance that a run of a later arm took
+  longer than a run of an earlier one, ties half: 0.5 is no trend) with a bootstrap interval;
 - ``rate``: a share of runs (abrupt, emerged) against a fixed proportion: the exact binomial test
   with a Wilson interval.
 """
@@ -16,6 +17,8 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Sequence
+
+import numpy as np
 
 from emergence_bench.claim import Evidence, event_times, never_as_inf
 from emergence_bench.reporting.stats import kaplan_meier_median, wilson_interval
@@ -71,17 +74,31 @@ def values(a: Sequence[float], b: Sequence[float], names: tuple[str, str], predi
                     data={names[0]: list(a), names[1]: list(b)}, smallest_arm=min(len(a), len(b)))
 
 
-def trend(arms: Sequence[tuple[str, Sequence[Row]]], measurement: str, field: str, predicts: str) -> Evidence:
+def concordance(values: Sequence[np.ndarray]) -> float:
+    """Jonckheere's statistic over its number of pairs: P(a value of a later arm > one of an earlier
+    arm), ties counted half."""
+    above = pairs = 0.0
+    for i, earlier in enumerate(values):
+        for later in values[i + 1:]:  # comparisons, not differences: inf (never) ties with inf
+            above += float((later[None, :] > earlier[:, None]).sum() + 0.5 * (later[None, :] == earlier[:, None]).sum())
+            pairs += len(earlier) * len(later)
+    return above / pairs
+
+
+def trend(arms: Sequence[tuple[str, Sequence[Row]]], measurement: str, field: str, predicts: str,
+          resamples: int = 2000) -> Evidence:
     """Times over ordered ``arms`` [(name, rows)]; the paper predicts them ``decreasing`` or ``increasing``
-    along the order. Effect: the last arm's KM median over the first's."""
+    along the order. Effect: the concordance, with a percentile bootstrap interval (each arm resampled)."""
     groups = [event_times(rows, measurement, field) for _, rows in arms]
-    test = jonckheere([never_as_inf(t, c) for t, c in groups], alternative="two-sided")
-    sizes = [len(t) for t, _ in groups]
-    expected = sum(sizes[i] * sizes[j] for i in range(len(sizes)) for j in range(i + 1, len(sizes))) / 2
-    (t0, c0), (t1, c1) = groups[0], groups[-1]
-    ratio, low, high = bootstrap_ratio(t1, t0, c1, c0)
-    direction = 0 if test.statistic == expected else (1 if (test.statistic > expected) == (predicts == "increasing") else -1)
-    return Evidence(effect=_finite(ratio), low=_finite(low), high=_finite(high), p=test.p, direction=direction,
+    values = [np.array(never_as_inf(t, c)) for t, c in groups]
+    test = jonckheere(values, alternative="two-sided")
+    sizes = [len(v) for v in values]
+    effect = concordance(values)
+    rng = np.random.default_rng(0)
+    replicates = [concordance([v[rng.integers(0, len(v), len(v))] for v in values]) for _ in range(resamples)]
+    low, high = np.quantile(replicates, [0.025, 0.975], method="inverted_cdf")
+    direction = 0 if effect == 0.5 else (1 if (effect > 0.5) == (predicts == "increasing") else -1)
+    return Evidence(effect=effect, low=float(low), high=float(high), p=test.p, direction=direction,
                     n=" / ".join(str(len(rows)) for _, rows in arms),
                     details="KM median " + ", ".join(f"{name} {_median_text(t, c)}"
                                                      for (name, _), (t, c) in zip(arms, groups)),

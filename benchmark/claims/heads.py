@@ -106,7 +106,7 @@ def evaluate_ca_head_dim(rows: Rows, settings: Mapping[str, Any]) -> dict[str, O
 MORE_HEADS = register_claim(Claim(
     "more-heads", 6, paper="More heads help more than bigger heads.", paper_number="-", groups=("heads", "emergence"),
     statistic="Jonckheere trend test of the emergence step over H (never-emerged ranked last)",
-    effect="KM median emergence step at the most heads over the fewest (fixed width 64)", predicts="decreasing with H",
+    effect="P(a run with more heads emerged later than one with fewer; 0.5: no trend; fixed width 64)", predicts="decreasing with H",
     settings=frozen(width=64, heads=(1, 4, 8, 16, 64)), evaluate=evaluate_more_heads))
 HEAD_DIM_1 = register_claim(Claim(
     "head-dim-1", 6, paper="Many heads of dimension 1 still learn the linear map (H = 128, d_head = 1).",
