@@ -184,13 +184,22 @@ class ScoreRow:
                 "settings": dict(self.claim.settings)}
 
 
+def design_runs(claim: Claim) -> int:
+    """The runs a cell of the claim's design holds: its seeds × its task instances."""
+    return len(claim.settings["seeds"]) * len(claim.settings.get("task_seeds") or (None,))
+
+
+def complete(claim: Claim, evidence: Evidence) -> bool:
+    """Whether every arm the evidence compared holds the design's runs (an unfinished group, or a
+    run that failed, does not: it never gets a verdict)."""
+    return evidence.smallest_arm is None or evidence.smallest_arm >= design_runs(claim)
+
+
 def _verdict(claim: Claim, evidence: Evidence, p: float | None) -> tuple[Verdict, str]:
+    if not complete(claim, evidence):
+        return "inconclusive", f"an arm has {evidence.smallest_arm} of the design's {design_runs(claim)} runs"
     if p is None:
         return "inconclusive", "no test could be computed"
-    design = len(claim.settings["seeds"]) * len(claim.settings.get("task_seeds") or (None,))
-    if evidence.smallest_arm is not None and evidence.smallest_arm < design:
-        # An unfinished group (or a run that failed): never a verdict on fewer runs than registered.
-        return "inconclusive", f"an arm has {evidence.smallest_arm} of the design's {design} runs"
     significant = p < ALPHA
     if claim.kind == "fit":
         return ("disagrees", "the fit is rejected") if significant else \
@@ -243,7 +252,8 @@ def scorecard(rows: Rows, judged: Sequence[Claim]) -> list[ScoreRow]:
         picked = {g: confirmation(rows[g], claim.settings) for g in claim.groups}
         for label, found in judged_per_mixer(claim, picked).items():
             pending.append((claim, label, found, found.reason if isinstance(found, NotApplicable) else ""))
-    adjusted = holm([o.p if isinstance(o, Evidence) else None for _, _, o, _ in pending])
+    # The Holm family: every row that gets a verdict (an unfinished arm gets none, so it does not count).
+    adjusted = holm([o.p if isinstance(o, Evidence) and complete(claim, o) else None for claim, _, o, _ in pending])
     card = []
     for (claim, label, outcome, reason), p in zip(pending, adjusted):
         if outcome is None:

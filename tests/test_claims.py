@@ -99,6 +99,7 @@ def test_too_few_seeds_is_inconclusive_and_names_what_they_could_detect():
     partial = {**rows, "bias": [r for r in rows["bias"] if r["seed"] == 0 and r["config"]["task"]["task_seed"] == 0]}
     one = judge(partial, "bias-removes-plateau")["vs none"]
     assert one.outcome.p < 0.05 and one.verdict == "inconclusive" and "1 of the design's 16" in one.reason
+    assert one.p_adjusted is None  # and it is not in the Holm family
     # Sixteen a side but no effect: inconclusive for want of evidence, with what these seeds detect.
     null = judge(bias_rows(plateau=400), "bias-removes-plateau")["vs none"]
     assert null.verdict == "inconclusive" and "not significant; these seeds detect a ratio" in null.reason
