@@ -15,9 +15,8 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any
-
-import numpy as np
 
 from emergence_bench.abruptness import ABRUPT_SHARE, cell_transitions, loss_transition, transition
 from emergence_bench.claim import Claim, Evidence, NotApplicable, Outcome, Rows, has_attention, register_claim
@@ -42,10 +41,10 @@ def evaluate_abrupt(rows: Rows, settings: Mapping[str, Any]) -> dict[str, Outcom
     if not shares:
         return {"": NotApplicable("no run's loss dropped: nothing to time")}
     evidence = compare.rate([s <= settings["abrupt_share"] for s in shares], 0.5, "abrupt runs")
-    return {"": Evidence(**{**evidence.__dict__, "details": evidence.details + f"; median share per run "
-                            + ", ".join(f"{s:.2f}" for s in sorted(shares)),
-                            "data": {"median share of a run's cell transitions": shares},
-                            "guides": {f"abrupt at ≤ {settings['abrupt_share']}": settings["abrupt_share"]}})}
+    return {"": replace(evidence, details=evidence.details + "; median share per run "
+                        + ", ".join(f"{s:.2f}" for s in sorted(shares)),
+                        data={"median share of a run's cell transitions": shares},
+                        guides={f"abrupt at ≤ {settings['abrupt_share']}": settings["abrupt_share"]})}
 
 
 def attention_lag(row: Row) -> float | None:
@@ -69,12 +68,8 @@ def evaluate_with_attention(rows: Rows, settings: Mapping[str, Any]) -> dict[str
     margin = settings["margin"]
     above = sign_test([margin - lag for lag in lags], alternative="greater").p  # lag < margin
     below = sign_test([lag + margin for lag in lags], alternative="greater").p  # lag > −margin
-    rng = np.random.default_rng(0)
-    values = np.array(lags)
-    medians = np.median(values[rng.integers(0, len(values), (4000, len(values)))], axis=1)
-    low, high = np.quantile(medians, [0.025, 0.975], method="inverted_cdf")
-    median = float(np.median(values))
-    return {"": Evidence(effect=median, low=float(low), high=float(high), p=max(above, below),
+    median, low, high = compare.median_interval(lags)
+    return {"": Evidence(effect=median, low=low, high=high, p=max(above, below),
                          direction=1 if abs(median) <= margin else -1, n=str(len(lags)),
                          details="lags " + ", ".join(f"{v:+.2f}" for v in sorted(lags)),
                          data={"attention midpoint lag / loss midpoint": lags},

@@ -106,6 +106,16 @@ def trend(arms: Sequence[tuple[str, Sequence[Row]]], measurement: str, field: st
                     smallest_arm=min(sizes))
 
 
+def median_interval(values: Sequence[float], resamples: int = 4000) -> tuple[float, float, float]:
+    """(median, low, high): the median of per-run ``values`` with a percentile bootstrap interval
+    (numpy's default_rng(0): the same numbers every call)."""
+    array = np.array(values, dtype=float)
+    rng = np.random.default_rng(0)
+    medians = np.median(array[rng.integers(0, len(array), (resamples, len(array)))], axis=1)
+    low, high = np.quantile(medians, [0.025, 0.975], method="inverted_cdf")
+    return float(np.median(array)), float(low), float(high)
+
+
 def detectable_share(n: int, p0: float, predicts: str, alpha: float = 0.05, power: float = 0.8) -> float | None:
     """The share nearest ``p0`` on the predicted side (a grid of 0.01) that the two-sided exact binomial
     test of ``n`` runs rejects with ``power``; None when none does."""

@@ -19,9 +19,8 @@ import statistics
 from collections.abc import Mapping, Sequence
 from typing import Any, cast
 
-import numpy as np
-
 from emergence_bench.claim import Claim, Evidence, NotApplicable, Outcome, Rows, has_attention, register_claim
+from emergence_bench.claims import compare
 from emergence_bench.claims.design import frozen
 from emergence_bench.result_row import Row, emergence_step
 from emergence_bench.significance import sign_test
@@ -62,12 +61,8 @@ def evaluate(rows: Rows, settings: Mapping[str, Any]) -> dict[str, Outcome]:
     curve = {kk: statistics.median(f for f in (recovered(r, kk) for r in runs) if f is not None) for kk in KS
              if any(recovered(r, kk) is not None for r in runs)}
     truth = [report(r)["ground_truth"] for r in runs if report(r).get("ground_truth") is not None]
-    rng = np.random.default_rng(0)
-    values = np.array(fractions)
-    medians = np.median(values[rng.integers(0, len(values), (4000, len(values)))], axis=1)
-    low, high = np.quantile(medians, [0.025, 0.975], method="inverted_cdf")
-    median = float(np.median(values))
-    return {"": Evidence(effect=median, low=float(low), high=float(high),
+    median, low, high = compare.median_interval(fractions)
+    return {"": Evidence(effect=median, low=low, high=high,
                          p=sign_test([f - settings["most"] for f in fractions]).p,
                          direction=1 if median > settings["most"] else -1, n=str(len(fractions)),
                          details="median recovered by the top K: " + ", ".join(f"K={kk} {v:.2f}" for kk, v in curve.items())
