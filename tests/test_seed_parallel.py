@@ -28,6 +28,10 @@ from emergence_bench.mixers.base import TokenMixer
 # Small hyperparameters per built-in mixer; a mixer not listed runs with its defaults.
 SMALL = {"transformer": {"n_heads": 2, "head_dim": 4}, "mamba": {"d_state": 4},
          "gated_deltanet": {"n_heads": 2, "head_dim": 4}, "rwkv7": {"head_dim": 4}}
+# mLSTM's exponential input gate amplifies the batched sums' other float order: after 20 steps its eval
+# losses differed by 3.3e-4 relative on one CI machine type. Two seeds' eval losses differ by 0.9% to
+# 37% relative (measured), so this tolerance still tells a wrong seed apart.
+REL_TOL = {"mlstm": 1e-3}
 # These must batch on CPU; a regression that silently falls back to sequential fails here.
 BATCHED_ON_CPU = {"transformer", "mlp_mixer", "gated_deltanet", "rwkv7", "mamba", "mlstm", "lru"}
 MIXERS = [name for name in registry.mixers.names() if not name.startswith("test_")]
@@ -88,24 +92,24 @@ class RandomBuffer(TokenMixer):
 
 
 # --- helpers ------------------------------------------------------------------------------------
-def assert_close(a, b, path="row"):
+def assert_close(a, b, path="row", rel_tol=2e-4):
     """Recursive equality, floats within float32 training tolerance."""
     if isinstance(a, float) or isinstance(b, float):
         assert a is not None and b is not None, f"{path}: {a!r} vs {b!r}"
-        assert math.isclose(a, b, rel_tol=2e-4, abs_tol=2e-5), f"{path}: {a!r} vs {b!r}"
+        assert math.isclose(a, b, rel_tol=rel_tol, abs_tol=2e-5), f"{path}: {a!r} vs {b!r}"
     elif isinstance(a, dict):
         assert isinstance(b, dict) and set(a) == set(b), f"{path}: keys {sorted(a)} vs {sorted(b)}"
         for key in a:
-            assert_close(a[key], b[key], f"{path}.{key}")
+            assert_close(a[key], b[key], f"{path}.{key}", rel_tol)
     elif isinstance(a, (list, tuple)):
         assert isinstance(b, (list, tuple)) and len(a) == len(b), f"{path}: {a!r} vs {b!r}"
         for i, (x, y) in enumerate(zip(a, b)):
-            assert_close(x, y, f"{path}[{i}]")
+            assert_close(x, y, f"{path}[{i}]", rel_tol)
     else:
         assert a == b, f"{path}: {a!r} vs {b!r}"
 
 
-def assert_same_row(parallel: dict, sequential: dict) -> None:
+def assert_same_row(parallel: dict, sequential: dict, rel_tol: float = 2e-4) -> None:
     """A seed-parallel row equals the sequential row of the same seed, up to timings."""
     assert set(parallel) == set(sequential) | {"seed_parallel"}
     for key in ("schema_version", "run_id", "seed", "config", "status", "backend", "device"):
@@ -114,7 +118,7 @@ def assert_same_row(parallel: dict, sequential: dict) -> None:
     assert parallel["timing"]["steps"] == sequential["timing"]["steps"]
     for key in set(sequential) - {"schema_version", "run_id", "seed", "config", "status", "error", "backend",
                                   "device", "versions", "started_at", "timing"}:
-        assert_close(parallel[key], sequential[key], key)
+        assert_close(parallel[key], sequential[key], key, rel_tol)
 
 
 def seeds_where(config: dict, predicate, count: int = 2) -> list[int]:
@@ -148,7 +152,7 @@ def test_each_mixer_matches_sequential_runs_or_falls_back(mixer, tmp_path, tiny_
             assert row["seed_parallel"] == {"k": 1, "fallback": reason} and "vmap trial failed" in reason
         assert json.loads((tmp_path / "parallel" / row["run_id"] / "result.json").read_text()) == row
         assert row["status"] == "ok"
-        assert_same_row(row, run(config, tmp_path / "sequential"))
+        assert_same_row(row, run(config, tmp_path / "sequential"), REL_TOL.get(mixer, 2e-4))
 
 
 def test_the_one_by_one_fallback_writes_each_row_once_under_its_lock(tmp_path, tiny_config, monkeypatch):
