@@ -84,7 +84,7 @@ def expected_errors() -> tuple[type[BaseException], ...]:
     their parameters), an unknown name, a run another process holds. Each is one line: what is wrong
     and what would fix it. Anything else is unexpected and keeps its traceback."""
     from emergence_bench.registry import UnknownNameError
-    from emergence_bench.run_folder import RunBusy
+    from emergence_bench.engine.run_folder import RunBusy
 
     return ValueError, UnknownNameError, RunBusy
 

@@ -40,7 +40,7 @@ class ConfigError(ValueError):
 Schedule = Literal["constant", "cosine", "linear"]  # the lr after warmup: constant, or decayed to 0 at max_steps
 Accelerator = Literal["auto", "cpu", "gpu", "cuda"]  # cuda: the same as gpu
 TrainOn = Literal["scored", "all"]  # the rows the training loss covers: the task's scored ones, or every row
-Logger = Literal["tensorboard", "csv", "wandb"]  # Lightning's own loggers (emergence_bench.trainer.build_logger)
+Logger = Literal["tensorboard", "csv", "wandb"]  # Lightning's own loggers (emergence_bench.engine.trainer.build_logger)
 Batching = Literal["auto", "always"]  # seed-parallel: batch when a probe says it pays, or always (a sweep file's)
 
 

@@ -167,7 +167,7 @@ def _shape(t: object) -> str:
 
 @register_check("builds")
 def check_builds(s: Subject) -> tuple[str, str]:
-    from emergence_bench.run import check
+    from emergence_bench.engine.run import check
 
     check(s.run_config())  # resolves every key, builds the model on the meta device: what `run` does first
     mixer = s.build()
@@ -335,7 +335,7 @@ def check_attention(s: Subject) -> tuple[str, str]:
 
 @register_check("seed_parallel")
 def check_seed_parallel(s: Subject) -> tuple[str, str]:
-    from emergence_bench.execution.seed_parallel.probe import seed_parallel_supported
+    from emergence_bench.engine.ensemble_probe import seed_parallel_supported
     supported, reason = seed_parallel_supported(s.run_config())
     if supported:
         return PASS, f"--seed-parallel batches its seeds ({reason}, equal to each seed alone)"
@@ -344,7 +344,7 @@ def check_seed_parallel(s: Subject) -> tuple[str, str]:
 
 @register_check("learns")
 def check_learns(s: Subject) -> tuple[str, str]:
-    from emergence_bench.run import run
+    from emergence_bench.engine.run import run
 
     start = time.perf_counter()
     with tempfile.TemporaryDirectory() as out:

@@ -121,7 +121,7 @@ class Provenance(TypedDict, total=False):
 
 
 class RowBase(TypedDict):
-    """What every row has, a failed one too (``emergence_bench.run_folder.new_row``)."""
+    """What every row has, a failed one too (``emergence_bench.engine.run_folder.new_row``)."""
 
     schema_version: int
     run_id: str

@@ -46,7 +46,7 @@ RANK_STEM = "rank"  # rank.md, rank.csv, rank.json
 TUNING_DIR = "tuning"  # DIR/tuning/<group>/<run id>: a tuned sweep's tuning runs, which its ranking leaves out
 TABLES_FILE = "tuning.json"  # DIR/tuning/tuning.json: the tuning tables (execution/tuning.py), one per mixer and group
 REPORT_FILE = "report.html"
-LOCKS_DIR = ".locks"  # <run_id>.lock: held by the process training that run (emergence_bench.run_folder.RunLock)
+LOCKS_DIR = ".locks"  # <run_id>.lock: held by the process training that run (emergence_bench.engine.run_folder.RunLock)
 
 
 # A write failing with one of these is the disk's or the folder's, not the run's: named in one line.
@@ -133,7 +133,7 @@ def progress_summary(record: Row) -> dict:
 
 
 def busy_row(run_id: str, error: BaseException) -> dict:
-    """What a sweep reports of a run another process holds (emergence_bench.run_folder.RunBusy): not run
+    """What a sweep reports of a run another process holds (emergence_bench.engine.run_folder.RunBusy): not run
     here, not failed; that process writes its row."""
     return {"run_id": run_id, "status": "busy", "error": str(error), "emergence_step": None}
 
@@ -187,7 +187,7 @@ def git_state() -> dict:
 
 def command_line() -> str:
     """The command that started this run: the CLI's (passed to its worker processes through
-    COMMAND_ENV), else this process's own arguments (a script calling ``emergence_bench.run``)."""
+    COMMAND_ENV), else this process's own arguments (a script calling ``emergence_bench.engine.run``)."""
     return os.environ.get(COMMAND_ENV) or shlex.join([Path(sys.argv[0]).name, *sys.argv[1:]] if sys.argv else [])
 
 

@@ -11,7 +11,7 @@ import torch
 from emergence_bench.registry import register_callback
 
 if TYPE_CHECKING:
-    from emergence_bench.model import SequenceModel
+    from emergence_bench.callbacks.contract import MeasuredModel
     from emergence_bench.tasks.base import SyntheticTask
 
 
@@ -82,7 +82,7 @@ class AttentionBias(L.Callback):
         """[L, L] the pattern ``name`` added to a head of ``layer`` (times strength)."""
         return self.task.pattern(name).float()
 
-    def plan(self, model: SequenceModel) -> dict[int, list[tuple[int, str]]]:
+    def plan(self, model: MeasuredModel) -> dict[int, list[tuple[int, str]]]:
         """layer -> [(head, pattern name)] for ``model``; a layer or head it does not have, or a
         pattern list of the wrong length, raises ValueError (``check`` calls this before training)."""
         mixers = model.mixers

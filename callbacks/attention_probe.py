@@ -11,7 +11,7 @@ import torch
 from emergence_bench.callbacks.emergence import Emergence
 from emergence_bench.measurement import Measurement, register_measurement
 from emergence_bench.registry import register_callback
-from emergence_bench.reporting.columns import Median
+from emergence_bench.columns import Median
 from emergence_bench.result_row import AttentionProbe as AttentionProbeSection, Row, section
 from emergence_bench.results import MAPS_FILE, write_atomic
 from emergence_bench.mixers.base import MixerContext

@@ -30,6 +30,8 @@ from typing import Protocol
 import torch
 from torch import nn
 
+from emergence_bench.mixers.base import MixerContext
+
 
 @dataclass(frozen=True)
 class EvalResult:
@@ -51,6 +53,19 @@ class EvalResult:
     full_sequence_loss: float
     cell_accuracy: torch.Tensor
     cell_loss: torch.Tensor
+
+
+class MeasuredModel(Protocol):
+    """What a callback may use of the model (the engine's ``SequenceModel`` is one).
+
+    mixers:  the token mixer of each layer, in order (read its facts: ``exposes_attention``, ``n_heads``)
+    __call__(tokens [B, L], ctx) -> logits [B, L, V]
+    """
+
+    @property
+    def mixers(self) -> list[nn.Module]: ...
+
+    def __call__(self, tokens: torch.Tensor, ctx: MixerContext | None = None) -> torch.Tensor: ...
 
 
 class MeasuredModule(Protocol):

@@ -19,14 +19,14 @@ import lightning as L
 import torch
 
 from emergence_bench.callbacks.attention_probe import attention_stats
+from emergence_bench.columns import Median
 from emergence_bench.measurement import Measurement, register_measurement
 from emergence_bench.mixers.base import MixerContext
 from emergence_bench.registry import register_callback
 
 if TYPE_CHECKING:
-    from emergence_bench.model import SequenceModel
+    from emergence_bench.callbacks.contract import MeasuredModel
     from emergence_bench.tasks.base import SyntheticTask
-from emergence_bench.reporting.columns import Median
 
 
 def _repeat_context(ctx: MixerContext, batch: int, times: int) -> MixerContext:
@@ -37,10 +37,10 @@ def _repeat_context(ctx: MixerContext, batch: int, times: int) -> MixerContext:
 
 
 @torch.no_grad()
-def influence_maps(model: SequenceModel, tokens: torch.Tensor, epsilon: float = 1e-2, chunk: int = 16,
+def influence_maps(model: MeasuredModel, tokens: torch.Tensor, epsilon: float = 1e-2, chunk: int = 16,
                    generator: torch.Generator | None = None) -> list[torch.Tensor]:
     """Per layer, influence [L, L] (row i, columns j < i; rows sum to 1, row 0 is empty) of the mixer
-    input at j on the mixer output at i, for ``tokens`` [B, L] through ``model`` (a SequenceModel)."""
+    input at j on the mixer output at i, for ``tokens`` [B, L] through ``model`` (the engine's SequenceModel)."""
     captured = []
     hooks = [m.register_forward_hook(lambda module, args, out: captured.append((module, args[0], args[1], out)))
              for m in model.mixers]

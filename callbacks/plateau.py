@@ -10,7 +10,7 @@ import lightning as L
 
 from emergence_bench.measurement import Measurement, every_run, register_measurement
 from emergence_bench.registry import register_callback
-from emergence_bench.reporting.columns import Median
+from emergence_bench.columns import Median
 from emergence_bench.result_row import Plateau as PlateauSection
 
 if TYPE_CHECKING:

@@ -12,7 +12,7 @@ from typing import Any
 import lightning as L
 
 from emergence_bench.measurement import Measurement, every_run, register_measurement
-from emergence_bench.reporting.columns import AnyOf, Computed, First, Mean, missing
+from emergence_bench.columns import AnyOf, Computed, First, Mean, missing
 from emergence_bench.result_row import Metrics, Row, TaskFacts, Timing, section, step_budget
 
 

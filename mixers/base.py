@@ -101,7 +101,7 @@ class TokenMixer(nn.Module):
     @staticmethod
     def no_weight_decay(*params: nn.Parameter) -> None:
         """Mark ``params`` to be left out of weight decay (``_no_weight_decay``, the flag fla and Mamba
-        use; emergence_bench.optim.is_decayed reads it): decay rates and step sizes should not shrink."""
+        use; emergence_bench.engine.optim.is_decayed reads it): decay rates and step sizes should not shrink."""
         for param in params:
             setattr(param, "_no_weight_decay", True)  # a flag on the tensor: Parameter declares no such field
 

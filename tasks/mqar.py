@@ -27,7 +27,7 @@ import torch
 from emergence_bench.registry import register_task
 from emergence_bench.tasks.base import SyntheticTask, check_range
 
-# One output cell per query, up to the per-cell logging limit (emergence_bench.module.MAX_LOGGED_CELLS, 64); more
+# One output cell per query, up to the per-cell logging limit (emergence_bench.engine.module.MAX_LOGGED_CELLS, 64); more
 # queries share cells. Larger than dyck's 16 position spans: here each cell is a query of its own.
 MAX_QUERY_CELLS = 64
 SOURCES = ("value", "key")

@@ -9,7 +9,7 @@ import pytest
 # A fresh process per case: the policy is decided once per process.
 PROBE = """
 import json, sys
-from emergence_bench.run import run
+from emergence_bench.engine.run import run
 config = {  # conftest's tiny_config(trainer={"keep_freed_memory": ...}): a subprocess takes no fixtures
     "seed": 0,
     "task": {"name": "linear_map", "state_size": 4, "sparsity": 2, "batch_size": 32},

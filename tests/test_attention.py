@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from emergence_bench.model import SequenceModel
+from emergence_bench.engine.model import SequenceModel
 from emergence_bench.mixers.attention import CausalSelfAttention
 from emergence_bench.mixers.base import MixerContext
 

@@ -3,8 +3,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from emergence_bench.model import SequenceModel
-from emergence_bench.run import run
+from emergence_bench.engine.model import SequenceModel
+from emergence_bench.engine.run import run
 from emergence_bench.callbacks.attention_bias import AttentionBias
 from emergence_bench.mixers.base import MixerContext
 from emergence_bench.tasks.linear_map import LinearMap
@@ -134,7 +134,7 @@ def test_a_pattern_per_head_and_bad_patterns_are_rejected():
 
 @pytest.mark.parametrize("bias", [{"layers": [3]}, {"heads": [8]}])
 def test_a_bias_naming_a_missing_layer_or_head_fails_before_training(bias, tmp_path, tiny_config):
-    from emergence_bench.run import check
+    from emergence_bench.engine.run import check
 
     config = tiny_config(callbacks={"attention_bias": {"strength": 1.0, **bias}})
     with pytest.raises(ValueError, match="layers|heads"):

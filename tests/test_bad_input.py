@@ -32,7 +32,7 @@ def files(tmp_path):
 
 def two_runs(out):
     """Two finished runs equal but for the seed (a fleet too small to forecast)."""
-    from emergence_bench.run import run
+    from emergence_bench.engine.run import run
 
     for seed in (0, 1):
         run({"seed": seed, "task": {"name": "linear_map", "state_size": 4, "sparsity": 2, "batch_size": 16},

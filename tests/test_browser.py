@@ -6,7 +6,7 @@ import pytest
 
 from emergence_bench.reporting import report
 from emergence_bench.reporting.browser import check_page, find_browser
-from emergence_bench.run import run
+from emergence_bench.engine.run import run
 
 pytestmark = pytest.mark.skipif(find_browser() is None, reason="no headless browser installed (apt-get install chromium)")
 

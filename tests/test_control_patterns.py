@@ -8,8 +8,8 @@ import torch
 
 from emergence_bench import registry
 from emergence_bench.callbacks.attention_bias import AttentionBias
-from emergence_bench.model import SequenceModel
-from emergence_bench.run import run
+from emergence_bench.engine.model import SequenceModel
+from emergence_bench.engine.run import run
 from emergence_bench.tasks.base import SyntheticTask
 from emergence_bench.tasks.cellular_automata import CellularAutomata
 from emergence_bench.tasks.linear_map import LinearMap

@@ -2,9 +2,9 @@ import pytest
 import torch
 
 from emergence_bench.config import ConfigError, resolve
-from emergence_bench.curriculum import pretrain
-from emergence_bench.module import EmergenceModule
-from emergence_bench.run import build_model, build_task, check, run
+from emergence_bench.engine.curriculum import pretrain
+from emergence_bench.engine.module import EmergenceModule
+from emergence_bench.engine.run import build_model, build_task, check, run
 
 DYCK = {"name": "dyck", "length": 8, "bracket_types": 2, "max_depth": 2, "batch_size": 16}
 SMALL_MAP = {"name": "linear_map", "state_size": 3, "sparsity": 1, "batch_size": 16}

@@ -22,11 +22,11 @@ from emergence_bench.cli import main
 from emergence_bench.config import ConfigError, resolve
 from emergence_bench.execution.workers import Workers, WorkerLost
 from emergence_bench.mixers.base import TokenMixer
-from emergence_bench.module import EmergenceModule
+from emergence_bench.engine.module import EmergenceModule
 from emergence_bench.registry import register_mixer
 from emergence_bench.reporting import leaderboard
-from emergence_bench.run import run
-from emergence_bench.run_folder import RunFolder, RunLock
+from emergence_bench.engine.run import run
+from emergence_bench.engine.run_folder import RunFolder, RunLock
 
 
 @register_mixer("test_faults_open_ended")
@@ -80,7 +80,7 @@ def inject(monkeypatch, stage: str) -> None:
         raise Injected(f"injected at {stage}")
 
     if stage == "config save":
-        monkeypatch.setattr("emergence_bench.run_folder.write_text", fail)
+        monkeypatch.setattr("emergence_bench.engine.run_folder.write_text", fail)
     elif stage == "logger":
         monkeypatch.setattr(RunFolder, "logger", fail)
     elif stage == "first step":
@@ -98,7 +98,7 @@ def inject(monkeypatch, stage: str) -> None:
                 fail()
             real(path, data)
 
-        monkeypatch.setattr("emergence_bench.run_folder.write_json", fail_once)
+        monkeypatch.setattr("emergence_bench.engine.run_folder.write_json", fail_once)
 
 
 STAGES = ["config save", "logger", "first step", "eval", "columns", "result write"]

@@ -130,7 +130,8 @@ def test_a_score_not_defined_has_no_p_and_is_written_as_null(tmp_path, monkeypat
                       permutations=9, seed=0)
     assert np.isnan(p["p_spearman"]) and 0 < p["p_c_index"] <= 1
     # ... and forecast.json stays strict JSON, with null for what is not defined.
-    from emergence_bench.forecast import command, evaluate
+    from emergence_bench.commands import forecast as command
+    from emergence_bench.forecast import evaluate
 
     monkeypatch.setattr(command, "fleets", lambda rows: {"all runs": rows})
     monkeypatch.setattr(command, "window_of", lambda rows, window: 5)

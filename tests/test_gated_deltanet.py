@@ -5,7 +5,7 @@ import pytest
 import torch
 
 import emergence_bench.mixers.gated_deltanet
-from emergence_bench.run import run
+from emergence_bench.engine.run import run
 from emergence_bench.mixers.backend import ENV
 from emergence_bench.mixers.base import MixerContext
 from emergence_bench.mixers.gated_deltanet import KERNEL_MODULE, GatedDeltaNet

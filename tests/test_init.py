@@ -8,9 +8,9 @@ from torch import nn
 
 from emergence_bench.reporting import leaderboard
 from emergence_bench.config import ConfigError, resolve
-from emergence_bench.model import SequenceModel
+from emergence_bench.engine.model import SequenceModel
 from emergence_bench.registry import register_mixer
-from emergence_bench.run import build_model, build_task, run
+from emergence_bench.engine.run import build_model, build_task, run
 from emergence_bench.mixers.base import TokenMixer
 from emergence_bench.mixers.init import WeightInit
 

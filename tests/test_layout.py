@@ -136,7 +136,7 @@ def test_the_graph_sees_lazy_and_relative_imports(tmp_path):
 
 def test_every_folder_is_in_the_graph():
     found = modules()
-    for name in ("emergence_bench.run", "emergence_bench.machine.devices", "emergence_bench.execution.sweep",
+    for name in ("emergence_bench.engine.run", "emergence_bench.machine.devices", "emergence_bench.execution.sweep",
                  "emergence_bench.analysis.pythia", "emergence_bench.perf.speed",
                  "emergence_bench.tasks.linear_map", "emergence_bench.mixers.attention",
                  "emergence_bench.callbacks.checkpoints"):

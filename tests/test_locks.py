@@ -1,4 +1,4 @@
-"""Two processes on one results folder: a run is trained by one of them only (emergence_bench.run_folder.RunLock)."""
+"""Two processes on one results folder: a run is trained by one of them only (emergence_bench.engine.run_folder.RunLock)."""
 
 import os
 import re
@@ -10,8 +10,8 @@ import pytest
 import yaml
 
 from emergence_bench.config import resolve
-from emergence_bench.run import run
-from emergence_bench.run_folder import RunBusy, RunFolder, RunLock
+from emergence_bench.engine.run import run
+from emergence_bench.engine.run_folder import RunBusy, RunFolder, RunLock
 
 
 def test_a_held_run_is_refused_and_released_once_its_row_is_written(tmp_path, tiny_config):

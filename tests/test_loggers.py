@@ -6,7 +6,7 @@ import csv
 import pytest
 
 from emergence_bench.config import ConfigError, resolve
-from emergence_bench.run import run
+from emergence_bench.engine.run import run
 
 
 def test_a_csv_logger_run_writes_metrics_csv(tmp_path, tiny_config):

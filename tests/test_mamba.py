@@ -8,8 +8,8 @@ import torch
 import torch.nn.functional as F
 from torch.func import functional_call, vmap
 
-from emergence_bench.model import SequenceModel
-from emergence_bench.run import run
+from emergence_bench.engine.model import SequenceModel
+from emergence_bench.engine.run import run
 from emergence_bench.mixers import backend
 from emergence_bench.mixers.base import MixerContext
 from emergence_bench.mixers.mamba import KERNEL_MODULE, Mamba

@@ -14,7 +14,7 @@ from emergence_bench.config import resolve
 from emergence_bench.forecast.features import probe_history
 from emergence_bench.measurement import Measurement, measurement, measurements, register_measurement, unregister_measurement
 from emergence_bench.reporting import leaderboard
-from emergence_bench.reporting.columns import Mean, Median
+from emergence_bench.columns import Mean, Median
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -133,7 +133,7 @@ from typing import TypedDict
 import lightning as L
 
 from emergence_bench.measurement import Measurement, register_measurement
-from emergence_bench.reporting.columns import Median
+from emergence_bench.columns import Median
 
 
 class GlintSection(TypedDict, total=False):

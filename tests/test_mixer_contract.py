@@ -7,7 +7,7 @@ plugin author runs and what these tests assert cannot drift apart.
 import pytest
 
 from emergence_bench import mixer_check, registry
-from emergence_bench.run import run
+from emergence_bench.engine.run import run
 
 D, L = 16, 12
 NAMES = [name for name in registry.mixers.names() if not name.startswith("test_")]

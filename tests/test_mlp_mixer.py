@@ -4,9 +4,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from emergence_bench.model import SequenceModel
+from emergence_bench.engine.model import SequenceModel
 from emergence_bench.registry import mixers
-from emergence_bench.run import run
+from emergence_bench.engine.run import run
 from emergence_bench.mixers.base import MixerContext
 from emergence_bench.mixers.mlp_mixer import CausalMLPMixer
 from emergence_bench.tasks.linear_map import LinearMap
@@ -226,7 +226,7 @@ def test_trains_end_to_end(token_mixing, tmp_path, tiny_config):
 
 
 def test_the_static_mixing_matrix_follows_the_named_init_only_when_asked():
-    from emergence_bench.model import SequenceModel
+    from emergence_bench.engine.model import SequenceModel
     from emergence_bench.mixers.init import WeightInit
 
     torch.manual_seed(0)

@@ -7,10 +7,10 @@ import torch
 import torch.nn.functional as F
 
 from emergence_bench.config import OptimConfig
-from emergence_bench.model import SequenceModel
-from emergence_bench.module import EmergenceModule
-from emergence_bench.run import run
-from emergence_bench.execution.seed_parallel.group import run_seed_parallel
+from emergence_bench.engine.model import SequenceModel
+from emergence_bench.engine.module import EmergenceModule
+from emergence_bench.engine.run import run
+from emergence_bench.execution.seed_parallel import run_seed_parallel
 from emergence_bench.tasks.linear_map import LinearMap
 
 
@@ -59,7 +59,7 @@ def test_blank_outputs_reach_the_model_and_seed_parallel_matches_a_run_alone(tmp
                 "final_eval_full_sequence_loss"):
         assert together["metrics"][key] == pytest.approx(alone["metrics"][key], rel=1e-4, abs=1e-5), key
     # What the model reads, in both engines: x0, then blanks where x1 stands.
-    from emergence_bench.execution.seed_parallel.ensemble import EnsembleModule
+    from emergence_bench.engine.ensemble import EnsembleModule
     task = LinearMap(4, 2, blank_outputs=True)
     tokens = task.batch("eval", 0)
     assert torch.all(task.model_inputs(tokens)[:, 4:] == 2) and torch.equal(task.model_inputs(tokens)[:, :4],
@@ -74,7 +74,7 @@ def test_blank_outputs_reach_the_model_and_seed_parallel_matches_a_run_alone(tmp
 
 
 def test_the_fused_adamw_equals_torchs_reference_adamw_on_strided_gradients():
-    from emergence_bench.optim import adamw
+    from emergence_bench.engine.optim import adamw
 
     torch.manual_seed(0)
     start, grads = torch.randn(8, 16), [torch.randn(16, 8).t() for _ in range(3)]  # strided, as vmap gives
@@ -92,7 +92,7 @@ def test_the_fused_adamw_equals_torchs_reference_adamw_on_strided_gradients():
 
 
 def test_the_loss_buffer_is_read_every_n_steps_and_at_the_last():
-    from emergence_bench.training import LossBuffer
+    from emergence_bench.engine.training import LossBuffer
 
     buffer = LossBuffer(every=3, max_steps=7)
     assert [s for s in range(7) if buffer.due(s)] == [2, 5, 6]
@@ -105,7 +105,7 @@ def test_the_loss_buffer_is_read_every_n_steps_and_at_the_last():
 
 
 def test_a_non_finite_loss_is_found_at_its_step():
-    from emergence_bench.training import finite_prefix
+    from emergence_bench.engine.training import finite_prefix
 
     assert finite_prefix([1.0, 2.0], [3.0, 4.0], [7, 8]) == (2, None)
     finite, error = finite_prefix([1.0, 2.0, math.nan], [3.0, math.inf, 1.0], [7, 8, 9])

@@ -9,9 +9,10 @@ import pytest
 import torch
 
 from emergence_bench.analysis import analyze
-from emergence_bench.model import SequenceModel
+from emergence_bench.commands import analyze as analyze_command
+from emergence_bench.engine.model import SequenceModel
 from emergence_bench.analysis.patching import attention_layers, capture, ground_truth_maps, patch_models
-from emergence_bench.run import run
+from emergence_bench.engine.run import run
 from emergence_bench.callbacks.checkpoints import saved_checkpoints
 from emergence_bench.tasks.linear_map import LinearMap
 
@@ -40,9 +41,9 @@ def trained(tmp_path_factory, tiny_config):
 def cli(*argv: str) -> int:
     """`emergence-bench analyze ARGV` through the analyze module's own parser wiring."""
     parser = argparse.ArgumentParser()
-    analyze.add_parser(parser.add_subparsers(dest="command", required=True))
+    analyze_command.add_parser(parser.add_subparsers(dest="command", required=True))
     args, extra = parser.parse_known_args(["analyze", *argv])
-    return analyze.main(args, extra)
+    return analyze_command.main(args, extra)
 
 
 def models(run_dir, *steps):

@@ -9,7 +9,7 @@ from torch import nn
 
 from emergence_bench.config import ConfigError, resolve, set_dotted
 from emergence_bench.execution.sweep_spec import load_sweep
-from emergence_bench.model import SequenceModel
+from emergence_bench.engine.model import SequenceModel
 from emergence_bench.mixers.base import TokenMixer
 from emergence_bench.registry import register_mixer
 

@@ -12,7 +12,8 @@ pytest.importorskip("transformers")
 from tokenizers import Tokenizer, models, pre_tokenizers  # noqa: E402
 from transformers import GPTNeoXConfig, GPTNeoXForCausalLM, PreTrainedTokenizerFast  # noqa: E402
 
-from emergence_bench.analysis import analyze, pythia  # noqa: E402
+from emergence_bench.analysis import pythia  # noqa: E402
+from emergence_bench.commands import analyze  # noqa: E402
 from emergence_bench.reporting import leaderboard  # noqa: E402
 from emergence_bench.cli import main as cli_main  # noqa: E402
 from emergence_bench.analysis.language_probes import PROBES, SINGLE, probe_set  # noqa: E402

@@ -6,7 +6,7 @@ import yaml
 
 from emergence_bench.reporting import leaderboard
 from emergence_bench.results import load
-from emergence_bench.run import run
+from emergence_bench.engine.run import run
 from emergence_bench.execution.sweep_spec import Sweep
 from emergence_bench.execution.sweep import run_sweep
 from emergence_bench.tasks.linear_map import LinearMap
@@ -122,8 +122,8 @@ def test_checkpoints_on_a_schedule(tmp_path, tiny_config):
 
 def test_parameters_marked_no_weight_decay_are_not_decayed():
     from emergence_bench.config import OptimConfig
-    from emergence_bench.model import SequenceModel
-    from emergence_bench.module import EmergenceModule
+    from emergence_bench.engine.model import SequenceModel
+    from emergence_bench.engine.module import EmergenceModule
 
     task = LinearMap(4, 2)
     model = SequenceModel(2, task.seq_len, {"name": "mamba", "d_state": 4}, d_model=16)

@@ -7,8 +7,8 @@ import math
 import pytest
 import torch
 
-from emergence_bench.model import SequenceModel
-from emergence_bench.run import run
+from emergence_bench.engine.model import SequenceModel
+from emergence_bench.engine.run import run
 from emergence_bench.mixers.base import MixerContext
 from emergence_bench.mixers.ops.rwkv7 import KERNEL_MODULE
 from emergence_bench.mixers.rwkv import RWKV7TimeMix

@@ -1,4 +1,4 @@
-"""Seed-parallel training: each seed's row equals the same seed run alone with emergence_bench.run.run."""
+"""Seed-parallel training: each seed's row equals the same seed run alone with emergence_bench.engine.run.run."""
 
 from __future__ import annotations
 
@@ -17,11 +17,11 @@ from torch import nn
 from emergence_bench import registry
 from emergence_bench.config import resolve
 from emergence_bench.registry import register_callback, register_mixer
-from emergence_bench.run import build_model, build_task, run
-from emergence_bench.execution.batching import register_flash_rule
-from emergence_bench.execution.seed_parallel.ensemble import EnsembleModule, clip_per_seed_
-from emergence_bench.execution.seed_parallel.group import run_seed_parallel
-from emergence_bench.execution.seed_parallel.probe import seed_parallel_supported
+from emergence_bench.engine.run import build_model, build_task, run
+from emergence_bench.engine.batching import register_flash_rule
+from emergence_bench.engine.ensemble import EnsembleModule, clip_per_seed_
+from emergence_bench.execution.seed_parallel import run_seed_parallel
+from emergence_bench.engine.ensemble_probe import seed_parallel_supported
 from emergence_bench.callbacks.checkpoints import saved_checkpoints
 from emergence_bench.mixers.base import TokenMixer
 
@@ -159,7 +159,7 @@ def test_the_one_by_one_fallback_writes_each_row_once_under_its_lock(tmp_path, t
     import fcntl
 
     from emergence_bench import results
-    from emergence_bench.execution.seed_parallel import group
+    from emergence_bench.execution import seed_parallel as group
 
     monkeypatch.setattr(group, "seed_parallel_supported", lambda config: (False, "not batchable here"))
     writes: list[tuple[str, bool]] = []
@@ -297,7 +297,7 @@ def test_a_seed_with_huge_gradients_is_clipped_without_touching_the_others(tmp_p
 def test_optimiser_state_and_clipping_are_per_seed(tiny_config):
     """The ensemble's update (its backward, per-seed clipping, one AdamW over the stack, as the
     Trainer calls them) = each seed's own AdamW and clip_grad_norm_, given the same gradients."""
-    from emergence_bench.module import EmergenceModule
+    from emergence_bench.engine.module import EmergenceModule
 
     # Strong decay (with the no-decay group) and tight clipping, so both shape the update.
     c = resolve(tiny_config(mixer={"name": "gated_deltanet", "n_heads": 2, "head_dim": 4},
@@ -538,7 +538,7 @@ def test_ended_seeds_leave_the_step_and_the_others_keep_their_bits(mixer, tmp_pa
 
 @pytest.mark.parametrize("measured", [0.6, 3.0])
 def test_auto_batches_only_where_its_probe_says_it_pays(measured, tmp_path, monkeypatch, tiny_config):
-    from emergence_bench.execution.seed_parallel import group
+    from emergence_bench.execution import seed_parallel as group
 
     monkeypatch.setattr(group, "batching_speedup", lambda config, k: measured)
     configs = [tiny_config(seed=s, trainer={"max_steps": 4}) for s in (0, 1)]
@@ -551,7 +551,7 @@ def test_auto_batches_only_where_its_probe_says_it_pays(measured, tmp_path, monk
 
 
 def test_the_probe_measures_a_positive_speedup_and_leaves_the_random_state_alone(tiny_config):
-    from emergence_bench.execution.seed_parallel.probe import batching_speedup
+    from emergence_bench.engine.ensemble_probe import batching_speedup
     torch.manual_seed(7)
     expected = torch.rand(2)
     torch.manual_seed(7)

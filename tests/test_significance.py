@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from emergence_bench import significance as sig
-from emergence_bench.reporting.stats import kaplan_meier_median
+from emergence_bench.stats import kaplan_meier_median
 
 INF = math.inf
 

@@ -8,11 +8,11 @@ import dataclasses
 import pytest
 import torch
 
-from emergence_bench import training
+from emergence_bench.engine import training
 from emergence_bench.config import resolve
-from emergence_bench.execution.seed_parallel.group import run_seed_parallel
+from emergence_bench.execution.seed_parallel import run_seed_parallel
 from emergence_bench.perf import loops, speed, timing
-from emergence_bench.run import run
+from emergence_bench.engine.run import run
 
 
 # --- the arithmetic, on scripted timings -----------------------------------------------------------
@@ -162,7 +162,7 @@ def test_suite_clock_interleaves_bare_and_suite_blocks_in_one_run(tiny_config):
 def test_the_timed_settings_are_the_ones_described():
     """The per-step settings: `quick` at 128 and at 16 sequences, and the reproduction's
     configuration (S=16, s=3, width 128, MLP 512, 8 heads × 16, batch 256, ~203k parameters)."""
-    from emergence_bench.run import build_model, build_task
+    from emergence_bench.engine.run import build_model, build_task
 
     configs = {name: resolve(speed.preset_run(*spec)) for name, spec in speed.SEED_RUNS.items()}
     assert configs["quick"].task.params["batch_size"] == 128 and configs["quick-b16"].task.params["batch_size"] == 16

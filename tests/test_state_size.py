@@ -16,7 +16,7 @@ from torch import nn
 from emergence_bench.mixers import gated_deltanet, lru, mamba, mlstm, rwkv
 from emergence_bench.mixers.base import MixerContext
 from emergence_bench.mixers.ops import gated_delta_rule, lru_scan, mlstm as mlstm_ops, rwkv7, selective_scan
-from emergence_bench.model import SequenceModel
+from emergence_bench.engine.model import SequenceModel
 from emergence_bench.registry import mixers as mixer_registry
 
 D_MODEL, MAX_LEN = 32, 64
@@ -153,7 +153,7 @@ def test_the_model_sums_its_layers_and_says_none_when_a_layer_does_not_state_it(
 
 
 def test_every_result_records_the_state_of_the_whole_sequence(tmp_path):
-    from emergence_bench.run import run
+    from emergence_bench.engine.run import run
     config = {"task": {"name": "linear_map", "state_size": 4, "sparsity": 2, "batch_size": 8},
               "mixer": {"name": "transformer", "n_heads": 2, "head_dim": 4}, "model": {"d_model": 8, "n_layers": 2},
               "trainer": {"max_steps": 2, "eval_every": 2, "eval_batches": 1, "accelerator": "cpu"}}

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from emergence_bench import registry
-from emergence_bench.run import run
+from emergence_bench.engine.run import run
 from emergence_bench.tasks.base import SyntheticTask, TrainStream
 
 # Small parameters per task so the contract runs fast; a task not listed is built with its defaults.
@@ -232,7 +232,7 @@ def test_the_task_instance_comes_from_the_task_seed(form):
 
 @pytest.mark.parametrize("form", TASKS)
 def test_building_a_task_leaves_the_global_rng_alone(form):
-    # A run builds its task once, before it seeds (emergence_bench.run.plan): the model's initial
+    # A run builds its task once, before it seeds (emergence_bench.engine.run.plan): the model's initial
     # weights must not depend on whether the task was built first.
     torch.manual_seed(0)
     before = torch.get_rng_state()
@@ -242,7 +242,7 @@ def test_building_a_task_leaves_the_global_rng_alone(form):
 
 def test_a_task_that_draws_from_the_global_rng_is_refused_before_it_trains(tiny_config):
     from emergence_bench.config import ConfigError
-    from emergence_bench.run import plan
+    from emergence_bench.engine.run import plan
     from emergence_bench.tasks.linear_map import LinearMap
 
     class Unseeded(LinearMap):

@@ -14,7 +14,7 @@ from emergence_bench.config import ConfigError, resolve, scientific
 from emergence_bench.machine.threads import SMALL_STEP_FLOPS, choose_threads, step_flops
 from emergence_bench.execution import ray_executor, sweep as sweeps, sweep_spec
 from emergence_bench.registry import register_callback
-from emergence_bench.run import apply_threads, run
+from emergence_bench.engine.run import apply_threads, run
 
 
 @register_callback("test_thread_probe")

@@ -17,8 +17,8 @@ from typing import Callable, Iterable
 
 import torch
 
-from emergence_bench.model import SequenceModel
-from emergence_bench.training import scored
+from emergence_bench.engine.model import SequenceModel
+from emergence_bench.engine.training import scored
 from emergence_bench.mixers.base import MixerContext
 
 Head = tuple[int, int]  # (layer, head)

@@ -1,7 +1,195 @@
-"""`emergence-bench forecast DIR`: each run's emergence step forecast from its early records
-(emergence_bench.forecast.command, which checks its own extra arguments)."""
+"""`emergence-bench forecast DIR`: how well each run's emergence step is forecast from its early records.
 
-from emergence_bench.commands.command import register_command
-from emergence_bench.forecast import command
+The runs under DIR are split into fleets (runs equal but for the seed). For each fleet: the
+leave-one-out forecast at its window; for each ordered pair of fleets: the pipeline fitted on one
+and applied to the other (e.g. fit on s=3, forecast s=4). The window is, per fleet, the last eval
+before its first run emerged (``--window auto``), or a step. ``--save`` writes the pipeline fitted
+on a whole fleet for ``sweep --forecast-stop``.
+"""
 
-register_command("forecast", command.add_parser, command.main)
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import argparse
+import json
+import math
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from emergence_bench.commands.command import Subparsers, register_command
+from emergence_bench.forecast import PERMUTATIONS
+
+if TYPE_CHECKING:  # the CLI imports this module for its parser: the numerical stack loads in main()
+    from emergence_bench.forecast.evaluate import Fleet
+    from emergence_bench.result_row import ResultRow, Row
+
+MIN_FLEET = 3  # leave-one-out on 2 runs fits on 1: no score of it means anything
+
+
+def fleets(rows: Sequence[ResultRow]) -> dict[str, list[ResultRow]]:
+    """Rows that differ only in their seed, labelled by the config keys that tell the fleets apart."""
+    from emergence_bench.config import scientific
+    from emergence_bench.reporting.leaderboard import flatten, group_key
+
+    grouped: dict[str, list[ResultRow]] = {}
+    for row in rows:
+        grouped.setdefault(group_key(row), []).append(row)
+    flats = {key: flatten(scientific(members[0]["config"])) for key, members in grouped.items()}
+    keys = sorted({k for flat in flats.values() for k in flat if k != "seed"})
+    varying = [k for k in keys if len({json.dumps(f.get(k), default=str) for f in flats.values()}) > 1]
+    task_keys = [k for k in varying if k.startswith("task.")]
+    if task_keys and len({tuple(str(f.get(k)) for k in task_keys) for f in flats.values()}) == len(flats):
+        varying = task_keys  # the task tells the fleets apart (a budget that follows it needs no mention)
+    def label(flat: dict) -> str:
+        return ", ".join(f"{k.removeprefix('task.')}={flat.get(k)}" for k in varying) or "all runs"
+    return {label(flats[key]): members for key, members in grouped.items()}
+
+
+def window_of(rows: Sequence[Row], window: str) -> int:
+    """``auto``: the last eval before the fleet's first emergence; else the step given."""
+    from emergence_bench.forecast.features import first_emergence, last_eval_before
+
+    if window != "auto":
+        return int(window)
+    first = first_emergence(rows)
+    if first is None:
+        raise ValueError("--window auto needs a fleet where some run emerged (none did); give --window STEP")
+    return last_eval_before(rows, first)
+
+
+def fleet(name: str, rows: Sequence[Row], window: int) -> Fleet:
+    from emergence_bench.forecast.evaluate import Fleet
+    from emergence_bench.forecast.features import FEATURES, matrix, outcomes
+
+    y, censored = outcomes(rows)
+    X = matrix(rows, window)
+    usable = [j for j in range(X.shape[1]) if math.isfinite(X[:, j].sum())]
+    if not usable:
+        raise ValueError(f"fleet {name}: no feature can be read at step {window} (no probe, no eval by then)")
+    return Fleet(name, window, X[:, usable], y, censored, tuple(FEATURES[j] for j in usable))
+
+
+def _number(value: float, digits: int = 2) -> str:
+    return "-" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:.{digits}f}"
+
+
+def to_markdown(results: list[dict]) -> str:
+    from emergence_bench.reporting.table import Table
+
+    rows = [[r["fit"], r["apply"], str(r["window"]), f"{r['n']} ({r['emerged']})", ", ".join(r["features"]),
+             _number(r["c_index"]), _number(r["spearman"]), _number(r["pearson"]),
+             f"{_number(r['mae'])} vs {_number(r['mae_baseline'])}", _number(r["p_c_index"], 3),
+             _number(r["p_spearman"], 3)] for r in results]
+    header = ["fit on", "forecast", "window", "runs (emerged)", "features", "C-index", "Spearman ρ", "Pearson r",
+              "MAE (log) vs mean", "p (C)", "p (ρ)"]
+    return Table(header, rows).markdown() + "\n"
+
+
+def add_parser(subparsers: Subparsers) -> argparse.ArgumentParser:
+    p = subparsers.add_parser("forecast", help="forecast each run's emergence step from its early records: "
+                                               "leave-one-out and cross-fleet quality, with permutation p")
+    p.add_argument("dir")
+    p.add_argument("--window", default="auto", help="window end: auto (per fleet, the last eval before its first "
+                                                    "emergence; default) or a step")
+    p.add_argument("--features", type=int, default=2, metavar="K", help="features the pipeline selects (default 2)")
+    p.add_argument("--permutations", type=int, default=PERMUTATIONS,
+                   help=f"shuffles for the permutation p (default {PERMUTATIONS})")
+    p.add_argument("--stopped", metavar="DIR2",
+                   help="also compare DIR2, the same runs swept with --forecast-stop, against DIR's known outcomes: "
+                        "steps saved and runs wrongly stopped")
+    p.add_argument("--replay", metavar="MODEL",
+                   help="what --forecast-stop with this saved forecast would have done to DIR's runs (their outcomes "
+                        "known): steps saved and runs wrongly stopped, per fleet")
+    p.add_argument("--risk", type=float, default=0.05, help="with --replay: the stop's risk level (default 0.05)")
+    p.add_argument("--save", metavar="FLEET=PATH",
+                   help="write the pipeline fitted on that whole fleet (its label, as printed) for sweep --forecast-stop")
+    return p
+
+
+def main(args: argparse.Namespace, extra: list[str] | None = None) -> int:
+    if extra:
+        raise ValueError(f"forecast takes no config keys; got {' '.join(extra)}")
+    folder = Path(args.dir)
+    if not folder.is_dir():
+        raise ValueError(f"no such results directory: {args.dir}")
+    if args.features < 1 or args.permutations < 1:
+        raise ValueError("--features and --permutations must be ≥ 1")
+    from emergence_bench.forecast.evaluate import in_domain, transfer
+    from emergence_bench.results import load_records, without_non_finite, write_json, write_text
+
+    rows = [r for r in load_records(folder) if r.get("status") == "ok"]
+    if not rows:
+        raise ValueError(f"no finished runs under {args.dir}")
+    found = fleets(rows)
+    small = {name: len(members) for name, members in found.items() if len(members) < MIN_FLEET}
+    if len(small) == len(found):
+        sizes = ", ".join(f"{name}: {n}" for name, n in small.items())
+        raise ValueError(f"a forecast needs at least {MIN_FLEET} runs equal but for the seed, and no fleet under "
+                         f"{args.dir} has them ({sizes})")
+    for name, n in small.items():
+        print(f"[forecast] {name}: {n} run(s), fewer than {MIN_FLEET}: left out", file=sys.stderr)
+    groups = {name: fleet(name, members, window_of(members, args.window))
+              for name, members in found.items() if name not in small}
+    results = []
+    for name, one in groups.items():
+        print(f"[forecast] {name}: {len(one.y)} runs, window {one.window}, leave-one-out …", file=sys.stderr)
+        results.append(in_domain(one, args.features, args.permutations))
+    for train in groups.values():
+        for test in groups.values():
+            if train is not test:
+                common = tuple(n for n in train.names if n in test.names)
+                results.append(transfer(_columns(train, common), _columns(test, common), args.features,
+                                        args.permutations))
+    markdown = to_markdown(results)
+    print(markdown, end="")
+    write_text(folder / "forecast.md", markdown)
+    # A score that is not defined (e.g. a correlation over fewer than 3 emerged runs) is null.
+    write_json(folder / "forecast.json", {"results": without_non_finite(results)[0]})
+    if args.save:
+        _save(args.save, groups, args.features)
+    if args.replay:
+        from emergence_bench.forecast.evaluate import replay_stop, stop_savings
+
+        saved_model = json.loads(Path(args.replay).read_text())
+        for name, members in fleets(rows).items():
+            print(f"\n{name}: " + _savings_line(stop_savings(members, replay_stop(saved_model, members, args.risk))))
+    if args.stopped:
+        from emergence_bench.forecast.evaluate import stop_savings
+
+        if not Path(args.stopped).is_dir():  # a second folder, named by its flag
+            raise ValueError(f"--stopped: no such results directory: {args.stopped}")
+        saved = stop_savings(rows, [r for r in load_records(args.stopped) if r.get("status") == "ok"])
+        print("\nforecast stop: " + _savings_line(saved))
+        write_json(Path(args.stopped) / "forecast-stop.json", saved)
+    return 0
+
+
+def _savings_line(saved: dict) -> str:
+    return (f"{saved['stopped']} of {saved['runs']} runs stopped, {saved['wrongly_stopped']} wrongly "
+            f"({saved['wrongly_stopped_of_emerged']:.0%} of the {saved['would_emerge']} that would emerge); "
+            f"{saved['saved']:.0%} of the training steps saved ({saved['steps_with']} of {saved['steps_without']})")
+
+
+def _columns(one: Fleet, names: tuple[str, ...]) -> Fleet:
+    from emergence_bench.forecast.evaluate import Fleet
+
+    keep = [one.names.index(n) for n in names]
+    return Fleet(one.name, one.window, one.X[:, keep], one.y, one.censored, names)
+
+
+def _save(spec: str, groups: dict[str, Fleet], k: int) -> None:
+    name, _, path = spec.rpartition("=")
+    if name not in groups or not path:
+        raise ValueError(f"--save takes FLEET=PATH with FLEET one of: {', '.join(groups)}; got {spec!r}")
+    from emergence_bench.forecast.evaluate import pipeline
+    from emergence_bench.results import write_json
+
+    one = groups[name]
+    model, _ = pipeline(one.X, one.y, one.censored, one.names, k)
+    write_json(path, {"fleet": name, "window": one.window, "model": model.to_dict()})
+    print(f"[forecast] saved the pipeline fitted on {name} (window {one.window}) to {path}", file=sys.stderr)
+
+
+register_command("forecast", add_parser, main)

@@ -37,7 +37,7 @@ def main(args: argparse.Namespace, extra: list[str]) -> int:
     from emergence_bench.config import dump_yaml, load_yaml, set_dotted
     from emergence_bench.machine.threads import choose_threads
     from emergence_bench.results import RESULT_FILE
-    from emergence_bench.run import check, run
+    from emergence_bench.engine.run import check, run
 
     data = load_yaml(args.config) if args.config else {}
     for key, value in config_overrides(extra).items():
@@ -67,9 +67,9 @@ def main(args: argparse.Namespace, extra: list[str]) -> int:
 
 def _run_seeds(config: RunConfig, args: argparse.Namespace) -> int:
     """`run --seed-parallel K`: seeds s, s+1, ..., s+K-1 of the config, trained together."""
-    from emergence_bench.execution.seed_parallel.group import run_seed_parallel
+    from emergence_bench.execution.seed_parallel import run_seed_parallel
     from emergence_bench.results import RESULT_FILE
-    from emergence_bench.run import check
+    from emergence_bench.engine.run import check
 
     configs = []
     for offset in range(args.seed_parallel):

@@ -34,7 +34,7 @@ MAX_FILE_BYTES = 64 * 2**20  # larger files stay on the worker
 
 def _train(config: dict, num_cpus: float) -> tuple[ResultRow, dict[str, bytes]]:
     """On the worker: run ``config`` in a scratch folder; return (result row, {relative path: bytes})."""
-    from emergence_bench.run import run
+    from emergence_bench.engine.run import run
 
     set_cpu_share(min(task_share(num_cpus), available_cpus()))  # run() chooses its threads within it
     with tempfile.TemporaryDirectory() as scratch:

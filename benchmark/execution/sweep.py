@@ -28,7 +28,7 @@ from emergence_bench.execution.workers import Interrupted, Workers, WorkerLost
 from emergence_bench.machine.threads import available_cpus, set_cpu_share
 from emergence_bench.result_row import Row
 if TYPE_CHECKING:  # plans are the run module's; a sweep only reads their sizes
-    from emergence_bench.run import RunPlan
+    from emergence_bench.engine.run import RunPlan
 from emergence_bench.results import (ResultsUnwritable, busy_row, is_finished, lost_summary, progress_summary,
                                      read_result)
 
@@ -77,7 +77,7 @@ def _init_worker(share: int) -> None:
     for signum in STOP_SIGNALS:  # the driver's to handle: it stops the workers itself
         signal.signal(signum, signal.SIG_IGN)
     set_cpu_share(share)
-    torch.set_num_threads(share)  # until a run applies its own trainer.threads (emergence_bench.run.apply_threads)
+    torch.set_num_threads(share)  # until a run applies its own trainer.threads (emergence_bench.engine.run.apply_threads)
 
 
 def worker_share(workers: int, cpus: int | None = None) -> int:
@@ -97,8 +97,8 @@ def check_threads_fit(configs: list[RunConfig], share: int, workers: int) -> Non
 
 def _run_one(config: dict, out: str) -> dict:
     """One run, unless another process (a second sweep on this folder) holds it or finished it."""
-    from emergence_bench.run import run
-    from emergence_bench.run_folder import RunBusy
+    from emergence_bench.engine.run import run
+    from emergence_bench.engine.run_folder import RunBusy
 
     try:
         return progress_summary(run(config, out, unfinished_only=True))
@@ -108,7 +108,7 @@ def _run_one(config: dict, out: str) -> dict:
 
 def _run_group(configs: list[dict], out: str, batching: Batching = "auto") -> list[dict]:
     """Seeds of one config trained together (see emergence_bench.execution.seed_parallel)."""
-    from emergence_bench.execution.seed_parallel.group import run_seed_parallel
+    from emergence_bench.execution.seed_parallel import run_seed_parallel
     return [progress_summary(record) for record in
             run_seed_parallel(configs, out, batching=batching, unfinished_only=True)]
 
@@ -384,7 +384,7 @@ def _lost(runs: list[tuple[Path, RunConfig]], error: BaseException) -> list[dict
     """The summaries of a job's runs that ended without their own report: a run whose worker died
     mid-run gets a failed row saying so (``record_lost``); a run that finished keeps its row, and a run
     interrupted by a signal to its worker (or failed by an error outside it) none."""
-    from emergence_bench.run_folder import record_lost
+    from emergence_bench.engine.run_folder import record_lost
 
     summaries = []
     for run_out, config in runs:

@@ -35,7 +35,7 @@ from emergence_bench.config import (Batching, ConfigError, RunConfig, TrainerCon
                                     set_dotted)
 
 if TYPE_CHECKING:  # the run module plans; a sweep only lists its runs
-    from emergence_bench.run import RunPlan
+    from emergence_bench.engine.run import RunPlan
 
 PRESETS_DIR = Path(__file__).parents[1] / "presets"
 
@@ -178,8 +178,8 @@ class Sweep:
         return [(group, planned.config) for group, planned in self.plans()]
 
     def plans(self) -> list[tuple[str, RunPlan]]:
-        """Every run checked and sized (``emergence_bench.run.plan``), by group."""
-        from emergence_bench.run import plan
+        """Every run checked and sized (``emergence_bench.engine.run.plan``), by group."""
+        from emergence_bench.engine.run import plan
 
         return [(group, plan(raw)) for group, raw in self.raw_runs()]
 

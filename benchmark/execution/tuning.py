@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any
 
 from emergence_bench.config import ConfigError
 from emergence_bench.execution.sweep_spec import Group, Sweep
-from emergence_bench.reporting.stats import kaplan_meier_median, wilson_interval
+from emergence_bench.stats import kaplan_meier_median, wilson_interval
 from emergence_bench.result_row import ResultRow, emergence_step, step_budget
 from emergence_bench.results import TUNING_DIR, is_finished, read_result, write_tables
 
@@ -191,7 +191,7 @@ def tuning_sweep(sweep: Sweep, jobs: list[Job]) -> Sweep:
 def job_table(sweep: Sweep, job: Job, out: Path) -> dict:
     """The tuning table of one job from the results under ``out`` (DIR/tuning): every point measured,
     the choice and any edge. Runs not finished yet count as missing (the point is unmeasured)."""
-    from emergence_bench.run import check
+    from emergence_bench.engine.run import check
 
     assert sweep.tuning is not None  # a sweep that tunes (the CLI calls this only then)
     group = next(g for g in sweep.groups if g.name == job.group)

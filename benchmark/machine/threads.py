@@ -2,7 +2,7 @@
 
 PyTorch's intra-op threads oversubscribe as soon as anything else runs on the machine, so small
 runs default to one thread; see ``choose_threads``. Sweep workers and Ray tasks set the share of
-cores their runs may use (``set_cpu_share``); ``emergence_bench.run.apply_threads`` applies the
+cores their runs may use (``set_cpu_share``); ``emergence_bench.engine.run.apply_threads`` applies the
 choice at the start of every run and the row records it.
 """
 

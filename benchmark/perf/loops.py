@@ -1,4 +1,4 @@
-"""What `speed` times: the suite's own training step (``emergence_bench.training.step`` inside the run's
+"""What `speed` times: the suite's own training step (``emergence_bench.engine.training.step`` inside the run's
 ``EmergenceModule`` or the seed ensemble, then ``training.update``), looped without Lightning.
 
 ``single_loop`` is one seed as ``run()`` builds it (same init, same train stream); ``ensemble_loop``
@@ -17,17 +17,17 @@ import lightning as L
 import torch
 
 from emergence_bench.config import OptimConfig, RunConfig, TrainerConfig
-from emergence_bench.model import SequenceModel
-from emergence_bench.module import EmergenceModule
+from emergence_bench.engine.model import SequenceModel
+from emergence_bench.engine.module import EmergenceModule
 from emergence_bench.tasks.base import SyntheticTask
-from emergence_bench.training import StepLoop
+from emergence_bench.engine.training import StepLoop
 
 
 def single_loop(config: RunConfig, compile_model: bool = False, device: str | torch.device = "cpu") -> StepLoop:
     """One seed of ``config`` trained by the suite's step: the model built as ``run()`` builds it
     (seed, task, model), batch i = ``task.batch("train", i)`` ([B, L+1]), the run's AdamW, schedule,
     clipping and loss read-back every ``trainer.log_every`` steps."""
-    from emergence_bench.run import build_model, build_task
+    from emergence_bench.engine.run import build_model, build_task
 
     L.seed_everything(config.seed, verbose=False)
     task = build_task(config)
@@ -43,8 +43,8 @@ def ensemble_loop(config: RunConfig, K: int, device: str | torch.device = "cpu")
     """K seeds of ``config`` (seed, seed + 1, ...) trained by the ensemble's step: seed k starts from
     the weights ``single_loop`` of seed + k starts from, and slice k of batch i ([K, B, L+1]) is that
     seed's own ``batch("train", i)``."""
-    from emergence_bench.execution.seed_parallel.ensemble import EnsembleModule
-    from emergence_bench.run import build_model, build_task
+    from emergence_bench.engine.ensemble import EnsembleModule
+    from emergence_bench.engine.run import build_model, build_task
 
     tasks, models = [], []
     for k in range(K):

@@ -84,7 +84,7 @@ def length_config(mixer: str, length: int, seed: int = 0) -> dict:
 def _block(mixer: str, length: int, seeds: int) -> Callable[[int], None]:
     """``run(steps)`` trains ``seeds`` seeds of the mixer's ranking run: batched as the ranking does,
     or, where the mixer cannot be batched here, one seed after another (what the ranking then does)."""
-    from emergence_bench.execution.seed_parallel.probe import seed_parallel_supported
+    from emergence_bench.engine.ensemble_probe import seed_parallel_supported
     config = resolve(length_config(mixer, length))
     supported, _ = seed_parallel_supported(config)
     if supported:
@@ -162,7 +162,7 @@ def cell_clock(mixers: Sequence[str], families: Sequence[str] | None = None, ste
                seeds: int = SEEDS, say: Callable[[str], None] = print) -> list[dict]:
     """Per family (default: every group of ``RANKING``) and mixer: the seconds of one ranking cell
     (``cell_configs``, run as the sweep runs it) and their ratio to the Transformer's."""
-    from emergence_bench.execution.seed_parallel.group import run_seed_parallel
+    from emergence_bench.execution.seed_parallel import run_seed_parallel
     families = list(families or [g.name for g in load_sweep(RANKING).groups])
     order = [BASELINE] + [m for m in mixers if m != BASELINE]
     rows = []

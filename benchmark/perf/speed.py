@@ -42,13 +42,13 @@ from emergence_bench.machine.allocator import keep_freed_memory
 from emergence_bench.config import RunConfig, resolve
 from emergence_bench.machine.devices import resolve_device
 from emergence_bench.execution.sweep_spec import load_sweep
-from emergence_bench.module import EmergenceModule
+from emergence_bench.engine.module import EmergenceModule
 from emergence_bench.perf.loops import ensemble_loop, single_loop
 from emergence_bench.perf.mixers import (RANKING, SEEDS, builtin_mixers, cell_clock, render_cells, render_steps,
                                          step_ratios)
 from emergence_bench.perf.timing import bracketed, interleave, summary
 from emergence_bench.results import write_json
-from emergence_bench.training import StepLoop
+from emergence_bench.engine.training import StepLoop
 
 def _fmt(s: dict, unit: str = "") -> str:
     """``median (min–max)`` of a ``summary``."""
@@ -145,7 +145,7 @@ def suite_vs_bare(raw: dict, steps: int, repeats: int, warmup: int = 5) -> tuple
     """One suite run of ``raw`` (a preset run, on the CPU) with ``SuiteClock`` interleaving it with a
     ``single_loop`` of the same config (the suite's step without Lightning). Returns (the bare loop, bare seconds per step [R + 1], suite
     seconds per step [R])."""
-    from emergence_bench.run import run
+    from emergence_bench.engine.run import run
 
     if "speed_clock" not in registry.callbacks.names():
         registry.register_callback("speed_clock")(SuiteClock)
@@ -288,7 +288,7 @@ def throughput(config: dict | RunConfig | None = None, ks: Sequence[int] = (1, 4
                repeats: int = 1, out: str | Path | None = None) -> list[dict]:
     """Seed-parallel vs one seed at a time, whole runs (setup, evals, result files), wall-clock, side
     by side in this process: K seeds of ``config`` (default: the quick preset at ``steps`` steps)
-    together with ``run_seed_parallel``, against K runs one after another with ``emergence_bench.run.run``.
+    together with ``run_seed_parallel``, against K runs one after another with ``emergence_bench.engine.run.run``.
     K sequential runs of one config take K times one run (the same steps, setup and evals; only the
     seed differs), so the reference is one run, interleaved: run, K=1, K=4, ..., run, ... for
     ``repeats`` repeats, each try's ratio against the runs either side.
@@ -297,8 +297,8 @@ def throughput(config: dict | RunConfig | None = None, ks: Sequence[int] = (1, 4
     speedup (summary of the per-repeat K·run / parallel), seed_steps_per_s_sequential,
     seed_steps_per_s_parallel, mode ("vmap", or the fallback reason when the model cannot be batched)}.
     """
-    from emergence_bench.execution.seed_parallel.group import run_seed_parallel
-    from emergence_bench.run import run
+    from emergence_bench.execution.seed_parallel import run_seed_parallel
+    from emergence_bench.engine.run import run
 
     base = resolve(config if config is not None else quick_config(steps)).to_dict()
     steps = base["trainer"]["max_steps"]
@@ -380,7 +380,7 @@ def main(out: str | Path, lengths: Sequence[int] | None = None, repeats: int = 5
     names = list(mixers or builtin_mixers())
     if unknown := [n for n in names if n not in registry.mixers.names()]:
         raise ValueError(f"--mixers: unknown mixer(s) {', '.join(unknown)}; known: {', '.join(registry.mixers.names())}")
-    keep_freed_memory()  # as every run does (emergence_bench.run.run), so both loops time with it
+    keep_freed_memory()  # as every run does (emergence_bench.engine.run.run), so both loops time with it
     start = machine()
     print(f"machine: {start['cores']} cores, torch {start['torch']} with {start['threads']} threads, "
           f"{start['allocator']}; "

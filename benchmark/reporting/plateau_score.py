@@ -27,7 +27,7 @@ import pandas as pd
 
 from emergence_bench.config import ConfigError
 from emergence_bench.result_row import ResultRow, emergence_step, section, step_budget
-from emergence_bench.reporting.stats import kaplan_meier_medians
+from emergence_bench.stats import kaplan_meier_medians
 
 DRAWS = 2000
 SEED = 0

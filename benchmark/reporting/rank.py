@@ -35,7 +35,7 @@ from emergence_bench.reporting.leaderboard import flatten
 from emergence_bench.reporting import plateau_score
 from emergence_bench.reporting.ladder import ladders
 from emergence_bench.reporting.plateau_score import plateau_end
-from emergence_bench.reporting.stats import kaplan_meier_median, wilson_interval
+from emergence_bench.stats import kaplan_meier_median, wilson_interval
 from emergence_bench.reporting.table import Table
 from emergence_bench.result_row import ResultRow, emergence_step
 from emergence_bench.reporting import reference

@@ -12,7 +12,7 @@ user's runs of a family must have the same signature, rungs the reference has, a
 major version, or the reference is refused with one line saying what differs.
 
 Write one from a finished ranking sweep with
-``python -m emergence_bench.reporting.reference_build DIR --preset standard-cpu``.
+``python -m emergence_bench.commands.reference_build DIR --preset standard-cpu``.
 """
 
 from __future__ import annotations

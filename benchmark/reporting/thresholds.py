@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from emergence_bench.reporting.stats import kaplan_meier_median
+from emergence_bench.stats import kaplan_meier_median
 from emergence_bench.result_row import Row, section, step_budget
 
 if TYPE_CHECKING:

@@ -6,26 +6,22 @@ this very function. It computes one batch's losses, keeps them in the module's `
 the buffer back when due, and returns the loss to train on. What follows it (backward, clipping,
 AdamW, the lr schedule) is Lightning's automatic optimisation in a run.
 
-A module that ``step`` trains has ``losses(tokens) -> (scored, full)`` (scalars, or [K] for K seeds),
-``train_on``, ``loss_buffer`` and ``read_losses(at_step: bool)``.
+What ``step``, ``update`` and ``StepLoop`` need of a module is the ``Trainable`` protocol below; this
+module imports none of the modules that satisfy it (``EmergenceModule``, ``EnsembleModule``).
 """
 
 from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Iterator
+from typing import Any, Protocol
 
 import lightning as L
 import torch
 import torch.nn.functional as F
 
 from emergence_bench.tasks.base import SyntheticTask
-
-if TYPE_CHECKING:
-    from emergence_bench.execution.seed_parallel.ensemble import EnsembleModule
-    from emergence_bench.module import EmergenceModule
 
 
 class Diverged(RuntimeError):
@@ -99,7 +95,37 @@ class LossBuffer:
         return steps, [v[0] for v in values], [v[1] for v in values]
 
 
-def step(module: EmergenceModule | EnsembleModule, tokens: torch.Tensor, batch_idx: int) -> torch.Tensor:
+class Trainable(Protocol):
+    """A module the step trains: a single run's (losses are scalars) or an ensemble's (losses [K]).
+
+    losses(tokens) -> (scored, full): the scored rows' and every row's loss of a batch
+    train_on:        "scored" or "all", which of the two is trained on
+    loss_buffer:     where the detached losses wait for the next read
+    read_losses(at_step): read the buffer back (and hand the losses to the callbacks)
+    The rest is a LightningModule's: ``training_step`` (which calls ``step``), ``backward``,
+    ``parameters``, ``configure_optimizers`` and ``configure_gradient_clipping``.
+    """
+
+    train_on: str
+    loss_buffer: LossBuffer
+
+    def losses(self, tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]: ...
+
+    def read_losses(self, at_step: bool) -> Any: ...
+
+    def training_step(self, tokens: torch.Tensor, batch_idx: int) -> Any: ...
+
+    def backward(self, loss: torch.Tensor) -> None: ...
+
+    def parameters(self) -> Iterator[torch.nn.Parameter]: ...
+
+    def configure_optimizers(self) -> Any: ...
+
+    def configure_gradient_clipping(self, optimizer: torch.optim.Optimizer, gradient_clip_val: float,
+                                    gradient_clip_algorithm: str) -> None: ...
+
+
+def step(module: Trainable, tokens: torch.Tensor, batch_idx: int) -> torch.Tensor:
     """One training step of ``module`` on ``tokens`` (its batch: [B, L+1], or [K, B, L+1] for K seeds):
     the losses kept in its buffer, read back when due, and the loss to train on returned (a scalar,
     or [K]: per ``module.train_on``, the scored rows' or every row's)."""
@@ -110,7 +136,7 @@ def step(module: EmergenceModule | EnsembleModule, tokens: torch.Tensor, batch_i
     return full if module.train_on == "all" else scored_loss
 
 
-def update(module: EmergenceModule | EnsembleModule, loss: torch.Tensor, optimizer: torch.optim.Optimizer,
+def update(module: Trainable, loss: torch.Tensor, optimizer: torch.optim.Optimizer,
            scheduler: torch.optim.lr_scheduler.LRScheduler, clip: float | None) -> None:
     """What Lightning's automatic optimisation does after ``step`` in a run, here without a Trainer
     (for the batching probe and `speed`, which time the step alone): the module's ``backward``,
@@ -133,7 +159,7 @@ class StepLoop:
     for an ensemble). What `speed` and the batching probe time: the suite's step and nothing else.
     ``data_seconds`` sums the time spent making batches."""
 
-    def __init__(self, module: EmergenceModule | EnsembleModule, batches: Callable[[int], torch.Tensor],
+    def __init__(self, module: Trainable, batches: Callable[[int], torch.Tensor],
                  clip: float | None, device: str | torch.device) -> None:
         self.module, self.batches, self.clip, self.device = module, batches, clip, torch.device(device)
         optim = module.configure_optimizers()

@@ -14,7 +14,7 @@ from collections import deque
 from collections.abc import Iterable
 
 from emergence_bench.callbacks.contract import EvalResult
-from emergence_bench.training import Diverged, finite_prefix
+from emergence_bench.engine.training import Diverged, finite_prefix
 
 FINAL_LOSS_WINDOW = 50  # final_train_loss is the mean over this many last steps
 

@@ -1,7 +1,8 @@
-"""Writing a shipped reference (``reporting/reference.py`` reads and applies one): the compact rows,
-families and tuning tables of a finished tuned ranking sweep, with where they came from.
+"""Writing a shipped reference, a maintainer's command (``reporting/reference.py`` reads and applies
+one): the compact rows, families and tuning tables of a finished tuned ranking sweep, with where they
+came from. Not a subcommand of `emergence-bench`: run it as a module.
 
-    python -m emergence_bench.reporting.reference_build DIR --preset standard-cpu
+    python -m emergence_bench.commands.reference_build DIR --preset standard-cpu
 """
 
 from __future__ import annotations

@@ -1,9 +1,9 @@
 """EmergenceModule: trains a SequenceModel on a task's scored tokens and measures it.
 
 The pieces a single run and a seed-parallel group share: the training step and its loss buffer
-(``emergence_bench.training``), a run's losses and how it takes them in (``RunLosses``),
+(``emergence_bench.engine.training``), a run's losses and how it takes them in (``RunLosses``),
 ``EvalTally`` (one eval pass, per output cell, for one seed or K) and the optimiser
-(``emergence_bench.optim``). Seed-parallel's ensemble module and seed views use the same ones.
+(``emergence_bench.engine.optim``). Seed-parallel's ensemble module and seed views use the same ones.
 """
 
 from __future__ import annotations
@@ -19,11 +19,11 @@ from torchmetrics.wrappers import MultioutputWrapper
 
 from emergence_bench.callbacks.contract import EvalResult
 from emergence_bench.config import TRAIN_ON, OptimConfig
-from emergence_bench.model import SequenceModel
-from emergence_bench import training
-from emergence_bench.optim import adamw, is_decayed
-from emergence_bench.run_losses import RunLosses
-from emergence_bench.training import LossBuffer, scored, scored_rows
+from emergence_bench.engine.model import SequenceModel
+from emergence_bench.engine import training
+from emergence_bench.engine.optim import adamw, is_decayed
+from emergence_bench.engine.run_losses import RunLosses
+from emergence_bench.engine.training import LossBuffer, scored, scored_rows
 from emergence_bench.mixers.base import MixerContext
 from emergence_bench.tasks.base import SyntheticTask
 

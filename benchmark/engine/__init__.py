@@ -1,16 +1,26 @@
-"""Seed-parallel training: K seeds of one config as one LightningModule, trained by the suite's Trainer.
+"""The training engine: one run, single or seed-parallel, as a LightningModule trained by Lightning's Trainer.
+
+A single run: ``run`` (build, train, write the row), ``run_folder`` (its folder, lock and row),
+``module`` (``EmergenceModule``), ``training`` (the one step, and the ``Trainable`` protocol it needs of
+a module), ``run_losses`` (the losses kept on the device), ``curriculum``, ``model``
+(``SequenceModel``), ``optim`` and ``trainer`` (the Trainer factory). Seed-parallel: ``ensemble``,
+``seeds``, ``ensemble_probe`` and ``batching``, described below. The sweep's dispatch of a group to
+them is ``emergence_bench.execution.seed_parallel``. Import each from its module: the package imports
+none of them, so that importing one (the ensemble, which ``speed`` times) loads no more than it needs.
+
+Seed-parallel training: K seeds of one config as one LightningModule, trained by the suite's Trainer.
 
 ``EnsembleModule`` holds the K seeds' parameters stacked along a new leading dim ([K, ...]); one
 forward over all of them is ``torch.func.vmap`` of ``functional_call`` on a template SequenceModel, so
 K small models become one model with K times larger ops. It is trained by ``build_trainer``, the
 Trainer of a single run, so every Lightning hook fires as it does there. What stays per seed:
 
-- initialisation: seed k's model is built exactly as ``emergence_bench.run.run`` builds it
+- initialisation: seed k's model is built exactly as ``emergence_bench.engine.run.run`` builds it
   (``L.seed_everything(seed)``, then the task, then the model), then copied into slice k;
 - data: slice k of train batch i is ``task_k.batch("train", i)`` (the seed's own stream); the eval
   set is shared by every seed, as it is equal in sequential runs;
-- the step and evals: ``emergence_bench.training.step`` (a run's step, here over [K] losses) and
-  ``EvalTally`` of ``emergence_bench.module`` (its torchmetrics one per seed);
+- the step and evals: ``emergence_bench.engine.training.step`` (a run's step, here over [K] losses) and
+  ``EvalTally`` of ``emergence_bench.engine.module`` (its torchmetrics one per seed);
 - gradient clipping: ``configure_gradient_clipping`` scales each seed's gradients by its own global
   norm (``clip_grad_norm_`` on slice k alone);
 - optimiser state: one AdamW over the stacked tensors *is* K AdamWs, because AdamW is elementwise;
@@ -39,10 +49,9 @@ kernel, randomness) are found by a trial forward and backward (``seed_parallel_s
 seeds, and those of a config with a curriculum, run one after another through ``run()`` with
 ``"seed_parallel": {"k": 1, "fallback": reason}``.
 
-The package, by concern: ``ensemble`` (the batched module and the group's data: it is given the
-live-seed mask and the stacked biases, and reports reads and evals to listeners), ``seeds`` (each
-seed's views and callbacks, and the fan-out), ``probe`` (whether a model vmaps, and whether batching
-pays), ``group`` (``run_seed_parallel``, and the batching modes by which a group chooses). Import each
-from its module: the package imports none of them, so that the ensemble (which ``speed`` times)
-does not load the group's runner.
+By concern: ``ensemble`` (the batched module and the group's data: it is given the live-seed mask
+and the stacked biases, and reports reads and evals to listeners), ``seeds`` (each seed's views and
+callbacks, and the fan-out), ``ensemble_probe`` (whether a model vmaps, and whether batching pays),
+``batching`` (vmap rules for ops without one), and ``emergence_bench.execution.seed_parallel``
+(``run_seed_parallel``, and the batching modes by which a group chooses).
 """

@@ -9,16 +9,16 @@ from pathlib import Path
 from typing import Protocol
 
 from emergence_bench.config import Batching, RunConfig
-from emergence_bench.execution.seed_parallel.ensemble import EnsembleModule, SeedBatches
-from emergence_bench.execution.seed_parallel.probe import batching_speedup, seed_parallel_supported
-from emergence_bench.execution.seed_parallel.seeds import Seed, SeedCallbacks
+from emergence_bench.engine.ensemble import EnsembleModule, SeedBatches
+from emergence_bench.engine.ensemble_probe import batching_speedup, seed_parallel_supported
+from emergence_bench.engine.seeds import Seed, SeedCallbacks
 from emergence_bench.machine.allocator import keep_freed_memory
 from emergence_bench.registry import Registry
 from emergence_bench.result_row import Row
 from emergence_bench.results import busy_row
-from emergence_bench.run import apply_threads, plan, run
-from emergence_bench.run_folder import RunBusy, failure
-from emergence_bench.trainer import build_trainer, quiet_lightning
+from emergence_bench.engine.run import apply_threads, plan, run
+from emergence_bench.engine.run_folder import RunBusy, failure
+from emergence_bench.engine.trainer import build_trainer, quiet_lightning
 
 
 class BatchingMode(Protocol):
@@ -59,7 +59,7 @@ def run_seed_parallel(given: Sequence[dict | RunConfig], out: str | Path, progre
     """Train the seeds of ``given`` configs (identical but for ``seed``) together; returns their rows.
 
     Each seed's row is written to ``out/<run_id>/result.json`` with the run id and schema of
-    ``emergence_bench.run.run`` plus ``"seed_parallel"``: ``{"k": K, "group": [run ids]}`` when batched,
+    ``emergence_bench.engine.run.run`` plus ``"seed_parallel"``: ``{"k": K, "group": [run ids]}`` when batched,
     ``{"k": 1, "fallback": reason}`` when the model cannot be vmapped and the seeds ran one by one.
     With ``batching="auto"`` a short probe (``batching_speedup``) first measures whether batching
     pays here and now; the group is batched only when it does (by ``PAYS``), and the measured
@@ -67,7 +67,7 @@ def run_seed_parallel(given: Sequence[dict | RunConfig], out: str | Path, progre
     A NaN loss ends only its seed (``diverged``); a callback error only its seed (``failed``); an
     error in the shared step fails every seed still training. Ctrl-C raises KeyboardInterrupt and
     leaves unfinished seeds without a row, so a resumed sweep reruns them. A seed another process
-    holds (``RunBusy``, see emergence_bench.run_folder.RunLock; with ``unfinished_only`` also one it has
+    holds (``RunBusy``, see emergence_bench.engine.run_folder.RunLock; with ``unfinished_only`` also one it has
     finished) is left to it: its row here is ``busy_row``'s, written nowhere.
     """
     if batching not in BATCHING_MODES:

@@ -1,4 +1,4 @@
-"""emergence_bench.run(config, out): one experiment from a config to a result.json.
+"""emergence_bench.engine.run(config, out): one experiment from a config to a result.json.
 
     DIR/<run_id>/config.yaml     the fully resolved config (re-run it with `emergence-bench run`)
     DIR/<run_id>/tensorboard/    the logger's files (trainer.logger: tensorboard/, csv/ or wandb/)
@@ -6,8 +6,8 @@
     DIR/<run_id>/checkpoints/    model weights at the steps of `checkpoints:` (when configured)
 
 The builders a seed-parallel group shares with a single run are here too (the task, the model, the
-callbacks, the plan); the run folder and its row are ``emergence_bench.run_folder``'s, the Trainer
-``emergence_bench.trainer``'s.
+callbacks, the plan); the run folder and its row are ``emergence_bench.engine.run_folder``'s, the Trainer
+``emergence_bench.engine.trainer``'s.
 """
 
 from __future__ import annotations
@@ -20,17 +20,17 @@ import torch
 
 from emergence_bench import registry
 from emergence_bench.config import ConfigError, RunConfig, resolve
-from emergence_bench.curriculum import check_transitions, pretrain, stage_tasks
+from emergence_bench.engine.curriculum import check_transitions, pretrain, stage_tasks
 from emergence_bench.machine.allocator import keep_freed_memory
 from emergence_bench.machine.threads import choose_threads, step_flops
 from emergence_bench.mixers.init import WeightInit
-from emergence_bench.model import SequenceModel
-from emergence_bench.module import EmergenceModule
+from emergence_bench.engine.model import SequenceModel
+from emergence_bench.engine.module import EmergenceModule
 from emergence_bench.result_row import ResultRow
-from emergence_bench.run_folder import RunFolder, failure
+from emergence_bench.engine.run_folder import RunFolder, failure
 from emergence_bench.tasks.base import SyntheticTask
-from emergence_bench.trainer import build_trainer, quiet_lightning
-from emergence_bench.training import Diverged
+from emergence_bench.engine.trainer import build_trainer, quiet_lightning
+from emergence_bench.engine.training import Diverged
 
 __all__ = ["RunPlan", "apply_threads", "build_callbacks", "build_model", "build_task", "check", "plan",
            "run"]

@@ -14,14 +14,14 @@ from torch.func import functional_call, vmap
 from torch.utils.data import DataLoader, IterableDataset
 
 from emergence_bench.config import OptimConfig
-from emergence_bench.execution.batching import vmapped
+from emergence_bench.engine.batching import vmapped
 from emergence_bench.mixers.base import MixerContext
-from emergence_bench.model import SequenceModel
-from emergence_bench import training
+from emergence_bench.engine.model import SequenceModel
+from emergence_bench.engine import training
 from emergence_bench.callbacks.contract import EvalResult
-from emergence_bench.module import EvalTally
-from emergence_bench.training import LossBuffer, scored_rows, train_losses
-from emergence_bench.optim import adamw, is_decayed
+from emergence_bench.engine.module import EvalTally
+from emergence_bench.engine.training import LossBuffer, scored_rows, train_losses
+from emergence_bench.engine.optim import adamw, is_decayed
 from emergence_bench.tasks.base import SyntheticTask, TrainStream
 
 
@@ -101,7 +101,7 @@ class EnsembleModule(L.LightningModule):
         return train_losses(self._seed_logits(weights, tokens, bias), tokens[:, 1:], self.rows, self.train_on)
 
     def losses(self, tokens: torch.Tensor,
-               bias: dict[int, torch.Tensor] | None = None) -> tuple[torch.Tensor, ...]:
+               bias: dict[int, torch.Tensor] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """tokens [K, B, L+1] (seed k's batch in slice k), bias {layer: [K, ...]} (default: ``self.bias``)
         -> (scored losses [K], every-row losses [K]); a seed out of the stack reads 0."""
         bias = self.bias if bias is None else bias
@@ -110,8 +110,9 @@ class EnsembleModule(L.LightningModule):
                                        {layer: self._held(b) for layer, b in bias.items()})
         if self.slot_index is None:
             return scored, full
-        return tuple(torch.zeros(self.K, dtype=t.dtype, device=t.device).index_copy(0, self.slot_index, t)
-                     for t in (scored, full))
+        scored, full = (torch.zeros(self.K, dtype=t.dtype, device=t.device).index_copy(0, self.slot_index, t)
+                        for t in (scored, full))
+        return scored, full
 
     def logits(self, tokens: torch.Tensor, bias: dict[int, torch.Tensor] | None = None) -> torch.Tensor:
         """tokens [B, L+1] shared by every seed, bias as in ``losses`` -> logits [S, B, L, V] of the
