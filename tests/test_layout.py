@@ -46,6 +46,7 @@ def modules() -> dict[str, Path]:
 
 
 def _under_type_checking(node: ast.AST, parents: dict) -> bool:
+    """Whether ``node`` sits under ``if TYPE_CHECKING:`` (an import that never runs)."""
     while node in parents:
         node = parents[node]
         if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
@@ -53,15 +54,18 @@ def _under_type_checking(node: ast.AST, parents: dict) -> bool:
     return False
 
 
-def imported(name: str, path: Path, known: set[str]) -> set[str]:
+def imported(name: str, path: Path, known: set[str], type_checking: bool = False) -> set[str]:
     """The modules of ``known`` that module ``name`` imports anywhere in its file, plus the
-    packages above them whose ``__init__`` those imports run (those above ``name`` itself already ran)."""
+    packages above them whose ``__init__`` those imports run (those above ``name`` itself already ran).
+    ``type_checking``: the imports under ``if TYPE_CHECKING:`` count too."""
     tree = ast.parse(path.read_text(), str(path))
     parents = {child: node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
     is_package = path.name == "__init__.py"
     targets = set()
     for node in ast.walk(tree):
-        if not isinstance(node, (ast.Import, ast.ImportFrom)) or _under_type_checking(node, parents):
+        if not isinstance(node, (ast.Import, ast.ImportFrom)):
+            continue
+        if not type_checking and _under_type_checking(node, parents):
             continue  # (an import under `if TYPE_CHECKING:` never runs)
         if isinstance(node, ast.Import):
             targets.update(alias.name for alias in node.names)
@@ -91,9 +95,36 @@ def imported(name: str, path: Path, known: set[str]) -> set[str]:
     return edges
 
 
-def import_graph() -> dict[str, set[str]]:
+def import_graph(type_checking: bool = False) -> dict[str, set[str]]:
     found = modules()
-    return {name: imported(name, path, set(found)) for name, path in found.items()}
+    return {name: imported(name, path, set(found), type_checking) for name, path in found.items()}
+
+
+def top_level(module: str) -> str:
+    """The folder or root module of the namespace that ``module`` belongs to: emergence_bench.engine.run
+    -> engine, emergence_bench.config -> config (the namespace itself: "")."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else ""
+
+
+def package_graph(graph: dict[str, set[str]]) -> dict[str, set[str]]:
+    """``graph`` with each module replaced by its ``top_level`` (edges within one folder dropped)."""
+    folders: dict[str, set[str]] = {}
+    for module, targets in graph.items():
+        folders.setdefault(top_level(module), set()).update(top_level(t) for t in targets)
+    return {folder: targets - {folder, ""} for folder, targets in folders.items() if folder}
+
+
+def folder_map() -> list[set[str]]:
+    """docs/design.md's folder map, top line first: each line's names (folders and root modules)."""
+    text = (REPO / "docs" / "design.md").read_text()
+    block = text.split("## The layout is the architecture", 1)[1].split("```", 2)[1]
+    layers = []
+    for line in block.splitlines():
+        if line.strip() and not line.startswith(" "):  # a continuation line is indented
+            names = line.split("  ")[0]  # the names end where the description's column starts
+            layers.append({name.strip().rstrip("/") for name in names.split(",")})
+    return layers
 
 
 def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
@@ -155,6 +186,48 @@ def test_every_package_folder_is_shipped():
 def test_no_import_cycles():
     cycle = find_cycle(import_graph())
     assert cycle is None, "import cycle: " + " -> ".join(cycle)
+
+
+def test_no_import_cycles_between_folders():
+    """Modules can be acyclic while their folders are not (callbacks -> forecast -> reporting ->
+    execution -> callbacks once was): folders and root modules as nodes, no cycle either."""
+    cycle = find_cycle(package_graph(import_graph()))
+    assert cycle is None, "import cycle between folders: " + " -> ".join(cycle)
+
+
+def test_the_folder_graph_finds_a_cycle_the_module_graph_does_not():
+    graph = {"emergence_bench.a.x": {"emergence_bench.b.y"}, "emergence_bench.b.z": {"emergence_bench.a.w"},
+             "emergence_bench.a.w": set(), "emergence_bench.b.y": set()}
+    assert find_cycle(graph) is None
+    assert find_cycle(package_graph(graph)) == ["a", "b", "a"]
+
+
+def test_every_import_goes_down_the_folder_map():
+    """docs/design.md's map is the dependency order: an import (under TYPE_CHECKING too) reaches only
+    its own line or those below, and every folder and root module is on the map."""
+    layers = folder_map()
+    level = {name: i for i, names in enumerate(layers) for name in names}
+    graph = import_graph(type_checking=True)
+    unplaced = sorted({top_level(m) for m in graph} - set(level) - {""})
+    assert not unplaced, f"put these on docs/design.md's folder map: {unplaced}"
+    upward = [f"{module} -> {target}" for module, targets in sorted(graph.items()) for target in sorted(targets)
+              if top_level(module) and top_level(target) and level[top_level(target)] < level[top_level(module)]]
+    assert not upward, "imports up the folder map (declare a Protocol below instead):\n" + "\n".join(upward)
+
+
+def test_the_folder_map_is_read_as_written():
+    layers = folder_map()
+    assert layers[0] == {"cli", "__main__", "commands"} and layers[-1] == {"registry", "tasks", "mixers"}
+    assert {"engine"} in layers and layers.index({"engine"}) < layers.index({"callbacks"})
+
+
+def test_the_step_imports_none_of_the_modules_it_trains():
+    """engine/training.py trains any ``Trainable``: neither EmergenceModule's module nor the ensemble's,
+    not even for a type."""
+    found = modules()
+    name = f"{PACKAGE}.engine.training"
+    targets = imported(name, found[name], set(found), type_checking=True)
+    assert not targets & {f"{PACKAGE}.engine.module", f"{PACKAGE}.engine.ensemble"}, targets
 
 
 FLOORS = 16  # issue 34: no more floors than the house had when it was drawn
