@@ -47,7 +47,7 @@ def test_same_seed_same_numbers_other_seed_other_numbers(tmp_path, tiny_config):
 def test_a_run_builds_its_task_once_and_starts_from_the_seeds_weights(tmp_path, tiny_config, monkeypatch):
     import lightning as L
 
-    from emergence_bench import run as runs
+    from emergence_bench.engine import run as runs
 
     built, first_weights = [], []
     build_task, build_model = runs.build_task, runs.build_model
