@@ -212,7 +212,7 @@ def test_the_two_reproducibility_seed_sets_are_disjoint_from_the_pilot_and_each_
 
 
 def test_the_report_compares_mixers_against_the_transformer_with_survival_forest_and_state_figures():
-    from emergence_bench.reporting import comparison
+    from emergence_bench.reporting.figures import comparison
     from emergence_bench.reporting.report import Page, ranking_section
 
     records = [dict(r, config={**r["config"], "mixer": {"name": {"a": "transformer", "b": "lru"}[r["config"]["mixer"]["name"]]}},

@@ -16,15 +16,12 @@ curves, for every leaderboard row (runs equal but for the seed):
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
 
 import numpy as np
 
 from emergence_bench.stats import kaplan_meier_median
 from emergence_bench.result_row import Row, section, step_budget
 
-if TYPE_CHECKING:
-    from matplotlib.figure import Figure
 
 ACCURACY_FRACTIONS = (0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.99)
 LOSS_FRACTIONS = (0.05, 0.1, 0.2, 0.3, 0.5)
@@ -71,37 +68,3 @@ def used_thresholds(rows: Sequence[Row]) -> tuple[float | None, float | None]:
     emergence, plateau = callbacks.get("emergence") or {}, callbacks.get("plateau") or {}
     tau = emergence.get("threshold", 0.95) if emergence.get("relative", True) else None
     return tau, (plateau.get("frac", 0.1) if plateau.get("threshold") is None else None)
-
-
-def threshold_figure(groups: Sequence[tuple[str, Sequence[Row]]], limit: int = 10) -> Figure | None:
-    """Two panels, one line per group (the first ``limit``): median emergence step against τ and
-    median plateau end against f, the thresholds in use dashed. None when no run has curves."""
-    import matplotlib.pyplot as plt
-
-    from emergence_bench.reporting.plotting import plain_log
-
-    groups = [(label, rows) for label, rows in groups if any(section(r, "curves").get("eval") for r in rows)]
-    if not groups:
-        return None
-    groups = groups[:limit]
-    found = sensitivity(groups)
-    figure, (left, right) = plt.subplots(1, 2, figsize=(11, 4.0))
-    for label, _ in groups:
-        left.plot(ACCURACY_FRACTIONS, found[label]["emergence"], marker="o", label=label)
-        right.plot(LOSS_FRACTIONS, found[label]["plateau"], marker="o", label=label)
-    tau, frac = used_thresholds(groups[0][1])
-    for ax, used, xlabel, title in (
-            (left, tau, "accuracy threshold τ (× reachable accuracy)", "Emergence step"),
-            (right, frac, "loss threshold f (of the way from chance to the floor)", "Plateau end")):
-        if used is not None:
-            ax.axvline(used, color="grey", linestyle="--", linewidth=1)
-        ax.set_xlabel(xlabel)
-        ax.set_ylabel(f"{title.lower()}, median over seeds")
-        ax.set_title(title)
-        values = np.array([v for label, _ in groups for v in found[label]["emergence" if ax is left else "plateau"]])
-        if np.isfinite(values).any() and np.nanmin(values) > 0:
-            plain_log(ax, "y")
-        ax.grid(alpha=0.3)
-    right.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0))
-    figure.tight_layout()
-    return figure

@@ -9,10 +9,11 @@ from matplotlib.figure import Figure
 
 from emergence_bench.config import ConfigError
 from emergence_bench.results import read_tables
-from emergence_bench.reporting import comparison, rank
+from emergence_bench.reporting import rank
+from emergence_bench.reporting.figures import comparison
 from emergence_bench.reporting.figure import Drawn, Results, register_figure
 from emergence_bench.reporting.plotting import PAGE_INCHES, plain_log, plt
-from emergence_bench.reporting.tuning_curves import tuning_figure
+from emergence_bench.reporting.figures.tuning_curves import tuning_figure
 from emergence_bench.results import TUNING_DIR
 
 

@@ -1,10 +1,54 @@
 """Threshold sensitivity: the median emergence step and plateau end against the thresholds that
-define them (drawn by ``emergence_bench.reporting.thresholds``)."""
+define them (computed by ``emergence_bench.reporting.thresholds``)."""
 
 from __future__ import annotations
 
+import textwrap
+from collections.abc import Sequence
+
+import numpy as np
+from matplotlib.figure import Figure
+
 from emergence_bench.reporting.figure import from_groups, register_figure
-from emergence_bench.reporting.thresholds import threshold_figure
+from emergence_bench.reporting.plotting import plain_log, plt
+from emergence_bench.reporting.thresholds import (ACCURACY_FRACTIONS, LOSS_FRACTIONS, sensitivity,
+                                                  used_thresholds)
+from emergence_bench.result_row import Row, section
+
+
+def threshold_figure(groups: Sequence[tuple[str, Sequence[Row]]], limit: int = 10) -> Figure | None:
+    """Two panels, one line per group (the first ``limit``): median emergence step against τ and
+    median plateau end against f, the thresholds in use dashed. None when no run has curves."""
+    groups = [(label, rows) for label, rows in groups if any(section(r, "curves").get("eval") for r in rows)]
+    if not groups:
+        return None
+    groups = groups[:limit]
+    found = sensitivity(groups)
+    # The legend goes below both panels, one line per group: its labels name every key that differs
+    # and can be long, and beside a panel they squeezed it.
+    figure, (left, right) = plt.subplots(1, 2, figsize=(11, 4.0 + 0.2 * len(groups)))
+    for label, _ in groups:
+        left.plot(ACCURACY_FRACTIONS, found[label]["emergence"], marker="o", label=label)
+        right.plot(LOSS_FRACTIONS, found[label]["plateau"], marker="o", label=label)
+    tau, frac = used_thresholds(groups[0][1])
+    for ax, used, xlabel, title in (
+            (left, tau, "τ (× reachable accuracy)", "Emergence step"),
+            (right, frac, "f (of the way from chance to floor)", "Plateau end")):
+        if used is not None:
+            ax.axvline(used, color="grey", linestyle="--", linewidth=1)
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel(f"{title.lower()}, median over seeds")
+        ax.set_title(title)
+        values = np.array([v for label, _ in groups for v in found[label]["emergence" if ax is left else "plateau"]])
+        if np.isfinite(values).any() and np.nanmin(values) > 0:
+            plain_log(ax, "y")
+        ax.grid(alpha=0.3)
+    handles, labels = left.get_legend_handles_labels()
+    figure.legend(handles, [textwrap.shorten(label, 150) for label in labels], loc="lower center", ncol=1,
+                  fontsize=7, frameon=False)
+    figure.tight_layout(rect=(0, (0.15 * len(groups) + 0.1) / (4.0 + 0.2 * len(groups)), 1, 1))
+    return figure
+
 
 
 register_figure("thresholds", "Threshold sensitivity",
