@@ -401,9 +401,9 @@ def check_noise(s: Subject) -> tuple[str, str]:
 @register_check("speed")
 def check_speed(s: Subject) -> tuple[str, str]:
     from emergence_bench.perf.loops import step_seconds
-    from emergence_bench.perf.mixers import width_matched
+    from emergence_bench.mixers.base import width_matched_spec
 
-    reference = width_matched("transformer")
+    reference = width_matched_spec("transformer")
     parts = []
     for length in SPEED_LENGTHS:
         base = step_seconds(reference, length, SPEED_BATCH, SPEED_D_MODEL, "cpu", SPEED_REPEATS)

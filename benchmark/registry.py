@@ -53,9 +53,11 @@ def protocol_members(protocol: type) -> list[str]:
 def unmet(entry: object, contract: type) -> str | None:
     """What ``entry`` lacks of ``contract``, in words (None when it meets it). A Protocol names the
     members it must have (a class has those its instances get from it: methods, properties, class
-    attributes); any other class is one ``entry`` must be an instance or a subclass of."""
+    attributes, and the attributes its classes annotate, which ``__init__`` sets); any other class is
+    one ``entry`` must be an instance or a subclass of."""
     if getattr(contract, "_is_protocol", False):
-        missing = [name for name in protocol_members(contract) if not hasattr(entry, name)]
+        annotated = {name for cls in getattr(entry, "__mro__", ()) for name in vars(cls).get("__annotations__", {})}
+        missing = [name for name in protocol_members(contract) if not hasattr(entry, name) and name not in annotated]
         return f"it lacks {', '.join(missing)}" if missing else None
     if isinstance(entry, type):
         return None if issubclass(entry, contract) else f"it is not a subclass of {qualified_name(contract)}"
@@ -242,14 +244,26 @@ class MixerContract(Protocol):
 
 
 class TaskContract(Protocol):
-    """A LightningDataModule that draws its batches on the fly (``SyntheticTask``)."""
+    """A LightningDataModule that draws its batches on the fly (``SyntheticTask``): everything the core
+    calls on a task, so that a plugin missing one is refused when it registers, not mid-run.
+    ``SyntheticTask`` (tasks/base.py) gives every member but ``generate`` and the sizes a default."""
 
-    loss_mask: Any
+    vocab_size: int
+    seq_len: int
+    loss_mask: Any  # [L] bool: the rows scored
+    output_cell: Any  # [L] long: each row's output cell (-1: none)
+    num_cells: int
     chance_loss: float
     floor_loss: float
+    max_accuracy: float
+    shortcut_loss: float | None
 
+    def configure_streams(self, data_seed: int, eval_batches: int) -> Any: ...
     def batch(self, split: str, index: int) -> Any: ...
+    def model_inputs(self, tokens: Any) -> Any: ...
     def ground_truth_attention(self) -> Any: ...
+    def pattern(self, name: str) -> Any: ...
+    def probe_keys(self) -> Any: ...
     def train_dataloader(self) -> Any: ...
     def val_dataloader(self) -> Any: ...
 

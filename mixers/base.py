@@ -111,3 +111,11 @@ class TokenMixer(nn.Module):
         for attention, constant for a recurrent mixer. None means not stated (shown as '-'); every
         built-in mixer states it."""
         return None
+
+
+def width_matched_spec(name: str) -> dict:
+    """The mixer spec ``{"name": name, **settings}`` of registered mixer ``name`` at the Transformer's
+    width (d_model 64, 4 heads × 16): its class's ``width_matched`` settings (``speed``, check-mixer)."""
+    from emergence_bench import registry  # (the registry imports the built-in mixers when first read)
+
+    return {"name": name, **getattr(registry.mixers.get(name), "width_matched", {})}

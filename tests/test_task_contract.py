@@ -308,3 +308,20 @@ def test_a_run_records_the_task_facts_and_a_cell_per_output_cell(form, tmp_path,
     assert math.isfinite(record["metrics"]["final_eval_loss"])
     assert len(record["plateau"]["per_position"]) == task.num_cells
     assert len(record["emergence"]["per_position"]) == task.num_cells
+
+
+def test_a_plugin_task_lacking_a_member_the_core_calls_is_refused_when_it_registers():
+    """Everything the core calls on a task is in the contract: a plugin written against an older,
+    shorter one (here without ``model_inputs`` and ``configure_streams``) is refused by name where it
+    registers, not mid-run."""
+    members = {name: getattr(SyntheticTask, name) for name in registry.protocol_members(registry.TaskContract)
+               if hasattr(SyntheticTask, name) and name not in ("model_inputs", "configure_streams")}
+    Partial = type("Partial", (), {"__annotations__": {"vocab_size": int, "seq_len": int}, **members})
+    with pytest.raises(TypeError, match=r"lacks configure_streams, model_inputs$"):
+        registry.register_task("test_partial")(Partial)
+    assert "test_partial" not in registry.tasks.names()
+    # With them it registers: every other member it has, its sizes as annotations __init__ sets.
+    Whole = type("Whole", (Partial,), {"model_inputs": SyntheticTask.model_inputs,
+                                       "configure_streams": SyntheticTask.configure_streams})
+    registry.register_task("test_whole")(Whole)
+    registry.tasks.remove("test_whole")

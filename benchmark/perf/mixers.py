@@ -25,6 +25,7 @@ from pathlib import Path
 from emergence_bench import registry
 from emergence_bench.config import resolve
 from emergence_bench.mixers.backend import ENV
+from emergence_bench.mixers.base import width_matched_spec
 from emergence_bench.execution.sweep_spec import Sweep, load_sweep
 from emergence_bench.perf.loops import ensemble_loop, single_loop, step_seconds
 from emergence_bench.perf.timing import bracketed, interleave, summary
@@ -33,12 +34,6 @@ RANKING = "standard-cpu"
 LENGTH_GROUP = "dyck"  # its rung key is the sequence length (task.length)
 BASELINE = "transformer"
 SEEDS = 8  # the ranking's seed_parallel
-
-
-def width_matched(name: str) -> dict:
-    """A mixer's spec at the Transformer's width (d_model 64, 4 heads × 16), as it registers it
-    beside itself (``TokenMixer.width_matched``)."""
-    return {"name": name, **getattr(registry.mixers.get(name), "width_matched", {})}
 
 
 @contextmanager
@@ -131,7 +126,7 @@ def kernel_ratio(name: str, length: int, device: str, batch: int = 8, d_model: i
     """On CUDA, a kernel-backed mixer's 1-layer training step with its kernel over its reference."""
     if device != "cuda" or "kernel" not in getattr(registry.mixers.get(name), "backends", ()):
         return None
-    spec = width_matched(name)
+    spec = width_matched_spec(name)
     with backend("reference"):
         reference = step_seconds(spec, length, batch, d_model, device, repeats)
     with backend("kernel"):
