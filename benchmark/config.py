@@ -126,7 +126,7 @@ class Component:
 
 
 @dataclass(frozen=True)
-class Stage:
+class CurriculumStage:
     """A curriculum stage (``resolve_stage``): train ``task`` for ``steps`` steps, then move on."""
 
     task: Component
@@ -148,7 +148,7 @@ class RunConfig:
     optim: OptimConfig = field(default_factory=OptimConfig)
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
     checkpoints: CheckpointConfig = field(default_factory=CheckpointConfig)
-    curriculum: tuple[Stage, ...] = ()  # stages trained before `task` (see resolve_stage)
+    curriculum: tuple[CurriculumStage, ...] = ()  # stages trained before `task` (see resolve_stage)
     callbacks: tuple[Component, ...] = field(
         default_factory=lambda: tuple(Component(name, dict(params)) for name, params in DEFAULT_CALLBACKS.items()))
 
@@ -167,7 +167,7 @@ class RunConfig:
     def run_id(self) -> str:
         """A stable id: the same resolved config always gets the same id (so sweeps resume). The keys
         of NOT_HASHED change how fast a run goes, not what it computes, and are left out."""
-        digest = hashlib.sha256(json.dumps(scientific(self.to_dict()), sort_keys=True).encode()).hexdigest()[:10]
+        digest = hashlib.sha256(json.dumps(hashed_config(self.to_dict()), sort_keys=True).encode()).hexdigest()[:10]
         return f"{self.task.name}-{self.mixer.name}-seed{self.seed}-{digest}"
 
 
@@ -177,7 +177,7 @@ class RunConfig:
 NOT_HASHED = {"trainer": ("threads", "logger", "keep_freed_memory")}
 
 
-def scientific(data: dict) -> dict:
+def hashed_config(data: dict) -> dict:
     """A copy of a config dict (``RunConfig.to_dict()``, or a result's ``config``) without the keys of
     NOT_HASHED: what the run id hashes, and what rows of the same run should be compared by."""
     data = copy.deepcopy(data)
@@ -290,7 +290,7 @@ def _resolve_section(name: str, data: Any, cls: type[Any]) -> Any:
 STAGE_DEFAULTS = {"vocab": "reinit", "reset_optimizer": True}
 
 
-def resolve_stage(i: int, stage: Any) -> Stage:
+def resolve_stage(i: int, stage: Any) -> CurriculumStage:
     """A curriculum stage ``{task: {...}, steps: N, vocab: reinit|resize, reset_optimizer: bool}``:
     train ``task`` for ``steps`` steps, then move on. ``vocab`` says what happens to the embeddings
     and head when the next task's vocabulary differs (re-initialised, or resized keeping the shared
@@ -308,7 +308,7 @@ def resolve_stage(i: int, stage: Any) -> Stage:
         raise ConfigError(f"{key}.vocab must be reinit or resize, got {resolved['vocab']!r}")
     if not isinstance(resolved["reset_optimizer"], bool):
         raise ConfigError(f"{key}.reset_optimizer must be true or false, got {resolved['reset_optimizer']!r}")
-    return Stage(_resolve_named(f"{key}.task", stage["task"], registry.tasks, DEFAULT_TASK), stage["steps"],
+    return CurriculumStage(_resolve_named(f"{key}.task", stage["task"], registry.tasks, DEFAULT_TASK), stage["steps"],
                  resolved["vocab"], resolved["reset_optimizer"])
 
 

@@ -10,7 +10,7 @@ import yaml
 
 from emergence_bench.machine import threads as cfg
 from emergence_bench.cli import main
-from emergence_bench.config import ConfigError, resolve, scientific
+from emergence_bench.config import ConfigError, resolve, hashed_config
 from emergence_bench.machine.threads import SMALL_STEP_FLOPS, choose_threads, step_flops
 from emergence_bench.execution import ray_executor, sweep as sweeps, sweep_spec
 from emergence_bench.registry import register_callback
@@ -157,10 +157,10 @@ def test_threads_leave_run_ids_as_they_were(tiny_config):
     assert resolve(tiny_config(trainer={"max_steps": 21})).run_id() != resolve(tiny_config()).run_id()
 
 
-def test_scientific_drops_only_the_unhashed_keys(tiny_config):
+def test_hashed_config_drops_only_the_unhashed_keys(tiny_config):
     data = resolve(tiny_config(trainer={"threads": 2})).to_dict()
-    kept = scientific(data)
+    kept = hashed_config(data)
     assert "threads" not in kept["trainer"] and data["trainer"]["threads"] == 2  # a copy
     unhashed = ("threads", "logger", "keep_freed_memory")  # how fast and where it logs, not what it computes
     assert {k: v for k, v in data["trainer"].items() if k not in unhashed} == kept["trainer"]
-    assert scientific({"seed": 1}) == {"seed": 1}  # an old result's config without the section
+    assert hashed_config({"seed": 1}) == {"seed": 1}  # an old result's config without the section

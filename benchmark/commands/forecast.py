@@ -30,13 +30,13 @@ MIN_FLEET = 3  # leave-one-out on 2 runs fits on 1: no score of it means anythin
 
 def fleets(rows: Sequence[ResultRow]) -> dict[str, list[ResultRow]]:
     """Rows that differ only in their seed, labelled by the config keys that tell the fleets apart."""
-    from emergence_bench.config import scientific
+    from emergence_bench.config import hashed_config
     from emergence_bench.reporting.leaderboard import flatten, group_key
 
     grouped: dict[str, list[ResultRow]] = {}
     for row in rows:
         grouped.setdefault(group_key(row), []).append(row)
-    flats = {key: flatten(scientific(members[0]["config"])) for key, members in grouped.items()}
+    flats = {key: flatten(hashed_config(members[0]["config"])) for key, members in grouped.items()}
     keys = sorted({k for flat in flats.values() for k in flat if k != "seed"})
     varying = [k for k in keys if len({json.dumps(f.get(k), default=str) for f in flats.values()}) > 1]
     task_keys = [k for k in varying if k.startswith("task.")]

@@ -160,7 +160,7 @@ def tuning_rungs(rungs: list, rung: str) -> list:
 
 
 @dataclass
-class Job:
+class TuningJob:
     """One (mixer, group) to tune: its mixer entry, its grid (grown by widening), its runs' ids."""
 
     mixer: dict
@@ -173,7 +173,7 @@ class Job:
         return self.mixer["name"]
 
 
-def tuning_sweep(sweep: Sweep, jobs: list[Job]) -> Sweep:
+def tuning_sweep(sweep: Sweep, jobs: list[TuningJob]) -> Sweep:
     """The Sweep that trains ``jobs``' tuning runs: one group per (mixer, group), named after the group,
     so its runs go under DIR/tuning/<group>/."""
     assert sweep.tuning is not None  # a sweep that tunes (the CLI calls this only then)
@@ -188,7 +188,7 @@ def tuning_sweep(sweep: Sweep, jobs: list[Job]) -> Sweep:
                  seed_parallel=sweep.tuning.seed_parallel, batching=sweep.batching, scale=sweep.scale)
 
 
-def job_table(sweep: Sweep, job: Job, out: Path) -> dict:
+def job_table(sweep: Sweep, job: TuningJob, out: Path) -> dict:
     """The tuning table of one job from the results under ``out`` (DIR/tuning): every point measured,
     the choice and any edge. Runs not finished yet count as missing (the point is unmeasured)."""
     from emergence_bench.engine.run import check
@@ -223,7 +223,7 @@ def _dotted(config: dict, key: str) -> Any:
     return config
 
 
-def jobs_for(sweep: Sweep, retune: bool = False) -> list[Job]:
+def jobs_for(sweep: Sweep, retune: bool = False) -> list[TuningJob]:
     """The (mixer, group) pairs of ``sweep`` to tune: those its ``tuned`` map lacks (every one with
     ``retune``)."""
     assert sweep.tuning is not None  # a sweep that tunes (the CLI calls this only then)
@@ -233,7 +233,7 @@ def jobs_for(sweep: Sweep, retune: bool = False) -> list[Job]:
         for entry in entries:
             name = entry.get("name")
             if retune or group.name not in sweep.tuned.get(name, {}):
-                jobs.append(Job(copy.deepcopy(entry), group.name, copy.deepcopy(sweep.tuning.grid)))
+                jobs.append(TuningJob(copy.deepcopy(entry), group.name, copy.deepcopy(sweep.tuning.grid)))
     return jobs
 
 
@@ -254,7 +254,7 @@ class TuneThenRank:
     Mixers and groups not being tuned are ranked from the start at their frozen values. ``stage(sweep,
     folder, tuning)`` says how a part trains (its seeds at a time, its batching)."""
 
-    def __init__(self, sweep: Sweep, out: Path, jobs: list[Job], say: Callable[[str], None],
+    def __init__(self, sweep: Sweep, out: Path, jobs: list[TuningJob], say: Callable[[str], None],
                  stage: Callable[[Sweep, Path, bool], Stage]) -> None:
         assert sweep.tuning is not None  # a sweep that tunes (the CLI makes this only then)
         self.sweep, self.out, self.jobs, self.say, self.stage = sweep, Path(out), jobs, say, stage
@@ -281,17 +281,17 @@ class TuneThenRank:
         ready = [job for job in self.unresolved if (job.name, job.group) not in waited]
         return [stage for job in ready for stage in self._resolve(job)]
 
-    def _tuning(self, jobs: list[Job], only: dict[str, list] | None = None) -> Stage:
+    def _tuning(self, jobs: list[TuningJob], only: dict[str, list] | None = None) -> Stage:
         """The tuning runs of ``jobs`` (with ``only``, of those grid values alone: a widening's new
         points); the unfinished ones are waited for."""
-        parts = [Job(job.mixer, job.group, {**job.grid, **(only or {})}) for job in jobs]
+        parts = [TuningJob(job.mixer, job.group, {**job.grid, **(only or {})}) for job in jobs]
         stage = self.stage(tuning_sweep(self.sweep, parts), self.folder, True)
         for folder, planned in stage.planned:  # planned once: the sweep reads the same plans
             if not is_finished(folder / planned.config.run_id()):
                 self.waiting[planned.config.run_id()] = (planned.config.mixer.name, folder.name)
         return stage
 
-    def _resolve(self, job: Job) -> list[Stage]:
+    def _resolve(self, job: TuningJob) -> list[Stage]:
         """``job``'s tuning has reported every run: widen its grid, or choose and rank."""
         table = job_table(self.sweep, job, self.folder)
         assert self.sweep.tuning is not None

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from emergence_bench.config import ConfigError, scientific
+from emergence_bench.config import ConfigError, hashed_config
 from emergence_bench.reporting.leaderboard import flatten
 from emergence_bench.result_row import ResultRow
 
@@ -18,7 +18,7 @@ def ladders(records: list[ResultRow], axes: dict[str, str] | None = None) -> dic
     axes = axes or {}
     families: dict[str, list[dict]] = {}
     for r in records:
-        families.setdefault(r["config"]["task"]["name"], []).append(flatten(scientific(r["config"])))
+        families.setdefault(r["config"]["task"]["name"], []).append(flatten(hashed_config(r["config"])))
     found = {}
     for family, flats in families.items():
         varying = sorted(k for k in {k for f in flats for k in f} if k.startswith("task.")

@@ -19,7 +19,7 @@ from typing import Any
 import pandas as pd
 
 from emergence_bench import registry
-from emergence_bench.config import scientific
+from emergence_bench.config import hashed_config
 from emergence_bench.measurement import measurements
 from emergence_bench.result_row import ResultRow, forecast_stopped
 from emergence_bench.results import LEADERBOARD_STEM, TUNING_DIR, load_records, write_json, write_text
@@ -78,7 +78,7 @@ def build(records: list[ResultRow], over: tuple[str, ...] = ("seed",), keep_keys
     ("key=value") each row gets its medians' ratios to its baseline row (see _baseline_ratios)."""
     if not records:
         return pd.DataFrame()
-    flats = [flatten(scientific(r["config"])) for r in records]  # not how it ran (threads)
+    flats = [flatten(hashed_config(r["config"])) for r in records]  # not how it ran (threads)
     keys = sorted({k for f in flats for k in f} - set(over))
     varying = [k for k in keys if len({json.dumps(f.get(k), default=str) for f in flats}) > 1]
     intervention_names = {n for r in records for n in _interventions(r["config"])}
@@ -129,7 +129,7 @@ def _compared_medians() -> list[tuple[str, Median]]:
 
 def group_key(record: ResultRow, over: tuple[str, ...] = ("seed",)) -> str:
     """Runs with equal keys form one leaderboard row: the flat config without the ``over`` keys."""
-    flat = flatten(scientific(record["config"]))
+    flat = flatten(hashed_config(record["config"]))
     return json.dumps({k: v for k, v in sorted(flat.items()) if k not in over}, default=str)
 
 
@@ -232,7 +232,7 @@ def _baseline_cell(label: str, row: dict[str, Any]) -> str:
 def check_over(records: list[ResultRow], over: tuple[str, ...]) -> None:
     """Every ``--over`` key must be a config key of some row (``seed``, ``task.task_seed``); a typo
     would otherwise aggregate over nothing and overwrite the folder's leaderboard with a per-seed one."""
-    known = {k for r in records for k in flatten(scientific(r["config"]))} | {"seed"}
+    known = {k for r in records for k in flatten(hashed_config(r["config"]))} | {"seed"}
     unknown = [k for k in over if k not in known]
     if unknown:
         close = difflib.get_close_matches(unknown[0], sorted(known), n=1)

@@ -29,7 +29,7 @@ from typing import Any
 
 import pandas as pd
 
-from emergence_bench.config import ConfigError, scientific
+from emergence_bench.config import ConfigError, hashed_config
 from emergence_bench.measurement import measurement
 from emergence_bench.reporting.leaderboard import flatten
 from emergence_bench.reporting import plateau_score
@@ -67,7 +67,7 @@ def cell_members(records: list[ResultRow], ladder: dict) -> dict[tuple[str, str,
     for r in records:
         family = r["config"]["task"]["name"]
         axis = ladder[family]["axis"]
-        rung = flatten(scientific(r["config"])).get(axis) if axis else None
+        rung = flatten(hashed_config(r["config"])).get(axis) if axis else None
         members.setdefault((mixer_label(r, labels), family, json.dumps(rung)), []).append(r)
     return members
 

@@ -23,7 +23,7 @@ from pathlib import Path
 from collections.abc import Collection
 from typing import Any, cast
 
-from emergence_bench.config import ConfigError, scientific
+from emergence_bench.config import ConfigError, hashed_config
 from emergence_bench.reporting.ladder import ladders
 from emergence_bench.reporting.leaderboard import flatten
 from emergence_bench.result_row import ResultRow, section
@@ -63,7 +63,7 @@ def torch_major(version: str | None) -> str | None:
 def signature(record: ResultRow, axis: str | None, tuned_keys: list[str]) -> dict[str, Any]:
     """What a family's ladder fixes for every run on it: the scientific config without the seed, the
     mixer, the tuned keys and the rung."""
-    flat = flatten(scientific(record["config"]))
+    flat = flatten(hashed_config(record["config"]))
     return {k: v for k, v in sorted(flat.items())
             if k != "seed" and not k.startswith("mixer.") and k not in tuned_keys and k != axis}
 
@@ -96,7 +96,7 @@ def refusal(reference: dict, records: list[ResultRow]) -> str | None:
             return f"{name} does not apply: your {family} ladder varies {ladder['axis']}, the reference's {theirs['axis']}"
         rungs = ladder["rungs"]
         if ladder["axis"] is None:  # one rung of the ladder run: its value under the reference's key
-            rungs = sorted({flatten(scientific(r["config"])).get(theirs["axis"]) for r in records
+            rungs = sorted({flatten(hashed_config(r["config"])).get(theirs["axis"]) for r in records
                             if r["config"]["task"]["name"] == family}, key=str)
         extra = [r for r in rungs if r not in theirs["rungs"]]
         if extra:

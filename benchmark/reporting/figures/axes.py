@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from emergence_bench.config import scientific
+from emergence_bench.config import hashed_config
 from emergence_bench.reporting import leaderboard
 from emergence_bench.reporting.figure import Drawn, Results, register_figure
 from emergence_bench.reporting.plotting import PAGE_INCHES, plain_log, plt, slug
@@ -22,7 +22,7 @@ MAX_LINES = 10  # lines in one metric-vs-axis figure; more cannot be told apart
 
 def numeric_axes(records: list[ResultRow]) -> list[str]:
     """The numeric config keys that vary among ``records`` (seed aside), in config order."""
-    flats = pd.DataFrame([leaderboard.flatten(scientific(r["config"])) for r in records])
+    flats = pd.DataFrame([leaderboard.flatten(hashed_config(r["config"])) for r in records])
     return [k for k in flats.columns if k != "seed" and pd.api.types.is_numeric_dtype(flats[k])
             and not pd.api.types.is_bool_dtype(flats[k]) and flats[k].nunique() > 1]
 
@@ -31,7 +31,7 @@ def axis_lines(records: list[ResultRow], axis: str) -> dict[str, list[dict]]:
     """Per line (every other varying key's values, e.g. the mixer or the intervention), per value of
     ``axis``: the Kaplan–Meier medians of the plateau end and the emergence step, with intervals and
     the budget (a median not reached is None)."""
-    pairs = [(r, leaderboard.flatten(scientific(r["config"]))) for r in records if r["status"] in ("ok", "diverged")]
+    pairs = [(r, leaderboard.flatten(hashed_config(r["config"]))) for r in records if r["status"] in ("ok", "diverged")]
     pairs = [(r, flat) for r, flat in pairs if flat.get(axis) is not None]  # runs of another family lack it
     flats = [flat for _, flat in pairs]
     keys = dict.fromkeys(k for f in flats for k in f)  # every key, in config order
