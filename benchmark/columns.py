@@ -214,7 +214,7 @@ class AnyOf:
 
     name: str
     field: str
-    section: SectionName | None = None
+    section: Source | None = None
     better: Better = None
 
     @property

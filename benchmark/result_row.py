@@ -8,9 +8,9 @@ run that failed before training has none of them, a run without an attention pro
 ``row.get(name) or {}``. Each section's keys are all present when the section is, so a section is
 typed ``total=False`` only so that ``{}`` stands for an absent one.
 
-A measurement declared in its callback's module (``emergence_bench.measurement``; the influence
-probe's) states its own section and its TypedDict there, not here: ``section(row, measurement)``
-reads it.
+Every measurement is declared in its callback's module (``emergence_bench.measurement``) with its
+section and the section's TypedDict, not here: ``section(row, measurement)`` (or ``measurement.read``)
+reads it. The sections here are the run's own: provenance, timing, metrics, task facts, curves.
 """
 
 from __future__ import annotations
@@ -54,58 +54,6 @@ class Curves(TypedDict, total=False):
     eval_cells: list[list[Any]]  # [step, [eval loss per output cell]]
 
 
-class Plateau(TypedDict, total=False):
-    threshold: float
-    shortcut_loss: float | None
-    measures_shortcut: bool  # the threshold lies above the shortcut baseline
-    end_step: int | None  # None: never crossed within the budget (censored)
-    censored: bool
-    budget: int
-    spans: list[list[int]]  # [start, end] stretches where the smoothed loss was flat
-    per_position: list[int | None]  # per output cell: the first eval step below the threshold
-
-
-class Emergence(TypedDict, total=False):
-    threshold: float  # τ, the accuracy used
-    requested_threshold: float
-    relative: bool
-    max_accuracy: float
-    stopped: bool
-    step: int | None  # None: never reached within the budget (censored)
-    censored: bool
-    per_position: list[int | None]  # step per output cell
-    history: list[list[float]]  # [step, accuracy] per eval
-
-
-class BestHead(TypedDict):
-    layer: int
-    head: int
-    mass: float
-
-
-class AttentionProbe(TypedDict, total=False):
-    applicable: bool  # False (with not_applicable, and nothing else) for a mixer without scores
-    not_applicable: str
-    layers: list[int]
-    found_mass: float
-    pattern_found_step: int | None
-    censored: bool
-    best_head: BestHead | None
-    final_entropy: list[list[float]]  # [layer][head]
-    final_mass: list[list[float]]
-    history: list[list[float]]  # [step, best mass, lowest entropy] per eval
-
-
-class ForecastStop(TypedDict, total=False):
-    model: str  # the saved forecast's file
-    window: int
-    risk: float
-    step: int | None  # the eval it decided at
-    p_within_budget: float | None
-    stopped: bool
-    reason: str  # why it did not decide
-
-
 class GitState(TypedDict, total=False):
     commit: str | None
     dirty: bool | None
@@ -146,18 +94,19 @@ class ResultRow(RowBase, total=False):
     metrics: Metrics
     task_facts: TaskFacts
     curves: Curves
-    plateau: Plateau
-    emergence: Emergence
-    attention_probe: AttentionProbe
-    forecast_stop: ForecastStop
+    # The measurements' sections: each declared, with its TypedDict, in its callback's file
+    # (``emergence_bench.measurement``); read one with its Measurement: ``PLATEAU.read(row)``.
+    plateau: dict[str, Any]
+    emergence: dict[str, Any]
+    attention_probe: dict[str, Any]
+    forecast_stop: dict[str, Any]
     attention_bias: dict[str, Any]
     curriculum: list[dict[str, Any]]
     seed_parallel: dict[str, Any]  # {k, group} or {k: 1, fallback}, with probe under batching auto
     non_finite: list[str]  # the dotted keys whose NaN or inf was written as null
 
 
-SectionName = Literal["provenance", "timing", "metrics", "task_facts", "curves", "plateau", "emergence",
-                      "attention_probe", "forecast_stop", "attention_bias", "seed_parallel"]
+SectionName = Literal["provenance", "timing", "metrics", "task_facts", "curves", "attention_bias", "seed_parallel"]
 Row = Union[ResultRow, Mapping[str, Any]]  # a row as read, or as a run builds it (a plain dict)
 S = TypeVar("S", bound=Mapping[str, Any])  # a declared measurement's section
 
@@ -173,14 +122,6 @@ def section(row: Row, name: Literal["task_facts"]) -> TaskFacts: ...
 @overload
 def section(row: Row, name: Literal["curves"]) -> Curves: ...
 @overload
-def section(row: Row, name: Literal["plateau"]) -> Plateau: ...
-@overload
-def section(row: Row, name: Literal["emergence"]) -> Emergence: ...
-@overload
-def section(row: Row, name: Literal["attention_probe"]) -> AttentionProbe: ...
-@overload
-def section(row: Row, name: Literal["forecast_stop"]) -> ForecastStop: ...
-@overload
 def section(row: Row, name: Measurement[S]) -> S: ...
 @overload
 def section(row: Row, name: SectionName) -> Mapping[str, Any]: ...
@@ -192,14 +133,16 @@ def section(row: Row, name: SectionName | Measurement[Any]) -> Mapping[str, Any]
     return cast(Mapping[str, Any], row.get(key) or {})
 
 
+# Two facts of measured sections that the layers below the callbacks need (the results store, the
+# columns, the forecast): read here by key, as the emergence and forecast-stop callbacks write them.
 def emergence_step(row: Row) -> int | None:
     """The step the run emerged at; None when it never did, or never trained."""
-    return section(row, "emergence").get("step")
+    return cast(Mapping[str, Any], row.get("emergence") or {}).get("step")
 
 
 def forecast_stopped(row: Row) -> bool:
     """Whether a forecast ended the run (``sweep --forecast-stop``): its outcome is unknown, not a failure."""
-    return bool(section(row, "forecast_stop").get("stopped"))
+    return bool(cast(Mapping[str, Any], row.get("forecast_stop") or {}).get("stopped"))
 
 
 def step_budget(row: Row) -> int:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, TYPE_CHECKING, TypedDict
 
 import lightning as L
 import torch
@@ -12,7 +12,7 @@ from emergence_bench.callbacks.emergence import Emergence
 from emergence_bench.measurement import Measurement, register_measurement
 from emergence_bench.registry import register_callback
 from emergence_bench.columns import Median
-from emergence_bench.result_row import AttentionProbe as AttentionProbeSection, Row, section
+from emergence_bench.result_row import Row
 from emergence_bench.results import MAPS_FILE, write_atomic
 from emergence_bench.mixers.base import MixerContext
 
@@ -47,6 +47,26 @@ def _emerged(trainer: Any, pl_module: MeasuredModule) -> bool:
         if isinstance(callback, Emergence) and last is not None:
             return last.accuracy >= callback.threshold
     return False
+
+
+
+class BestHead(TypedDict):
+    layer: int
+    head: int
+    mass: float
+
+
+class AttentionProbeSection(TypedDict, total=False):
+    applicable: bool  # False (with not_applicable, and nothing else) for a mixer without scores
+    not_applicable: str
+    layers: list[int]
+    found_mass: float
+    pattern_found_step: int | None
+    censored: bool
+    best_head: BestHead | None
+    final_entropy: list[list[float]]  # [layer][head]
+    final_mass: list[list[float]]
+    history: list[list[float]]  # [step, best mass, lowest entropy] per eval
 
 
 @register_callback("attention_probe")
@@ -180,7 +200,7 @@ class AttentionProbe(L.Callback):
 
 def _applicable(row: Row) -> bool:
     """Whether the run's mixer has attention scores to probe (else its section says why not)."""
-    return bool(section(row, "attention_probe").get("applicable"))
+    return bool(ATTENTION_PROBE.read(row).get("applicable"))  # (bound below, before any row is read)
 
 
 ATTENTION_PROBE = register_measurement(Measurement(

@@ -4,17 +4,29 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from functools import cached_property
-from typing import TYPE_CHECKING, Any
+from typing import Any, TYPE_CHECKING, TypedDict
 
 import lightning as L
 
 from emergence_bench.measurement import Measurement, every_run, register_measurement
 from emergence_bench.registry import register_callback
 from emergence_bench.columns import Median, SuccessRate
-from emergence_bench.result_row import Emergence as EmergenceSection
 
 if TYPE_CHECKING:
     from emergence_bench.tasks.base import SyntheticTask
+
+
+
+class EmergenceSection(TypedDict, total=False):
+    threshold: float  # τ, the accuracy used
+    requested_threshold: float
+    relative: bool
+    max_accuracy: float
+    stopped: bool
+    step: int | None  # None: never reached within the budget (censored)
+    censored: bool
+    per_position: list[int | None]  # step per output cell
+    history: list[list[float]]  # [step, accuracy] per eval
 
 
 @register_callback("emergence")

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import lightning as L
 
@@ -20,8 +20,19 @@ from emergence_bench.callbacks.contract import MeasuredModule
 from emergence_bench.tasks.base import SyntheticTask
 from emergence_bench.forecast.stop import decide
 from emergence_bench.forecast.survival import LogNormalAFT
-from emergence_bench.measurement import pattern_probes
+from emergence_bench.measurement import Measurement, pattern_probes, register_measurement
 from emergence_bench.registry import register_callback
+
+
+
+class ForecastStopSection(TypedDict, total=False):
+    model: str  # the saved forecast's file
+    window: int
+    risk: float
+    step: int | None  # the eval it decided at
+    p_within_budget: float | None
+    stopped: bool
+    reason: str  # why it did not decide
 
 
 @register_callback("forecast_stop")
@@ -88,3 +99,8 @@ class ForecastStop(L.Callback):
 
     def load_state_dict(self, state: dict) -> None:
         self.decision = state["decision"]
+
+
+# Its section only: the leaderboard counts forecast-stopped runs from every row (``forecast_stopped``).
+FORECAST_STOP = register_measurement(Measurement("forecast_stop", section="forecast_stop", fields=ForecastStopSection,
+                                                 columns=()))

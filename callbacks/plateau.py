@@ -4,17 +4,28 @@ from __future__ import annotations
 
 import warnings
 from functools import cached_property
-from typing import TYPE_CHECKING, Any
+from typing import Any, TYPE_CHECKING, TypedDict
 
 import lightning as L
 
 from emergence_bench.measurement import Measurement, every_run, register_measurement
 from emergence_bench.registry import register_callback
 from emergence_bench.columns import Median
-from emergence_bench.result_row import Plateau as PlateauSection
 
 if TYPE_CHECKING:
     from emergence_bench.tasks.base import SyntheticTask
+
+
+
+class PlateauSection(TypedDict, total=False):
+    threshold: float
+    shortcut_loss: float | None
+    measures_shortcut: bool  # the threshold lies above the shortcut baseline
+    end_step: int | None  # None: never crossed within the budget (censored)
+    censored: bool
+    budget: int
+    spans: list[list[int]]  # [start, end] stretches where the smoothed loss was flat
+    per_position: list[int | None]  # per output cell: the first eval step below the threshold
 
 
 @register_callback("plateau")

@@ -12,6 +12,8 @@ from typing import Any
 import lightning as L
 
 from emergence_bench.measurement import Measurement, every_run, register_measurement
+from emergence_bench.callbacks.emergence import EMERGENCE
+from emergence_bench.callbacks.plateau import PLATEAU
 from emergence_bench.columns import AnyOf, Computed, First, Mean, missing
 from emergence_bench.result_row import Metrics, Row, TaskFacts, Timing, section, step_budget
 
@@ -136,7 +138,7 @@ def cells_learned(runs: Sequence[Row]) -> dict[str, Any]:
     counts = []
     for r in runs:
         shortcut = section(r, "task_facts").get("shortcut_cells")
-        per_cell = section(r, "emergence").get("per_position")
+        per_cell = EMERGENCE.read(r).get("per_position")
         if shortcut is None or per_cell is None or len(per_cell) != len(shortcut):
             continue
         learned = [step is not None for step in per_cell]
@@ -169,7 +171,7 @@ FINAL_LOSS = register_measurement(Measurement(
 SHORTCUT = register_measurement(Measurement(
     "shortcut", section="task_facts", fields=TaskFacts, applies=every_run,
     columns=(First("shortcut_loss", "shortcut_loss", better=None, header="shortcut loss"),
-             AnyOf("plateau_measures_shortcut", "measures_shortcut", section="plateau"))))
+             AnyOf("plateau_measures_shortcut", "measures_shortcut", section=PLATEAU))))
 CELLS_LEARNED = register_measurement(Measurement(
     "cells_learned", section="task_facts", fields=TaskFacts, applies=every_run,
     columns=(Computed(CELL_COLUMNS, cells_learned, better="higher", header="cells learned: pattern + shortcut",

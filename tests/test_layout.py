@@ -290,7 +290,7 @@ def test_the_measurements_order_is_the_builtins_whichever_module_is_imported_fir
     result = _python(code, tmp_path)
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == ["emergence", "plateau", "attention_probe", "influence_probe", "abruptness",
-                                     "budget", "final_loss", "shortcut", "cells_learned", "speed"]
+                                     "budget", "final_loss", "shortcut", "cells_learned", "speed", "forecast_stop"]
 
 
 def import_path(graph: dict[str, set[str]], start: str, goal) -> list[str] | None:

@@ -13,6 +13,7 @@ Two tests on the ``emergence`` group:
 
 from __future__ import annotations
 
+from emergence_bench.callbacks.attention_probe import ATTENTION_PROBE
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
@@ -50,7 +51,7 @@ def evaluate_abrupt(rows: Rows, settings: Mapping[str, Any]) -> dict[str, Outcom
 def attention_lag(row: Row) -> float | None:
     """(mass midpoint − loss midpoint) / loss midpoint, for a run whose loss and best-head mass both
     moved; None otherwise."""
-    history = section(row, "attention_probe").get("history") or []
+    history = ATTENTION_PROBE.read(row).get("history") or []
     mass = transition([h[0] for h in history], [None if h[1] is None else -h[1] for h in history], min_drop=0.1)
     loss = loss_transition(row)
     if mass is None or loss is None or loss.midpoint <= 0:

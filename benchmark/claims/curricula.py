@@ -11,6 +11,7 @@ two-sided, and the prediction is "sooner".
 
 from __future__ import annotations
 
+from emergence_bench.callbacks.emergence import EMERGENCE
 from collections.abc import Mapping
 from typing import Any
 
@@ -30,7 +31,7 @@ def total_steps(row: Mapping[str, Any]) -> Mapping[str, Any]:
     """The row with its emergence step and budget counted from the curriculum's first step (the stage's
     steps added), so an arm with a curriculum and one without compare at matched total steps."""
     stages = sum(stage["steps"] for stage in row["config"].get("curriculum") or [])
-    emergence, timing = section(row, "emergence"), section(row, "timing")
+    emergence, timing = EMERGENCE.read(row), section(row, "timing")
     step = emergence.get("step")
     return {**row, "emergence": {**emergence, "step": None if step is None else step + stages},
             "timing": {**timing, "steps": step_budget(row) + stages}}

@@ -37,6 +37,8 @@ def main(args: argparse.Namespace, extra: list[str]) -> int:
     from emergence_bench.config import dump_yaml, load_yaml, set_dotted
     from emergence_bench.machine.threads import choose_threads
     from emergence_bench.results import RESULT_FILE
+    from emergence_bench.callbacks.emergence import EMERGENCE
+    from emergence_bench.callbacks.plateau import PLATEAU
     from emergence_bench.engine.run import check, run
 
     data = load_yaml(args.config) if args.config else {}
@@ -54,7 +56,7 @@ def main(args: argparse.Namespace, extra: list[str]) -> int:
         return _run_seeds(config, args)
     print(f"run {config.run_id()} → {Path(args.out) / config.run_id()}", file=sys.stderr)
     record = run(config, args.out, progress=True)
-    e, p, m = section(record, "emergence"), section(record, "plateau"), section(record, "metrics")
+    e, p, m = EMERGENCE.read(record), PLATEAU.read(record), section(record, "metrics")
     print(f"status {record['status']}" + (f": {record['error'].splitlines()[0]}" if record["error"] else ""))
     if record["status"] != "failed":
         print(f"emergence step {e.get('step')} (accuracy ≥ {e.get('threshold')})  "

@@ -20,6 +20,7 @@ at its bound, which pulls the mean toward 1; where every cell is a bound of one 
 
 from __future__ import annotations
 
+from emergence_bench.callbacks.plateau import PLATEAU
 import math
 
 import numpy as np
@@ -35,7 +36,7 @@ SEED = 0
 
 def plateau_end(record: ResultRow) -> tuple[float, bool]:
     """(time, censored) of one run's plateau end (see the module docstring)."""
-    end = section(record, "plateau").get("end_step")
+    end = PLATEAU.read(record).get("end_step")
     if end is not None:
         return float(end), False
     emerged = emergence_step(record)

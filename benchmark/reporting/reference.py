@@ -24,6 +24,8 @@ from collections.abc import Collection
 from typing import Any, cast
 
 from emergence_bench.config import ConfigError, hashed_config
+from emergence_bench.callbacks.emergence import EMERGENCE
+from emergence_bench.callbacks.plateau import PLATEAU
 from emergence_bench.reporting.ladder import ladders
 from emergence_bench.reporting.leaderboard import flatten
 from emergence_bench.result_row import ResultRow, section
@@ -121,7 +123,7 @@ def rows(reference: dict, without: Collection[str] = ()) -> list[ResultRow]:
 
 def compact(record: ResultRow) -> dict:
     """The part of a result row the ranking reads."""
-    emergence, plateau = section(record, "emergence"), section(record, "plateau")
+    emergence, plateau = EMERGENCE.read(record), PLATEAU.read(record)
     return {"run_id": record["run_id"], "status": record["status"], "seed": record["seed"], "config": record["config"],
             "parameters": record.get("parameters"), "state_size": record.get("state_size"),
             "timing": {"steps": section(record, "timing").get("steps")},

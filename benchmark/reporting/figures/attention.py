@@ -3,6 +3,7 @@ four moments of training (``filmstrip``)."""
 
 from __future__ import annotations
 
+from emergence_bench.callbacks.attention_probe import ATTENTION_PROBE
 from pathlib import Path
 from collections.abc import Callable
 from typing import Any
@@ -85,7 +86,7 @@ def filmstrip(run_dir: Path, record: ResultRow, label: str) -> Figure | None:
     """The best head's map at the start, when the pattern was found, at emergence and at the end,
     beside the ground truth, all on one colour scale; None without saved moments (an older run) or
     without a best head (a mixer without attention scores)."""
-    path, best = run_dir / MAPS_FILE, section(record, "attention_probe").get("best_head")
+    path, best = run_dir / MAPS_FILE, ATTENTION_PROBE.read(record).get("best_head")
     if not path.is_file() or not best:
         return None
     saved = torch.load(path)

@@ -3,6 +3,9 @@ line per setting of the other keys that vary."""
 
 from __future__ import annotations
 
+from emergence_bench.callbacks.emergence import EMERGENCE
+from emergence_bench.callbacks.plateau import PLATEAU
+
 import json
 import textwrap
 
@@ -53,8 +56,8 @@ def axis_lines(records: list[ResultRow], axis: str) -> dict[str, list[dict]]:
     lines: dict[str, list[dict]] = {}
     for (line, value), members in sorted(cells.items(), key=lambda item: (item[0][0], item[0][1])):
         lines.setdefault(line, []).append({"value": value, "seeds": len(members),
-                                           "plateau": leaderboard.km_time(members, "plateau", "end_step"),
-                                           "emergence": leaderboard.km_time(members, "emergence", "step")})
+                                           "plateau": leaderboard.km_time(members, PLATEAU, "end_step"),
+                                           "emergence": leaderboard.km_time(members, EMERGENCE, "step")})
     return lines
 
 

@@ -3,6 +3,9 @@ accuracy beside it."""
 
 from __future__ import annotations
 
+from emergence_bench.callbacks.plateau import PLATEAU
+
+from emergence_bench.callbacks.emergence import EMERGENCE
 import html
 
 import numpy as np
@@ -46,7 +49,7 @@ def loss_curves(groups: list[tuple[str, list[ResultRow]]]) -> Figure | None:
         for c in curves:
             draw_line(loss_ax, c[:, 0], c[:, 1], color="grey", alpha=0.3, linewidth=0.8)
         draw_line(loss_ax, curves[0][:length, 0], mean, color="C0", linewidth=1.8, label=f"mean of {len(curves)}")
-        plateau = leaderboard.km_time(members, "plateau", "end_step")
+        plateau = leaderboard.km_time(members, PLATEAU, "end_step")
         end = plateau["median"] if plateau["median"] is not None else plateau["budget"]
         loss_ax.axvspan(0, end, color="C1", alpha=0.15, label="plateau (median)")
         loss_ax.axhline(members[0]["plateau"]["threshold"], color="C3", linewidth=0.9, linestyle=":", label="threshold")
@@ -57,7 +60,7 @@ def loss_curves(groups: list[tuple[str, list[ResultRow]]]) -> Figure | None:
             length = min(len(e) for e in evals)
             draw_line(accuracy_ax, evals[0][:length, 0], np.mean([e[:length, 2] for e in evals], axis=0), color="C2",
                   linewidth=1.8, label="mean eval accuracy")
-        threshold = section(members[0], "emergence").get("threshold")
+        threshold = EMERGENCE.read(members[0]).get("threshold")
         if threshold is not None:
             accuracy_ax.axhline(threshold, color="C3", linewidth=0.9, linestyle=":", label="emergence threshold")
         for m in members:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from emergence_bench.callbacks.emergence import EMERGENCE
 import numpy as np
 from matplotlib.figure import Figure
 
@@ -36,7 +37,7 @@ def staircase(groups: list[tuple[str, list[ResultRow]]], limit: int, seed: int |
         steps = np.array([step for step, _ in record["curves"]["eval_cells"]])
         losses = np.array([cells for _, cells in record["curves"]["eval_cells"]])  # [evals, cells]
         cells = losses.shape[1]
-        emerged_at = section(record, "emergence").get("per_position") or [None] * cells
+        emerged_at = EMERGENCE.read(record).get("per_position") or [None] * cells
         shortcut = section(record, "task_facts").get("shortcut_cells") or [False] * cells
         colours = plt.cm.viridis(np.linspace(0, 0.9, cells))
         for c in range(cells):
