@@ -157,7 +157,7 @@ def test_the_walkthrough_task_meets_the_contract_and_has_the_pages_numbers(plugi
     assert shortcut == pytest.approx(-sum(sums.count(s) / 16 * math.log(sums.count(s) / 16) for s in set(sums)))
     with_shortcut = Plateau(task).threshold
 
-    class NoShortcut(plugin):  # type: ignore[misc, valid-type]
+    class NoShortcut(plugin):  # the same task without its shortcut
         shortcut_loss = None
 
     without = Plateau(NoShortcut()).threshold
