@@ -18,6 +18,7 @@ from importlib.metadata import PackageNotFoundError, version
 from emergence_bench.commands import COMMANDS
 
 EXIT_BAD_INPUT = 2  # a mistake in what was asked: one line on stderr names it (see expected_errors)
+EXIT_BROKEN_PIPE = 141  # as a shell reports a process its pipe's reader left (128 + SIGPIPE)
 EXIT_BUG = 70  # sysexits' EX_SOFTWARE: an unexpected error, printed with its traceback
 
 
@@ -56,10 +57,15 @@ def main(argv: list[str] | None = None) -> int:
     before = os.environ.get(COMMAND_ENV)
     os.environ[COMMAND_ENV] = shlex.join(["emergence-bench", *argv])  # each result records it (sweep workers too)
     try:
-        return command.main(args, extra)
+        status = command.main(args, extra)
+        sys.stdout.flush()  # a reader that left shows here, where it is handled, not at the exit's flush
+        return status
     except expected_errors() as error:
         print(f"error: {' '.join(str(error).splitlines())}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    except BrokenPipeError:  # the reader closed the output (`list | head`): nothing to report, and nowhere
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # (Python's flush at exit would fail too)
+        return EXIT_BROKEN_PIPE
     except Exception as error:
         missing = (getattr(error, "name", None) or "").split(".")[0] if isinstance(error, ModuleNotFoundError) else ""
         if missing in EXTRAS:  # an optional package this command needs: say which extra installs it
@@ -84,9 +90,11 @@ def expected_errors() -> tuple[type[BaseException], ...]:
     their parameters), an unknown name, a run another process holds. Each is one line: what is wrong
     and what would fix it. Anything else is unexpected and keeps its traceback."""
     from emergence_bench.registry import UnknownNameError
-    from emergence_bench.engine.run_folder import RunBusy
 
-    return ValueError, UnknownNameError, RunBusy
+    # A run is held only once the engine has loaded: before, no RunBusy can have been raised, and
+    # importing it (with Lightning) would cost a rejected typo seconds.
+    engine = sys.modules.get("emergence_bench.engine.run_folder")
+    return (ValueError, UnknownNameError) + ((engine.RunBusy,) if engine is not None else ())
 
 
 if __name__ == "__main__":

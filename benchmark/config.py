@@ -30,7 +30,6 @@ from typing import Any, ClassVar, Literal, get_args, get_origin, get_type_hints
 import yaml
 
 from emergence_bench import registry
-from emergence_bench.mixers.init import InitScheme, WeightInit
 
 
 class ConfigError(ValueError):
@@ -41,6 +40,10 @@ Schedule = Literal["constant", "cosine", "linear"]  # the lr after warmup: const
 Accelerator = Literal["auto", "cpu", "gpu", "cuda"]  # cuda: the same as gpu
 TrainOn = Literal["scored", "all"]  # the rows the training loss covers: the task's scored ones, or every row
 Logger = Literal["tensorboard", "csv", "wandb"]  # Lightning's own loggers (emergence_bench.engine.trainer.build_logger)
+# The named weight inits (mixers/init.py applies them); declared here, with the schema, so that the
+# config is checked without importing torch.
+InitScheme = Literal["torch_default", "lecun_normal", "normal"]
+SCHEMES: tuple[str, ...] = get_args(InitScheme)
 Batching = Literal["auto", "always"]  # seed-parallel: batch when a probe says it pays, or always (a sweep file's)
 
 
@@ -338,16 +341,21 @@ def resolve(data: dict | RunConfig | None = None) -> RunConfig:
     seed = data.get("seed", 0)
     if not isinstance(seed, int) or isinstance(seed, bool) or not 0 <= seed < 2**32:
         raise ConfigError(f"seed must be a whole number in [0, 2**32) (numpy's seed range), got {seed!r}")
-    config = RunConfig(
+    # The fixed sections first: their keys and values are checked without importing a component (a
+    # task's module imports Lightning), so a typo there is refused at once.
+    sections = {name: _resolve_section(name, data.get(name), cls) for name, cls in SECTIONS.items()}
+    check_finite({name: data.get(name) for name in SECTIONS})
+    _check_values(**sections)
+    mixer = _resolve_named("mixer", data.get("mixer", {}), registry.mixers, DEFAULT_MIXER)  # torch, before
+    config = RunConfig(  # the task, whose module imports Lightning
         seed=seed,
         task=_resolve_named("task", data.get("task", {}), registry.tasks, DEFAULT_TASK),
-        mixer=_resolve_named("mixer", data.get("mixer", {}), registry.mixers, DEFAULT_MIXER),
-        **{name: _resolve_section(name, data.get(name), cls) for name, cls in SECTIONS.items()},
+        mixer=mixer,
+        **sections,
         curriculum=tuple(resolve_stage(i, stage) for i, stage in enumerate(data.get("curriculum") or [])),
         callbacks=_resolve_callbacks(data.get("callbacks")),
     )
     check_finite(config.to_dict())
-    _check_values(config)
     return config
 
 
@@ -364,23 +372,23 @@ def check_finite(data: Any, key: str = "") -> None:
             check_finite(value, f"{key}[{i}]")
 
 
-def _check_values(config: RunConfig) -> None:
-    t, o, m = config.trainer, config.optim, config.model
+def _check_values(model: ModelConfig, optim: OptimConfig, trainer: TrainerConfig,
+                  checkpoints: CheckpointConfig) -> None:
+    """The fixed sections' values: bounds, the init, the lr, the threads, the logger's package."""
+    t, o, m = trainer, optim, model
     for key, value, low in [
         ("trainer.max_steps", t.max_steps, 1), ("trainer.eval_every", t.eval_every, 1),
         ("trainer.eval_batches", t.eval_batches, 1), ("trainer.log_every", t.log_every, 1),
         ("model.d_model", m.d_model, 1), ("model.n_layers", m.n_layers, 1),
         ("model.mlp_ratio", m.mlp_ratio, 1), ("optim.warmup_steps", o.warmup_steps, 0),
-        ("checkpoints.every", config.checkpoints.every, 0),
+        ("checkpoints.every", checkpoints.every, 0),
     ]:
         if value < low:
             raise ConfigError(f"{key} must be ≥ {low}, got {value}")
-    try:
-        WeightInit(m.init, m.init_std, m.init_scale)
-    except ValueError as error:
-        raise ConfigError(str(error)) from None
-    if o.lr <= 0:
-        raise ConfigError(f"optim.lr must be > 0, got {o.lr}")
+    # (model.init is a Literal, checked as the section was made)
+    for name, positive in (("model.init_std", m.init_std), ("model.init_scale", m.init_scale), ("optim.lr", o.lr)):
+        if not positive > 0:
+            raise ConfigError(f"{name} must be > 0, got {positive}")
     check_threads(t.threads)  # the choices (Literal fields) were checked as each section was made
     if t.logger == "wandb" and importlib.util.find_spec("wandb") is None:
         raise ConfigError("trainer.logger wandb needs the wandb package: pip install -e '.[wandb]' "

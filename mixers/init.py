@@ -23,13 +23,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Literal, get_args
-
 import torch
 from torch import nn
 
-InitScheme = Literal["torch_default", "lecun_normal", "normal"]
-SCHEMES: tuple[str, ...] = get_args(InitScheme)
+from emergence_bench.config import SCHEMES, InitScheme
+
 EMBEDDING_STD = 0.02
 
 

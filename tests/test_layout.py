@@ -217,7 +217,7 @@ def test_every_import_goes_down_the_folder_map():
 
 def test_the_folder_map_is_read_as_written():
     layers = folder_map()
-    assert layers[0] == {"cli", "__main__", "commands"} and layers[-1] == {"registry", "tasks", "mixers"}
+    assert layers[0] == {"cli", "__main__", "commands"} and layers[-1] == {"config", "registry", "tasks", "mixers"}
     assert {"engine"} in layers and layers.index({"engine"}) < layers.index({"callbacks"})
 
 

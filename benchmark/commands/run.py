@@ -34,18 +34,21 @@ def add_parser(subparsers: Subparsers) -> argparse.ArgumentParser:
 
 
 def main(args: argparse.Namespace, extra: list[str]) -> int:
-    from emergence_bench.config import dump_yaml, load_yaml, set_dotted
-    from emergence_bench.machine.threads import choose_threads
-    from emergence_bench.results import RESULT_FILE
-    from emergence_bench.callbacks.emergence import EMERGENCE
-    from emergence_bench.callbacks.plateau import PLATEAU
-    from emergence_bench.engine.run import check, run
+    from emergence_bench.config import dump_yaml, load_yaml, resolve, set_dotted
 
     data = load_yaml(args.config) if args.config else {}
     for key, value in config_overrides(extra).items():
         set_dotted(data, key, value)
     if args.threads is not None:
         set_dotted(data, "trainer.threads", args.threads)
+    resolve(data)  # keys and values first: a typo is refused before Lightning loads (the engine's check plans too)
+
+    from emergence_bench.callbacks.emergence import EMERGENCE
+    from emergence_bench.callbacks.plateau import PLATEAU
+    from emergence_bench.engine.run import check, run
+    from emergence_bench.machine.threads import choose_threads
+    from emergence_bench.results import RESULT_FILE
+
     config = check(data)
     if args.print_config:
         print(dump_yaml(config.to_dict()), end="")

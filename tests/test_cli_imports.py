@@ -1,0 +1,53 @@
+"""The CLI answers before it loads the numerical stack: its parser, `--help`, and a config whose fixed
+sections (model, optim, trainer, checkpoints) are wrong import neither torch nor Lightning; a mixer's
+key needs torch (its constructor's signature) but not Lightning. Speed itself is measured, not tested
+(docs/speed.md); what is tested is what each answer imports."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+PROBE = """
+import json, sys
+from emergence_bench.cli import main
+try:
+    status = main({argv!r})
+except SystemExit as exit:  # --help
+    status = exit.code
+print(json.dumps({{"status": status, "torch": "torch" in sys.modules, "lightning": "lightning" in sys.modules}}))
+"""
+
+
+def answer(argv: list[str], tmp_path) -> dict:
+    """What ``emergence-bench *argv`` returned and imported, in a fresh interpreter."""
+    result = subprocess.run([sys.executable, "-c", PROBE.format(argv=argv)], cwd=tmp_path, capture_output=True,
+                            text=True, timeout=300, env={"PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1"})
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["run", "--help"], ["sweep", "--help"], ["list", "--help"]])
+def test_help_imports_no_torch(argv, tmp_path):
+    assert answer(argv, tmp_path) == {"status": 0, "torch": False, "lightning": False}
+
+
+@pytest.mark.parametrize("flag", ["--trainer.max_stepz=3", "--trainer.max_steps=-1", "--optim.lr=-1",
+                                  "--model.init=xavier", "--checkpoints.every=-2", "--trainer.threads=0"])
+def test_a_bad_fixed_section_key_or_value_is_refused_without_torch(flag, tmp_path):
+    assert answer(["run", flag], tmp_path) == {"status": 2, "torch": False, "lightning": False}
+
+
+def test_a_bad_mixer_key_is_refused_without_lightning(tmp_path):
+    assert answer(["run", "--mixer.widht=3"], tmp_path) == {"status": 2, "torch": True, "lightning": False}
+
+
+def test_output_piped_into_a_reader_that_stops_early_ends_quietly(tmp_path):
+    """`emergence-bench list | head -1`: the reader leaves, and the command ends with 141 (as a shell
+    reports SIGPIPE), no traceback and no "this is a bug"."""
+    result = subprocess.run(f"{sys.executable} -m emergence_bench list | head -c 10; exit ${{PIPESTATUS[0]}}",
+                            shell=True, executable="/bin/bash", cwd=tmp_path, capture_output=True, text=True,
+                            timeout=300, env={"PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1"})
+    assert result.returncode == 141 and result.stderr == "", result.stderr
