@@ -343,9 +343,7 @@ def resolve(data: dict | RunConfig | None = None) -> RunConfig:
         raise ConfigError(f"seed must be a whole number in [0, 2**32) (numpy's seed range), got {seed!r}")
     # The fixed sections first: their keys and values are checked without importing a component (a
     # task's module imports Lightning), so a typo there is refused at once.
-    sections = {name: _resolve_section(name, data.get(name), cls) for name, cls in SECTIONS.items()}
-    check_finite({name: data.get(name) for name in SECTIONS})
-    _check_values(**sections)
+    sections = resolve_sections(data)
     mixer = _resolve_named("mixer", data.get("mixer", {}), registry.mixers, DEFAULT_MIXER)  # torch, before
     config = RunConfig(  # the task, whose module imports Lightning
         seed=seed,
@@ -357,6 +355,15 @@ def resolve(data: dict | RunConfig | None = None) -> RunConfig:
     )
     check_finite(config.to_dict())
     return config
+
+
+def resolve_sections(data: dict) -> dict[str, Any]:
+    """The fixed sections of config dict ``data`` (model, optim, trainer, checkpoints) resolved and
+    checked, keys and values, with no component imported: the CLI's first check of what it was given."""
+    sections = {name: _resolve_section(name, data.get(name), cls) for name, cls in SECTIONS.items()}
+    check_finite({name: data.get(name) for name in SECTIONS})
+    _check_values(**sections)
+    return sections
 
 
 def check_finite(data: Any, key: str = "") -> None:

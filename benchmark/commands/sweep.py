@@ -60,6 +60,14 @@ def add_parser(subparsers: Subparsers) -> argparse.ArgumentParser:
 
 
 def main(args: argparse.Namespace, extra: list[str]) -> int:
+    from emergence_bench.config import SECTIONS, resolve_sections, set_dotted
+
+    fixed: dict = {}  # the flags' fixed-section keys, checked before the sweep's machinery loads
+    for key, value in config_overrides(extra).items():
+        if key.split(".")[0] in SECTIONS:
+            set_dotted(fixed, key, value)
+    resolve_sections(fixed)
+
     from emergence_bench.execution import tuning
     from emergence_bench.execution.sweep_spec import load_sweep, presets
     from emergence_bench.execution.sweep import Stage, clock, run_stages
