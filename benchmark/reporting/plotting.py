@@ -109,7 +109,7 @@ def _log_locator(low: float, high: float) -> ticker.Locator:
         return ticker.LogLocator(base=10, numticks=8)
     if inside((1.0,)) > 8:  # many decades: whole ones, some skipped
         return ticker.LogLocator(base=10, numticks=8)
-    for subs in ((1.0,), (1.0, 2.0, 5.0), (1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0)):
+    for subs in ((1.0,), (1.0, 2.0, 5.0), (1.0, 2.0, 3.0, 5.0), (1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0)):
         if inside(subs) >= 3:  # at most 8: fewer decades than the previous choice needed
             return ticker.LogLocator(base=10, subs=subs, numticks=12)
     return ticker.MaxNLocator(nbins=4)  # the span lies within a decade: ticks at plain values

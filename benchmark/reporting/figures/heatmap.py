@@ -42,14 +42,16 @@ def heatmap(records: list[ResultRow], axes: tuple[str, str] | None) -> tuple[Fig
 
 def _varying_pair(flats: pd.DataFrame) -> tuple[str, str] | None:
     """The first two numeric config keys (seed aside) that each take two or more values among the runs
-    that have both: a task family's own keys vary together, not one against another family's."""
+    that have both, and more pairs of values than either has values: two keys varied against each
+    other, not two families' settings (state size 8 with 4 steps, 10 with 2) drawn as a diagonal."""
     numeric = [k for k in flats.columns if k != "seed" and pd.api.types.is_numeric_dtype(flats[k])
                and not pd.api.types.is_bool_dtype(flats[k]) and flats[k].nunique() > 1]
     for i, first in enumerate(numeric):
         for second in numeric[i + 1:]:
             both = flats[[first, second]].dropna()
-            if both[first].nunique() > 1 and both[second].nunique() > 1:
-                return first, second
+            pairs = len(both.drop_duplicates())
+            if both[first].nunique() > 1 and both[second].nunique() > 1 and pairs > max(both.nunique()):
+                return first, second  # not one value of each per family: a diagonal, not a grid
     return None
 
 
