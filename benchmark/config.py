@@ -381,6 +381,9 @@ def _check_values(config: RunConfig) -> None:
         raise ConfigError(str(error)) from None
     if o.lr <= 0:
         raise ConfigError(f"optim.lr must be > 0, got {o.lr}")
+    if len(o.betas) != 2 or not all(isinstance(b, (int, float)) and not isinstance(b, bool) and 0 <= b < 1
+                                    for b in o.betas):
+        raise ConfigError(f"optim.betas must be two numbers in [0, 1) (AdamW's beta1 and beta2), got {list(o.betas)}")
     check_threads(t.threads)  # the choices (Literal fields) were checked as each section was made
     if t.logger == "wandb" and importlib.util.find_spec("wandb") is None:
         raise ConfigError("trainer.logger wandb needs the wandb package: pip install -e '.[wandb]' "

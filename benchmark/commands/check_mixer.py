@@ -34,6 +34,7 @@ def main(args: argparse.Namespace, extra: list[str]) -> int:
     if unknown:
         raise ConfigError(f"--skip: no check named {', '.join(unknown)}; checks: {', '.join(mixer_check.check_names())}")
     registry.mixers.get(args.name)  # an unknown name is bad input (exit 2, with the closest name), not a failed check
+    mixer_check.Subject(args.name, overrides).resolved  # so is a misspelt or mistyped key (resolving raises)
     results = mixer_check.check_mixer(args.name, overrides, skip=skip)
     print(mixer_check.render(args.name, results))
     return 1 if any(r.failed for r in results) else 0

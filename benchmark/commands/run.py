@@ -34,7 +34,8 @@ def add_parser(subparsers: Subparsers) -> argparse.ArgumentParser:
 
 
 def main(args: argparse.Namespace, extra: list[str]) -> int:
-    from emergence_bench.config import dump_yaml, load_yaml, set_dotted
+    from emergence_bench.config import ConfigError, dump_yaml, load_yaml, set_dotted
+    from emergence_bench.machine.devices import accelerator_device
     from emergence_bench.machine.threads import choose_threads
     from emergence_bench.results import RESULT_FILE
     from emergence_bench.run import check, run
@@ -48,6 +49,13 @@ def main(args: argparse.Namespace, extra: list[str]) -> int:
     if args.print_config:
         print(dump_yaml(config.to_dict()), end="")
         return 0
+    if accelerator_device(config.trainer.accelerator) is None:
+        raise ConfigError(f"trainer.accelerator {config.trainer.accelerator}: torch sees no CUDA device on this "
+                          "machine (choose cpu or auto; a GPU needs torch's CUDA build: make clean, then make install TORCH=cuda)")
+    if config.trainer.eval_every > config.trainer.max_steps:
+        print(f"warning: trainer.eval_every {config.trainer.eval_every} > trainer.max_steps "
+              f"{config.trainer.max_steps}: the run never evaluates, so it records no eval loss and no emergence "
+              "step (lower --trainer.eval_every)", file=sys.stderr)
     choose_threads(config.trainer.threads, 0.0)  # a count above this machine's cores fails before anything runs
     results_folder(args.out)
     if args.seed_parallel > 1:

@@ -77,7 +77,7 @@ def loss_curves(groups: list[tuple[str, list[ResultRow]]]) -> Figure | None:
         loss_ax.axvspan(0, end, color="C1", alpha=0.15, label="plateau (median)")
         loss_ax.axhline(members[0]["plateau"]["threshold"], color="C3", linewidth=0.9, linestyle=":",
                         label="plateau threshold")
-        evals = [np.array(e) for m in members if len(e := section(m, "curves").get("eval") or [])]
+        evals = [np.array(section(m, "curves")["eval"]) for m in members if section(m, "curves").get("eval")]
         for e in evals:
             draw_line(accuracy_ax, e[:, 0], e[:, 2], color="grey", alpha=0.3, linewidth=0.8)
         if evals:
@@ -110,7 +110,8 @@ def loss_curves(groups: list[tuple[str, list[ResultRow]]]) -> Figure | None:
 def _legend_entries(axes: list[Axes], stops: bool) -> tuple[list[Any], list[str]]:
     """The first panel pair's labelled lines, and the unlabelled marks every panel has (each seed, each
     seed's emergence step, a stopped seed's cross)."""
-    handles, labels = [], []
+    handles: list[Any] = []
+    labels: list[str] = []
     for ax in axes:
         h, l = ax.get_legend_handles_labels()
         handles, labels = handles + h, labels + l
