@@ -195,3 +195,9 @@ def test_a_misspelt_mixer_key_is_bad_input_not_a_failed_check(capsys):
     assert cli.main(["check-mixer", "test_check_prefix_mix", "--mixer.widht", "16"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: ") and "mixer.widht" in err and "width" in err
+
+
+def test_the_help_lists_every_check_by_name():
+    from emergence_bench.commands.check_mixer import CHECK_NAMES
+
+    assert list(CHECK_NAMES) == mixer_check.check_names()

@@ -81,6 +81,9 @@ def test_plugin_mixer_is_listed_and_trains_and_a_broken_plugin_is_named(tmp_path
     assert listing.returncode == 0, listing.stderr
     assert "shift  (fake_mixers.ShiftMixer" in listing.stdout and "shift: int = 1" in listing.stdout
     assert "broken" in listing.stderr and "failed to import" in listing.stderr
+    said = [line for line in listing.stderr.splitlines() if "broken" in line]  # one clean line, not Python's
+    assert len(said) == 1 and said[0].startswith("warning: mixer plugin 'broken' (fake_mixers_missing:Nothing)")
+    assert "warnings.warn" not in listing.stderr
     assert "transformer" in listing.stdout  # everything else still works
     config = write_config(tmp_path / "c.yaml")
     result = cli("run", "--config", config, "--out", tmp_path / "runs", "--mixer", "{name: shift, shift: 2}", env=env)
@@ -198,3 +201,10 @@ def test_speed_command_prints_every_mixer_and_writes_json(tmp_path, cli):
 def test_analyze_is_wired_into_the_command(tmp_path, cli):
     result = cli("analyze", "emergence", tmp_path / "missing")
     assert result.returncode == 2 and "missing" in result.stderr
+
+
+def test_a_warning_prints_as_one_line_like_an_error():
+    from emergence_bench.cli import warning_line
+
+    text = warning_line(UserWarning("mixer plugin 'x' failed to import:\n  ModuleNotFoundError"), UserWarning, "f.py", 3)
+    assert text == "warning: mixer plugin 'x' failed to import: ModuleNotFoundError\n"

@@ -5,13 +5,17 @@ from __future__ import annotations
 
 import argparse
 
-from emergence_bench.commands.arguments import add_strict
+from emergence_bench.commands.arguments import add_results_dir, add_strict
 from emergence_bench.commands.command import Subparsers, register_command
 
 
 def add_parser(subparsers: Subparsers) -> argparse.ArgumentParser:
-    parser = subparsers.add_parser("report", help="write one self-contained HTML report of the results under DIR")
-    parser.add_argument("dir")
+    parser = subparsers.add_parser("report", help="write one self-contained HTML report of the results under DIR",
+                                   description="Write one self-contained HTML page of the results under DIR "
+                                               "(default DIR/report.html, replacing an earlier one), its figures "
+                                               "also as PNG and SVG in report_figures/ beside it; docs/report.md "
+                                               "says what each figure shows.")
+    add_results_dir(parser)
     parser.add_argument("--out", help="HTML file to write (default: DIR/report.html)")
     parser.add_argument("--axes", help="two config keys for the heatmap, e.g. task.state_size,task.sparsity")
     parser.add_argument("--maps", type=int, default=4, help="attention-map figures to include (default 4)")

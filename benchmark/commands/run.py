@@ -8,7 +8,8 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, get_args
 
-from emergence_bench.commands.arguments import BATCHING_HELP, THREADS_HELP, config_overrides, results_folder, threads
+from emergence_bench.commands.arguments import (BATCHING_HELP, CONFIG_FLAGS, THREADS_HELP, config_overrides,
+                                                results_folder, threads)
 from emergence_bench.commands.command import Subparsers, register_command
 from emergence_bench.config import Batching
 from emergence_bench.result_row import emergence_step, section
@@ -20,7 +21,9 @@ if TYPE_CHECKING:
 def add_parser(subparsers: Subparsers) -> argparse.ArgumentParser:
     # No abbreviations: `--seed 3` is a config key, never short for `--seed-parallel`.
     parser = subparsers.add_parser("run", allow_abbrev=False,
-                                   help="run one experiment; any config key can follow as --dotted.key VALUE")
+                                   help="run one experiment; any config key can follow as --dotted.key VALUE",
+                                   description="Run one experiment: the built-in defaults, or --config FILE, with "
+                                               "config keys as flags on top. " + CONFIG_FLAGS)
     parser.add_argument("--config", help="a run config YAML (default: the built-in defaults)")
     parser.add_argument("--out", default="runs", help="results directory (default: runs)")
     parser.add_argument("--seed-parallel", type=int, default=1, metavar="K",
