@@ -208,3 +208,23 @@ def test_a_warning_prints_as_one_line_like_an_error():
 
     text = warning_line(UserWarning("mixer plugin 'x' failed to import:\n  ModuleNotFoundError"), UserWarning, "f.py", 3)
     assert text == "warning: mixer plugin 'x' failed to import: ModuleNotFoundError\n"
+
+
+@pytest.mark.parametrize("command, words", [
+    ("run", ["--section.key VALUE", "--task.state_size 16", "emergence-bench list"]),
+    ("sweep", ["--section.key VALUE", "in every run", "tuned first"]),
+    ("check-mixer", ["--mixer.KEY VALUE", "builds, shape, causal", "noise, speed"]),
+    ("leaderboard", ["DIR/leaderboard.md, .csv and .json", "replacing", "writes nothing", "DIR  "]),
+    ("rank", ["DIR/rank.md, .csv and .json", "replacing", "writes nothing", "DIR  "]),
+    ("report", ["DIR/report.html", "report_figures/", "DIR  "]),
+    ("speed", ["(default: speed.json)", "(default 100)", "2 interleaved repeats"]),
+])
+def test_each_help_says_what_the_command_takes_and_writes(command, words, capsys):
+    from emergence_bench.cli import main
+
+    with pytest.raises(SystemExit) as exit:
+        main([command, "--help"])
+    assert exit.value.code == 0
+    text = " ".join(capsys.readouterr().out.split())  # argparse wraps lines: compare with single spaces
+    for word in words:
+        assert " ".join(word.split()) in text or word in text, (command, word)
