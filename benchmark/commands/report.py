@@ -22,6 +22,10 @@ def add_parser(subparsers: Subparsers) -> argparse.ArgumentParser:
     parser.add_argument("--over", default="seed", help="config keys to aggregate over (default: seed)")
     parser.add_argument("--seed", type=int, help="the seed the staircase and the filmstrip show "
                                                  "(default: each group's median-emergence seed)")
+    parser.add_argument("--reference", metavar="builtin|FILE",
+                        help="rank the mixers DIR lacks from shipped reference results, as `rank --reference` does: "
+                             "the ranking, tuning curves, survival, forest and state figures show DIR's mixer (a plugin) "
+                             "beside the built-ins (default: the reference DIR/rank.json was ranked against, if any)")
     parser.add_argument("--screenshot", action="store_true",
                         help="open the page in headless Chromium: check every figure loaded and nothing logged an "
                              "error, and save a full-page screenshot beside it (report.png)")
@@ -41,7 +45,7 @@ def main(args: argparse.Namespace, extra: list[str]) -> int:
     over = tuple(k.strip() for k in args.over.split(",") if k.strip())
     figures = tuple(f.strip() for f in args.figures.split(",") if f.strip()) if args.figures else None
     path = report.write(args.dir, args.out, axes=axes, maps=args.maps, over=over, strict=args.strict,
-                        figures=figures, seed=args.seed)
+                        figures=figures, seed=args.seed, reference=args.reference)
     print(f"report: {path}")
     if not args.screenshot:
         return 0

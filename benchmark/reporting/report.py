@@ -19,6 +19,7 @@ from pathlib import Path
 import pandas as pd
 
 from emergence_bench.reporting import leaderboard
+from emergence_bench.reporting import reference as reference_module
 from emergence_bench.reporting.figure import REGISTRY, Results, show
 from emergence_bench.reporting.figures import FIGURES
 from emergence_bench.reporting.page import Page
@@ -42,11 +43,13 @@ def _groups(records: list[ResultRow], table: pd.DataFrame, over: tuple[str, ...]
 
 def write(root: str | Path, out: str | Path | None = None, axes: tuple[str, str] | None = None,
           maps: int = 4, over: tuple[str, ...] = ("seed",), strict: bool = False,
-          figures: tuple[str, ...] | None = None, seed: int | None = None) -> Path:
+          figures: tuple[str, ...] | None = None, seed: int | None = None, reference: str | None = None) -> Path:
     """Write the report for every result under ``root``; returns the HTML file's path. Its figures
     also go to ``<report stem>_figures/`` beside it as PNG and SVG. ``figures``: those of FIGURES
     to draw (default: every one the results allow). ``seed``: the seed the staircase and filmstrip
-    show (default: each group's median-emergence seed). ``strict``: an unreadable result file is an
+    show (default: each group's median-emergence seed). ``reference``: the shipped results the ranking
+    figures rank the mixers ``root`` lacks against (``builtin`` or a file; default: the one
+    DIR/rank.json was ranked against, if any). ``strict``: an unreadable result file is an
     error, not a warning (see results.load_records)."""
     chosen = FIGURES if figures is None else tuple(figures)
     unknown = [f for f in chosen if f not in FIGURES]
@@ -64,7 +67,9 @@ def write(root: str | Path, out: str | Path | None = None, axes: tuple[str, str]
         raise ValueError(f"--seed {seed}: no run of that seed under {root}; seeds: {', '.join(map(str, seeds))}")
     leaderboard.check_over(records, over)
     table = leaderboard.build(records, over, keep_keys=True)
-    results = Results(records, _groups(records, table, over), root, axes, maps, seed)
+    if reference is not None:
+        reference_module.load(reference)  # an unknown name or a bad file: refused before anything is drawn
+    results = Results(records, _groups(records, table, over), root, axes, maps, seed, reference)
     page = Page(out.with_name(f"{out.stem}_figures"))
     page.add(f"<p>{len(records)} runs in {len(table)} groups.</p>")
     page.section("Leaderboard")
