@@ -159,3 +159,12 @@ def test_the_tables_are_those_the_hand_wired_leaderboard_wrote():
         parts += [f"=== md {baseline}\n", leaderboard.to_markdown(table), f"=== csv {baseline}\n", table.to_csv(index=False)]
     golden = Path(__file__).parent / "golden" / "leaderboard_every_column.txt"
     assert "".join(parts) == golden.read_text(encoding="utf-8")
+
+
+def test_the_report_leaves_out_a_column_that_is_empty_in_every_row():
+    from emergence_bench.reporting.table import Table
+
+    table = Table(["task", "setting", "final loss"], [["linear_map", "-", "0.1"], ["dyck", "-", "-"]])
+    shown, empty = table.without_empty_columns()
+    assert shown.header == ["task", "final loss"] and shown.rows == [["linear_map", "0.1"], ["dyck", "-"]]
+    assert empty == ["setting"]

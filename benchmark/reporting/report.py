@@ -73,7 +73,9 @@ def write(root: str | Path, out: str | Path | None = None, axes: tuple[str, str]
     page = Page(out.with_name(f"{out.stem}_figures"))
     page.add(f"<p>{len(records)} runs in {len(table)} groups.</p>")
     page.section("Leaderboard")
-    page.add(leaderboard.human_table(table.drop(columns="_key")).html())
+    shown, empty = leaderboard.human_table(table.drop(columns="_key")).without_empty_columns()
+    page.add(shown.html() + (f"<p>Not shown: {html.escape(', '.join(empty))}, \"-\" in every row "
+                             "(leaderboard.md has every column).</p>" if empty else ""))
     note = mixed_code_note(records)
     if note:
         page.add(f"<p><b>Note:</b> {html.escape(note)} (see Provenance below).</p>")
