@@ -160,3 +160,16 @@ def test_a_plugins_report_shows_the_ranking_figures_beside_the_reference(tmp_pat
     assert all((tmp_path / "saved_figures" / f"{name}.png").is_file() for name in drawn)
     with pytest.raises(ConfigError, match="no reference 'nosuch'"):
         report.write(folder, out=tmp_path / "bad.html", reference="nosuch", **ranking)
+
+
+def test_a_reference_rank_json_names_but_that_is_gone_leaves_the_report_ranking_its_own_rows(tmp_path):
+    from emergence_bench.reporting.ranked import rows_to_rank
+
+    file = write_reference(tmp_path / "ref.json.gz", a_reference())
+    folder = results(tmp_path, plugin())
+    rank.write(folder, reference_name=file)
+    (tmp_path / "ref.json.gz").unlink()
+    rows, ref, axes = rows_to_rank(plugin(), folder, None)
+    assert ref is None and len(rows) == len(plugin()) and axes == {"linear_map": "task.sparsity"}
+    with pytest.raises(ConfigError):
+        rows_to_rank(plugin(), folder, file)  # named on the command line: refused

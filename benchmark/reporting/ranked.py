@@ -28,14 +28,19 @@ def rows_to_rank(records: list[ResultRow], root: Path | None,
     """(rows, the reference loaded or None, each family's ladder axis or None): ``records`` plus the
     rows of reference ``name`` (default: DIR/rank.json's) for the mixers ``records`` lack. A
     reference named here that does not apply is refused (ConfigError); one only rank.json names is
-    left out where it no longer applies (the folder changed since)."""
+    left out where it no longer applies or its file is gone (the folder changed since)."""
     saved = saved_rank(root)
     axes = {family: ladder["axis"] for family, ladder in (saved.get("ladders") or {}).items()} or None
     given = name is not None
     name = name if given else (saved.get("reference") or {}).get("name")
     if name is None:
         return records, None, axes
-    ref = reference.load(name)
+    try:
+        ref = reference.load(name)
+    except (ConfigError, OSError):
+        if given:
+            raise
+        return records, None, axes  # the file rank.json names is gone: rank DIR's own rows
     if why := reference.refusal(ref, records):
         if given:
             raise ConfigError(f"--reference {name}: {why}")
