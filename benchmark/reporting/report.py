@@ -19,10 +19,10 @@ from pathlib import Path
 import pandas as pd
 
 from emergence_bench.reporting import leaderboard
-from emergence_bench.reporting import reference as reference_module
 from emergence_bench.reporting.figure import REGISTRY, Results, show
 from emergence_bench.reporting.figures import FIGURES
 from emergence_bench.reporting.page import Page
+from emergence_bench.reporting.ranked import rows_to_rank
 from emergence_bench.reporting.table import Table
 from emergence_bench.result_row import ResultRow, section
 from emergence_bench.results import (REPORT_FILE, RESULT_FILE, TUNING_DIR, code_version, load_records,
@@ -67,8 +67,8 @@ def write(root: str | Path, out: str | Path | None = None, axes: tuple[str, str]
         raise ValueError(f"--seed {seed}: no run of that seed under {root}; seeds: {', '.join(map(str, seeds))}")
     leaderboard.check_over(records, over)
     table = leaderboard.build(records, over, keep_keys=True)
-    if reference is not None:
-        reference_module.load(reference)  # an unknown name or a bad file: refused before anything is drawn
+    if reference is not None:  # an unknown name, a bad file or another ladder: refused before anything is drawn
+        rows_to_rank(records, root, reference)
     results = Results(records, _groups(records, table, over), root, axes, maps, seed, reference)
     page = Page(out.with_name(f"{out.stem}_figures"))
     page.add(f"<p>{len(records)} runs in {len(table)} groups.</p>")
