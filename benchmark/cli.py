@@ -44,8 +44,15 @@ def _version() -> str:
 EXTRAS = {"ray": "ray", "transformers": "pythia", "tokenizers": "pythia", "websocket": "browser", "wandb": "wandb"}
 
 
+def warning_line(message: Warning | str, category: type[Warning], filename: str, lineno: int,
+                 line: str | None = None) -> str:
+    """A warning as the command prints it: one line, like its errors (not Python's file:line and source)."""
+    return f"warning: {' '.join(str(message).split())}\n"
+
+
 def main(argv: list[str] | None = None) -> int:
     warnings.filterwarnings("ignore", message=".*LeafSpec.*")
+    python_format, warnings.formatwarning = warnings.formatwarning, warning_line  # restored below
     argv = sys.argv[1:] if argv is None else list(argv)
     command_line = parser()
     args, extra = command_line.parse_known_args(argv)
@@ -78,6 +85,7 @@ def main(argv: list[str] | None = None) -> int:
               "line and the traceback above", file=sys.stderr)
         return EXIT_BUG
     finally:  # main() may be called in a process that goes on (a test, a notebook)
+        warnings.formatwarning = python_format
         if before is None:
             os.environ.pop(COMMAND_ENV, None)
         else:

@@ -396,6 +396,9 @@ def _check_values(model: ModelConfig, optim: OptimConfig, trainer: TrainerConfig
     for name, positive in (("model.init_std", m.init_std), ("model.init_scale", m.init_scale), ("optim.lr", o.lr)):
         if not positive > 0:
             raise ConfigError(f"{name} must be > 0, got {positive}")
+    if len(o.betas) != 2 or not all(isinstance(b, (int, float)) and not isinstance(b, bool) and 0 <= b < 1
+                                    for b in o.betas):
+        raise ConfigError(f"optim.betas must be two numbers in [0, 1) (AdamW's beta1 and beta2), got {list(o.betas)}")
     check_threads(t.threads)  # the choices (Literal fields) were checked as each section was made
     if t.logger == "wandb" and importlib.util.find_spec("wandb") is None:
         raise ConfigError("trainer.logger wandb needs the wandb package: pip install -e '.[wandb]' "

@@ -58,6 +58,10 @@ CASES = [
     ("mixer value", ["run", "--mixer.n_heads", "0"], ["n_heads"]),
     ("model", ["run", "--model.d_model", "-4"], ["d_model"]),
     ("optim", ["run", "--optim.lr", "-1"], ["lr"]),
+    ("optim betas not two", ["run", "--optim.betas", "[0.9]"], ["optim.betas", "two numbers", "[0.9]"]),
+    ("optim beta out of range", ["run", "--optim.betas", "[0.9, 1.5]"], ["optim.betas", "[0, 1)"]),
+    ("task too large to build", ["run", "--task.state_size", "100000000000"],
+     ["task 'linear_map'", "state_size=100000000000", "too large"]),
     ("trainer", ["run", "--trainer.max_steps", "0"], ["max_steps"]),
     ("trainer threads", ["run", "--threads", "999"], ["threads"]),
     ("callbacks key", ["run", "--callbacks.plateu.frac", "0.1"], ["plateu", "plateau"]),
@@ -82,6 +86,9 @@ CASES = [
      ["task.sparsty", "task.sparsity"]),
     ("report of a seed no run has", ["report", "{tmp}/two-runs", "--seed", "99"], ["--seed 99", "seeds"]),
     ("report with negative maps", ["report", "{tmp}/two-runs", "--maps", "-1"], ["--maps"]),
+    ("report against a reference of another ladder", ["report", "{tmp}/two-runs", "--reference", "builtin"],
+     ["--reference builtin", "does not apply"]),
+    ("report against no such reference", ["report", "{tmp}/two-runs", "--reference", "nosuch"], ["nosuch"]),
     ("claims of an empty folder", ["claims", "{tmp}/empty"], ["no readable results"]),
     ("claims of an unknown claim", ["claims", "{tmp}/two-runs", "--claim", "abupt"], ["abupt", "abrupt"]),
     ("forecast of two runs", ["forecast", "{tmp}/two-runs", "--window", "5"], ["at least 3 runs", "all runs: 2"]),
@@ -152,3 +159,22 @@ def test_an_unexpected_error_keeps_its_traceback_and_asks_for_a_report(monkeypat
     assert main(["list"]) == cli.EXIT_BUG
     err = capsys.readouterr().err
     assert "Traceback" in err and "KeyError" in err and "please report" in err
+
+
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="this machine has CUDA: a gpu run is legal here")
+def test_a_gpu_run_on_a_machine_without_cuda_is_refused_before_it_starts(tmp_path, capsys):
+    assert main(["run", "--trainer.accelerator", "gpu", "--out", str(tmp_path)]) == EXIT_BAD_INPUT
+    err = capsys.readouterr().err
+    assert err.startswith("error: trainer.accelerator gpu: torch sees no CUDA device") and len(err.splitlines()) == 1
+    assert not list(tmp_path.iterdir())  # no run folder, no failed row
+
+
+def test_evals_that_never_run_are_warned_of(tmp_path, capsys):
+    """Legal but useless: eval_every above max_steps trains without one eval (no eval loss, no emergence)."""
+    argv = ["run", "--out", str(tmp_path), "--trainer.eval_every", "50", "--trainer.max_steps", "5",
+            "--model.d_model", "16", "--task.batch_size", "8"]
+    assert main(argv) == 0
+    err = capsys.readouterr().err
+    assert "warning: trainer.eval_every 50 > trainer.max_steps 5: the run never evaluates" in err
+    main([*argv[:3], "--trainer.eval_every", "5", *argv[5:]])
+    assert "warning" not in capsys.readouterr().err

@@ -102,3 +102,21 @@ def test_rank_refuses_a_folder_without_a_finished_run_and_an_unknown_family(tmp_
         (failed / str(i) / "result.json").write_text(json.dumps({"schema_version": 2, **r, "status": status}))
     with pytest.raises(ConfigError, match=r"finished ok \(2 diverged, 2 failed\)"):
         rank.write(failed)
+
+
+def test_rank_that_cannot_read_its_folder_leaves_its_earlier_files_alone(tmp_path):
+    from emergence_bench.config import ConfigError
+    from emergence_bench.reporting import rank
+
+    folder_with(tmp_path, {})
+    (tmp_path / "rank.md").write_text("an earlier ranking\n")
+    with pytest.raises(ConfigError, match="no task family 'nosuch'"):
+        rank.write(tmp_path, {"nosuch": "task.x"})
+    (tmp_path / "corrupt").mkdir()
+    (tmp_path / "corrupt" / "result.json").write_text('{"schema_version": 2, "run_id": "x", "sta')
+    with pytest.raises(ValueError, match="corrupt"):
+        rank.write(tmp_path, strict=True)
+    with pytest.raises(ValueError, match="corrupt"):
+        leaderboard.write(tmp_path, strict=True)
+    assert (tmp_path / "rank.md").read_text() == "an earlier ranking\n"
+    assert not (tmp_path / "leaderboard.md").exists()

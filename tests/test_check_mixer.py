@@ -173,3 +173,31 @@ def test_the_command_exits_one_naming_the_failed_check_and_two_on_bad_input(caps
     assert "--mixer.KEY VALUE" in capsys.readouterr().err
     assert cli.main(["check-mixer", "transformer", "--skip", "speedy"]) == 2
     assert "no check named speedy" in capsys.readouterr().err
+
+
+@register_mixer("test_check_nan")
+class NotANumber(PrefixMix):
+    """PrefixMix whose output is NaN everywhere (a division by zero in a plugin, say)."""
+
+    def forward(self, x, ctx):
+        return super().forward(x, ctx) * float("nan")
+
+
+def test_a_mixer_whose_output_is_nan_is_told_so_by_every_check_that_compares_outputs():
+    results = by_check(mixer_check.check_mixer("test_check_nan", skip=("learns", "speed")))
+    assert results["shape"].failed and "NaN or inf" in results["shape"].detail
+    for name in ("causal", "gradients", "deterministic", "state_dict", "noise"):
+        assert results[name].failed and results[name].detail.startswith("forward returns NaN or inf (100% of"), name
+    assert "state outside" not in results["state_dict"].detail
+
+
+def test_a_misspelt_mixer_key_is_bad_input_not_a_failed_check(capsys):
+    assert cli.main(["check-mixer", "test_check_prefix_mix", "--mixer.widht", "16"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and "mixer.widht" in err and "width" in err
+
+
+def test_the_help_lists_every_check_by_name():
+    from emergence_bench.commands.check_mixer import CHECK_NAMES
+
+    assert list(CHECK_NAMES) == mixer_check.check_names()

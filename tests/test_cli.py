@@ -81,6 +81,9 @@ def test_plugin_mixer_is_listed_and_trains_and_a_broken_plugin_is_named(tmp_path
     assert listing.returncode == 0, listing.stderr
     assert "shift  (fake_mixers.ShiftMixer" in listing.stdout and "shift: int = 1" in listing.stdout
     assert "broken" in listing.stderr and "failed to import" in listing.stderr
+    said = [line for line in listing.stderr.splitlines() if "broken" in line]  # one clean line, not Python's
+    assert len(said) == 1 and said[0].startswith("warning: mixer plugin 'broken' (fake_mixers_missing:Nothing)")
+    assert "warnings.warn" not in listing.stderr
     assert "transformer" in listing.stdout  # everything else still works
     config = write_config(tmp_path / "c.yaml")
     result = cli("run", "--config", config, "--out", tmp_path / "runs", "--mixer", "{name: shift, shift: 2}", env=env)
@@ -198,3 +201,30 @@ def test_speed_command_prints_every_mixer_and_writes_json(tmp_path, cli):
 def test_analyze_is_wired_into_the_command(tmp_path, cli):
     result = cli("analyze", "emergence", tmp_path / "missing")
     assert result.returncode == 2 and "missing" in result.stderr
+
+
+def test_a_warning_prints_as_one_line_like_an_error():
+    from emergence_bench.cli import warning_line
+
+    text = warning_line(UserWarning("mixer plugin 'x' failed to import:\n  ModuleNotFoundError"), UserWarning, "f.py", 3)
+    assert text == "warning: mixer plugin 'x' failed to import: ModuleNotFoundError\n"
+
+
+@pytest.mark.parametrize("command, words", [
+    ("run", ["--section.key VALUE", "--task.state_size 16", "emergence-bench list"]),
+    ("sweep", ["--section.key VALUE", "in every run", "tuned first"]),
+    ("check-mixer", ["--mixer.KEY VALUE", "builds, shape, causal", "noise, speed"]),
+    ("leaderboard", ["DIR/leaderboard.md, .csv and .json", "replacing", "writes nothing", "DIR  "]),
+    ("rank", ["DIR/rank.md, .csv and .json", "replacing", "writes nothing", "DIR  "]),
+    ("report", ["DIR/report.html", "report_figures/", "DIR  "]),
+    ("speed", ["(default: speed.json)", "(default 100)", "2 interleaved repeats"]),
+])
+def test_each_help_says_what_the_command_takes_and_writes(command, words, capsys):
+    from emergence_bench.cli import main
+
+    with pytest.raises(SystemExit) as exit:
+        main([command, "--help"])
+    assert exit.value.code == 0
+    text = " ".join(capsys.readouterr().out.split())  # argparse wraps lines: compare with single spaces
+    for word in words:
+        assert " ".join(word.split()) in text or word in text, (command, word)

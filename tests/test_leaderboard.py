@@ -36,6 +36,20 @@ def test_groups_success_and_censoring_aware_medians():
     assert only["budget"] == 1000
 
 
+def test_a_label_names_only_the_keys_that_differ_between_rows_of_its_task():
+    """Two task families: linear_map at two state sizes, cellular_automata at one setting. The cellular
+    automaton's keys differ from linear_map's (it lacks them), which is no reason to name them."""
+    def task_row(seed, task):
+        record = row(seed)
+        record["config"] = resolve({"seed": seed, "task": task}).to_dict()
+        return record
+
+    records = [task_row(s, {"name": "linear_map", "state_size": size, "sparsity": 2}) for s in (0, 1) for size in (8, 10)]
+    records += [task_row(s, {"name": "cellular_automata", "rules": 2}) for s in (0, 1)]
+    labels = sorted(leaderboard.build(records)["task"])
+    assert labels == ["cellular_automata", "linear_map state_size=10", "linear_map state_size=8"]
+
+
 def test_intervention_rows_sit_under_their_baseline_with_the_plateau_ratio():
     records = [row(s, plateau=p) for s, p in enumerate([400, 500, 600])] + \
               [row(s, plateau=p, bias=True) for s, p in enumerate([40, 50, 60])]
@@ -145,3 +159,12 @@ def test_the_tables_are_those_the_hand_wired_leaderboard_wrote():
         parts += [f"=== md {baseline}\n", leaderboard.to_markdown(table), f"=== csv {baseline}\n", table.to_csv(index=False)]
     golden = Path(__file__).parent / "golden" / "leaderboard_every_column.txt"
     assert "".join(parts) == golden.read_text(encoding="utf-8")
+
+
+def test_the_report_leaves_out_a_column_that_is_empty_in_every_row():
+    from emergence_bench.reporting.table import Table
+
+    table = Table(["task", "setting", "final loss"], [["linear_map", "-", "0.1"], ["dyck", "-", "-"]])
+    shown, empty = table.without_empty_columns()
+    assert shown.header == ["task", "final loss"] and shown.rows == [["linear_map", "0.1"], ["dyck", "-"]]
+    assert empty == ["setting"]

@@ -124,3 +124,52 @@ def test_the_builtin_reference_is_of_the_frozen_tuned_ladder():
     assert ref["commit"] and ref["versions"]["torch"] and ref["machine"]
     assert {(t["mixer"], t["group"]) for t in ref["tuning"]} == {(m, g) for m in sweep.tuned for g in sweep.tuned[m]}
     assert all(t["chosen"] == sweep.tuned[t["mixer"]][t["group"]] for t in ref["tuning"])
+
+
+def tuning_table(mixer, lr, areas):
+    """A tuning table over optim.lr ∈ {1e-3, 3e-3} on the linear map, its choice at ``lr``."""
+    points = [{"values": {"optim.lr": x}, "area": a, "area_low": max(0.0, a - 0.2), "area_high": min(1.0, a + 0.2)}
+              for x, a in zip((1e-3, 3e-3), areas)]
+    return {"mixer": mixer, "group": "lm", "family": "linear_map", "chosen": {"optim.lr": lr},
+            "grid": {"optim.lr": [1e-3, 3e-3]}, "points": points, "edge": None, "rung_axis": "task.sparsity",
+            "rungs": [2]}
+
+
+def test_a_plugins_report_shows_the_ranking_figures_beside_the_reference(tmp_path):
+    """One plugin's folder: `report --reference` (or the reference its rank.json names) draws the
+    ranking, the tuning curves (the plugin's own table beside the reference's), survival and the
+    forest; without a reference the ranking is absent, naming --reference."""
+    from emergence_bench.reporting import report
+    from emergence_bench.results import write_tables
+
+    data = a_reference()
+    data["tuning"] = [tuning_table("lru", 3e-3, (0.25, 0.5))]
+    file = write_reference(tmp_path / "ref.json.gz", data)
+    folder = results(tmp_path, plugin())
+    write_tables(folder / "tuning", [tuning_table("my_mixer", 1e-3, (0.75, 0.5))])
+    drawn = ("ranking", "tuning-curves", "survival", "forest")
+
+    ranking = {"figures": ("ranking",), "maps": 0}  # the ranking and its parts
+    alone = report.write(folder, out=tmp_path / "alone.html", **ranking)
+    assert "report DIR --reference builtin" in alone.read_text() and not (tmp_path / "alone_figures").exists()
+    page = report.write(folder, out=tmp_path / "given.html", reference=file, **ranking)
+    assert all((tmp_path / "given_figures" / f"{name}.png").is_file() for name in drawn)
+    assert "<h2" in page.read_text() and "Tuning curves" in page.read_text()
+    rank.write(folder, reference_name=file)  # rank.json names the reference: report ranks against it too
+    report.write(folder, out=tmp_path / "saved.html", **ranking)
+    assert all((tmp_path / "saved_figures" / f"{name}.png").is_file() for name in drawn)
+    with pytest.raises(ConfigError, match="no reference 'nosuch'"):
+        report.write(folder, out=tmp_path / "bad.html", reference="nosuch", **ranking)
+
+
+def test_a_reference_rank_json_names_but_that_is_gone_leaves_the_report_ranking_its_own_rows(tmp_path):
+    from emergence_bench.reporting.ranked import rows_to_rank
+
+    file = write_reference(tmp_path / "ref.json.gz", a_reference())
+    folder = results(tmp_path, plugin())
+    rank.write(folder, reference_name=file)
+    (tmp_path / "ref.json.gz").unlink()
+    rows, ref, axes = rows_to_rank(plugin(), folder, None)
+    assert ref is None and len(rows) == len(plugin()) and axes == {"linear_map": "task.sparsity"}
+    with pytest.raises(ConfigError):
+        rows_to_rank(plugin(), folder, file)  # named on the command line: refused

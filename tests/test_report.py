@@ -158,3 +158,53 @@ def test_every_figure_is_registered_with_its_reason_when_absent_and_the_cli_offe
     for name in FIGURES:
         assert not show(page, REGISTRY[name], Results([]))
     assert page.missing == [(name, REGISTRY[name].absent) for name in FIGURES]
+
+
+def test_a_seed_that_emerged_at_its_last_step_is_drawn_below_the_never_row():
+    def row(step, steps=600):
+        return {"status": "ok", "emergence": {"step": step}, "timing": {"steps": steps},
+                "config": {"task": {"sparsity": 2}, "trainer": {"max_steps": 600}}}
+
+    figure = seeds.seed_scatter([("transformer · s=2", [row(600), row(None), row(100, 100)])])
+    ax = figure.axes[0]
+    emerged, never = (collection.get_offsets()[:, 1] for collection in ax.collections[:2])
+    assert sorted(emerged) == [100, 600] and list(never) == [600 * seeds.NEVER_ABOVE]
+    assert [t.get_text() for t in ax.get_yticklabels()][-1] == "never"
+
+
+def test_the_mean_curve_carries_a_stopped_seed_at_its_last_value():
+    import numpy as np
+
+    stopped = np.array([[10, 1.0], [20, 0.5]])  # stopped at step 20 (at its emergence)
+    running = np.array([[10, 1.0], [20, 0.9], [30, 0.8], [40, 0.7]])
+    steps, mean = curves.carried_mean([stopped, running])
+    assert list(steps) == [10, 20, 30, 40] and np.allclose(mean, [1.0, 0.7, 0.65, 0.6])
+
+
+def test_the_heatmap_draws_two_keys_varied_together_with_integer_labels_never_a_diagonal():
+    from emergence_bench.reporting.figures.heatmap import heatmap
+
+    def row(task, loss=0.5):
+        return {"status": "ok", "metrics": {"final_eval_loss": loss}, "config": {"seed": 0, "task": task}}
+
+    families = [row({"name": "linear_map", "state_size": 10, "sparsity": s}) for s in (1, 2)] + \
+               [row({"name": "cellular_automata", "state_size": 8, "rules": r}) for r in (2, 3)]
+    assert heatmap(families, None) == (None, None)  # state size is one value per family: no grid
+    grid = families + [row({"name": "linear_map", "state_size": 12, "sparsity": s}) for s in (1, 2)]
+    figure, used = heatmap(grid, None)
+    assert used == ("task.state_size", "task.sparsity")
+    ax = figure.axes[0]
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["1", "2"]  # not 1.0, 2.0
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["10", "12"]
+
+
+def test_edge_markers_of_a_sweep_axis_lie_inside_the_panel():
+    def row(sparsity, seed, step):
+        return {"status": "ok", "seed": seed, "emergence": {"step": step}, "plateau": {"end_step": step},
+                "timing": {"steps": 1000}, "config": {"seed": seed, "task": {"name": "linear_map", "sparsity": sparsity},
+                                                      "mixer": {"name": "transformer"}, "trainer": {"max_steps": 1000}}}
+
+    figure = axes.axis_figure([row(s, i, 100 * s) for s in (1, 2, 3) for i in range(3)], "task.sparsity")
+    for ax in figure.axes:
+        low, high = ax.get_xlim()
+        assert low < 1 - 0.1 and high > 3 + 0.1  # room for a marker's half at either end

@@ -212,3 +212,15 @@ def test_stages_share_the_workers_a_lower_priority_and_longer_sequences_first(tm
     text = log.read_text()
     assert "[r] 3 runs, 0 already finished, 2 to run (the other 1 follow their mixer's tuning)" in text
     assert "[t] 3/3 done" in text and "[r] 2/3 done" in text
+
+
+def test_the_closing_line_names_the_next_command_rank_for_a_ladder(tmp_path, tiny_config, capsys):
+    from emergence_bench.cli import main
+
+    for command, ladder in (("leaderboard", {}), ("rank", {"ladder": "toy-v1"})):
+        path = write_sweep(tmp_path / f"{command}.yaml", name=command, grid={"seed": [0]}, **ladder,
+                           base=tiny_config(trainer={"max_steps": 5, "eval_every": 5}))
+        out = tmp_path / command
+        assert main(["sweep", str(path), "--out", str(out)]) == 0
+        err = capsys.readouterr().err
+        assert f"next: `emergence-bench {command} {out}`, then `emergence-bench report {out}`" in err

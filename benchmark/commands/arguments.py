@@ -45,6 +45,18 @@ def threads(text: str) -> int | str:
         raise argparse.ArgumentTypeError(f"--threads takes auto or a number of threads, got {text!r}") from None
 
 
+CONFIG_FLAGS = ("Every config key can follow as a flag, --section.key VALUE: --task.state_size 16, --mixer.n_heads 4, "
+                "--optim.lr 3e-3, --trainer.max_steps 2000, --callbacks.emergence.threshold 0.9 (a section at once: "
+                "--mixer \"{name: mamba, d_state: 16}\"). `emergence-bench list` names every task's and mixer's keys; "
+                "docs/configuration.md every section's.")
+
+
+def add_results_dir(parser: argparse.ArgumentParser) -> None:
+    """The ``DIR`` positional of the commands that read a results folder."""
+    parser.add_argument("dir", metavar="DIR", help="a results folder: every result.json under it is read "
+                                                   "(a sweep's --out, or run's)")
+
+
 def add_strict(parser: argparse.ArgumentParser) -> None:
     """``--strict``, for the commands that read a results folder."""
     parser.add_argument("--strict", action="store_true",

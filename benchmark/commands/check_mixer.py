@@ -9,13 +9,22 @@ from typing import Any
 from emergence_bench.commands.arguments import config_overrides
 from emergence_bench.commands.command import Subparsers, register_command
 
+# mixer_check's checks in its order, named here so that --help imports no torch (a test keeps them equal)
+CHECK_NAMES = ("builds", "shape", "causal", "gradients", "deterministic", "state_dict", "attention", "seed_parallel",
+               "learns", "noise", "speed")
+
 
 def add_parser(subparsers: Subparsers) -> argparse.ArgumentParser:
     parser = subparsers.add_parser("check-mixer", allow_abbrev=False,
                                    help="is a mixer (e.g. your plugin) fit for the suite? a table of checks; "
-                                        "its keys follow as --mixer.KEY VALUE")
-    parser.add_argument("name", help="the registered mixer name")
-    parser.add_argument("--skip", metavar="CHECKS", help="comma-separated checks not to run (e.g. learns,speed)")
+                                        "its keys follow as --mixer.KEY VALUE",
+                                   description="Check that a mixer is fit for the suite: one line per check, exit 1 "
+                                               "if one fails. Its constructor's keys follow as flags, --mixer.KEY "
+                                               "VALUE (e.g. --mixer.width 16); `emergence-bench list` names them.")
+    parser.add_argument("name", help="the registered mixer name (`emergence-bench list`)")
+    parser.add_argument("--skip", metavar="CHECKS",
+                        help="comma-separated checks not to run, of: " + ", ".join(CHECK_NAMES) +
+                             " (learns, noise and speed take the most time)")
     return parser
 
 
@@ -34,6 +43,7 @@ def main(args: argparse.Namespace, extra: list[str]) -> int:
     if unknown:
         raise ConfigError(f"--skip: no check named {', '.join(unknown)}; checks: {', '.join(mixer_check.check_names())}")
     registry.mixers.get(args.name)  # an unknown name is bad input (exit 2, with the closest name), not a failed check
+    mixer_check.Subject(args.name, overrides).resolved  # so is a misspelt or mistyped key (resolving raises)
     results = mixer_check.check_mixer(args.name, overrides, skip=skip)
     print(mixer_check.render(args.name, results))
     return 1 if any(r.failed for r in results) else 0

@@ -6,13 +6,16 @@ from __future__ import annotations
 import argparse
 import sys
 
-from emergence_bench.commands.arguments import results_in
+from emergence_bench.commands.arguments import add_results_dir, results_in
 from emergence_bench.commands.command import Subparsers, register_command
 
 
 def add_parser(subparsers: Subparsers) -> argparse.ArgumentParser:
-    parser = subparsers.add_parser("claims", help="the paper's claims as pre-registered tests: a scorecard of DIR")
-    parser.add_argument("dir")
+    parser = subparsers.add_parser("claims", help="the paper's claims as pre-registered tests: a scorecard of DIR",
+                                   description="Judge the paper's claims on the results under DIR (a claims-cpu-v2 "
+                                               "sweep), print the scorecard, and write it as DIR/claims.md, .csv and "
+                                               ".json (docs/claims.md).")
+    add_results_dir(parser)
     parser.add_argument("--claim", action="append", metavar="ID",
                         help="print only this claim's rows, judged among all of them (repeatable; docs/claims.md "
                              "names them); the files hold the whole scorecard")

@@ -7,13 +7,18 @@ import argparse
 import sys
 from pathlib import Path
 
-from emergence_bench.commands.arguments import add_strict, results_in
+from emergence_bench.commands.arguments import add_results_dir, add_strict, results_in
 from emergence_bench.commands.command import Subparsers, register_command
 
 
 def add_parser(subparsers: Subparsers) -> argparse.ArgumentParser:
-    parser = subparsers.add_parser("leaderboard", help="aggregate the results under DIR over seeds")
-    parser.add_argument("dir")
+    parser = subparsers.add_parser("leaderboard", help="aggregate the results under DIR over seeds",
+                                   description="Aggregate the results under DIR over seeds (or --over keys), print "
+                                               "the table, and write it as DIR/leaderboard.md, .csv and .json, "
+                                               "replacing those of an earlier call. A read that fails (no readable "
+                                               "result, an unknown --over key, --strict and an unreadable file) "
+                                               "writes nothing.")
+    add_results_dir(parser)
     parser.add_argument("--over", default="seed",
                         help="comma-separated config keys to aggregate over (default: seed)")
     parser.add_argument("--baseline", help="add ratio columns against the row with key=value, "

@@ -7,13 +7,18 @@ import argparse
 import sys
 from pathlib import Path
 
-from emergence_bench.commands.arguments import add_strict, results_in
+from emergence_bench.commands.arguments import add_results_dir, add_strict, results_in
 from emergence_bench.commands.command import Subparsers, register_command
 
 
 def add_parser(subparsers: Subparsers) -> argparse.ArgumentParser:
-    parser = subparsers.add_parser("rank", help="rank the mixers under DIR: frontier and area per task family's ladder")
-    parser.add_argument("dir")
+    parser = subparsers.add_parser("rank", help="rank the mixers under DIR: frontier and area per task family's ladder",
+                                   description="Rank the mixers under DIR by their frontier and area on each task "
+                                               "family's ladder (docs/ranking.md), print the tables, and write them "
+                                               "as DIR/rank.md, .csv and .json, replacing those of an earlier call. "
+                                               "A read that fails (no readable result, no run finished ok, an "
+                                               "unknown --rung family) writes nothing.")
+    add_results_dir(parser)
     parser.add_argument("--rung", action="append", metavar="FAMILY=KEY",
                         help="the ladder's task key of a family where several vary (repeatable)")
     parser.add_argument("--baseline", help="the mixer the plateau ratios divide by (default: transformer)")

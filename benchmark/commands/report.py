@@ -5,19 +5,27 @@ from __future__ import annotations
 
 import argparse
 
-from emergence_bench.commands.arguments import add_strict
+from emergence_bench.commands.arguments import add_results_dir, add_strict
 from emergence_bench.commands.command import Subparsers, register_command
 
 
 def add_parser(subparsers: Subparsers) -> argparse.ArgumentParser:
-    parser = subparsers.add_parser("report", help="write one self-contained HTML report of the results under DIR")
-    parser.add_argument("dir")
+    parser = subparsers.add_parser("report", help="write one self-contained HTML report of the results under DIR",
+                                   description="Write one self-contained HTML page of the results under DIR "
+                                               "(default DIR/report.html, replacing an earlier one), its figures "
+                                               "also as PNG and SVG in report_figures/ beside it; docs/report.md "
+                                               "says what each figure shows.")
+    add_results_dir(parser)
     parser.add_argument("--out", help="HTML file to write (default: DIR/report.html)")
     parser.add_argument("--axes", help="two config keys for the heatmap, e.g. task.state_size,task.sparsity")
     parser.add_argument("--maps", type=int, default=4, help="attention-map figures to include (default 4)")
     parser.add_argument("--over", default="seed", help="config keys to aggregate over (default: seed)")
     parser.add_argument("--seed", type=int, help="the seed the staircase and the filmstrip show "
                                                  "(default: each group's median-emergence seed)")
+    parser.add_argument("--reference", metavar="builtin|FILE",
+                        help="rank the mixers DIR lacks from shipped reference results, as `rank --reference` does: "
+                             "the ranking, tuning curves, survival, forest and state figures show DIR's mixer (a plugin) "
+                             "beside the built-ins (default: the reference DIR/rank.json was ranked against, if any)")
     parser.add_argument("--screenshot", action="store_true",
                         help="open the page in headless Chromium: check every figure loaded and nothing logged an "
                              "error, and save a full-page screenshot beside it (report.png)")
@@ -37,7 +45,7 @@ def main(args: argparse.Namespace, extra: list[str]) -> int:
     over = tuple(k.strip() for k in args.over.split(",") if k.strip())
     figures = tuple(f.strip() for f in args.figures.split(",") if f.strip()) if args.figures else None
     path = report.write(args.dir, args.out, axes=axes, maps=args.maps, over=over, strict=args.strict,
-                        figures=figures, seed=args.seed)
+                        figures=figures, seed=args.seed, reference=args.reference)
     print(f"report: {path}")
     if not args.screenshot:
         return 0

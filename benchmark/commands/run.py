@@ -8,7 +8,8 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, get_args
 
-from emergence_bench.commands.arguments import BATCHING_HELP, THREADS_HELP, config_overrides, results_folder, threads
+from emergence_bench.commands.arguments import (BATCHING_HELP, CONFIG_FLAGS, THREADS_HELP, config_overrides,
+                                                results_folder, threads)
 from emergence_bench.commands.command import Subparsers, register_command
 from emergence_bench.config import Batching
 from emergence_bench.result_row import emergence_step, section
@@ -20,7 +21,9 @@ if TYPE_CHECKING:
 def add_parser(subparsers: Subparsers) -> argparse.ArgumentParser:
     # No abbreviations: `--seed 3` is a config key, never short for `--seed-parallel`.
     parser = subparsers.add_parser("run", allow_abbrev=False,
-                                   help="run one experiment; any config key can follow as --dotted.key VALUE")
+                                   help="run one experiment; any config key can follow as --dotted.key VALUE",
+                                   description="Run one experiment: the built-in defaults, or --config FILE, with "
+                                               "config keys as flags on top. " + CONFIG_FLAGS)
     parser.add_argument("--config", help="a run config YAML (default: the built-in defaults)")
     parser.add_argument("--out", default="runs", help="results directory (default: runs)")
     parser.add_argument("--seed-parallel", type=int, default=1, metavar="K",
@@ -34,7 +37,7 @@ def add_parser(subparsers: Subparsers) -> argparse.ArgumentParser:
 
 
 def main(args: argparse.Namespace, extra: list[str]) -> int:
-    from emergence_bench.config import dump_yaml, load_yaml, resolve, set_dotted
+    from emergence_bench.config import ConfigError, dump_yaml, load_yaml, resolve, set_dotted
 
     data = load_yaml(args.config) if args.config else {}
     for key, value in config_overrides(extra).items():
@@ -46,6 +49,7 @@ def main(args: argparse.Namespace, extra: list[str]) -> int:
     from emergence_bench.callbacks.emergence import EMERGENCE
     from emergence_bench.callbacks.plateau import PLATEAU
     from emergence_bench.engine.run import check, run
+    from emergence_bench.machine.devices import accelerator_device
     from emergence_bench.machine.threads import choose_threads
     from emergence_bench.results import RESULT_FILE
 
@@ -53,6 +57,13 @@ def main(args: argparse.Namespace, extra: list[str]) -> int:
     if args.print_config:
         print(dump_yaml(config.to_dict()), end="")
         return 0
+    if accelerator_device(config.trainer.accelerator) is None:
+        raise ConfigError(f"trainer.accelerator {config.trainer.accelerator}: torch sees no CUDA device on this "
+                          "machine (choose cpu or auto; a GPU needs torch's CUDA build: make clean, then make install TORCH=cuda)")
+    if config.trainer.eval_every > config.trainer.max_steps:
+        print(f"warning: trainer.eval_every {config.trainer.eval_every} > trainer.max_steps "
+              f"{config.trainer.max_steps}: the run never evaluates, so it records no eval loss and no emergence "
+              "step (lower --trainer.eval_every)", file=sys.stderr)
     choose_threads(config.trainer.threads, 0.0)  # a count above this machine's cores fails before anything runs
     results_folder(args.out)
     if args.seed_parallel > 1:

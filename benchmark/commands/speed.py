@@ -9,20 +9,29 @@ from emergence_bench.commands.command import Subparsers, register_command
 
 
 def add_parser(subparsers: Subparsers) -> argparse.ArgumentParser:
-    parser = subparsers.add_parser("speed", help="speed ratios measured side by side on this machine")
-    parser.add_argument("--out", default="speed.json", help="where to write the table as JSON")
+    parser = subparsers.add_parser("speed", help="speed ratios measured side by side on this machine",
+                                   description="Time the suite on this machine, each ratio from two timings taken "
+                                               "side by side in one process: the suite's step against a bare loop, "
+                                               "seed-parallel groups against one seed, each mixer's step and one "
+                                               "ranking cell against the Transformer's (docs/speed.md). Prints the "
+                                               "tables and writes them as JSON; a full run takes many minutes, "
+                                               "--quick: seconds.")
+    parser.add_argument("--out", default="speed.json", help="where to write the table as JSON (default: speed.json)")
     parser.add_argument("--lengths", default=None, help="the mixer table's sequence lengths (comma-separated; "
                         "default 16,64,256, with --quick 16)")
     parser.add_argument("--mixers", default=None, help="the mixers of the mixer tables (comma-separated; default: "
                         "the built-in ones); --quick honours it")
     parser.add_argument("--cell-steps", type=int, default=100,
-                        help="steps of each ranking cell the cell clock times")
+                        help="steps of each ranking cell the cell clock times (default 100)")
     parser.add_argument("--no-cells", action="store_true", help="leave out the ranking-cell clock")
     parser.add_argument("--repeats", type=int, default=5,
-                        help="interleaved repeats per ratio (≥ 5; the median and range are printed)")
-    parser.add_argument("--steps", type=int, default=100, help="timed training steps per suite measurement")
-    parser.add_argument("--seeds", default="1,4,16", help="seed-parallel group sizes K (comma-separated)")
-    parser.add_argument("--quick", action="store_true", help="a smoke run: one short length, one repeat")
+                        help="interleaved repeats per ratio (≥ 5, default 5; the median and range are printed)")
+    parser.add_argument("--steps", type=int, default=100,
+                        help="timed training steps per suite measurement (default 100)")
+    parser.add_argument("--seeds", default="1,4,16", help="seed-parallel group sizes K (comma-separated; default 1,4,16)")
+    parser.add_argument("--quick", action="store_true",
+                        help="a smoke run of the same code, in seconds: 2 interleaved repeats of 2-step blocks, K 1 and 2, "
+                             "length 16, no spread to read (timings not to quote)")
     return parser
 
 

@@ -8,7 +8,8 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, get_args
 
-from emergence_bench.commands.arguments import BATCHING_HELP, THREADS_HELP, config_overrides, results_folder, threads
+from emergence_bench.commands.arguments import (BATCHING_HELP, CONFIG_FLAGS, THREADS_HELP, config_overrides,
+                                                results_folder, threads)
 from emergence_bench.commands.command import Subparsers, register_command
 from emergence_bench.config import Batching
 
@@ -18,7 +19,10 @@ if TYPE_CHECKING:
 
 def add_parser(subparsers: Subparsers) -> argparse.ArgumentParser:
     parser = subparsers.add_parser("sweep", allow_abbrev=False,
-                                   help="run a preset or sweep file with local workers; resumes where it stopped")
+                                   help="run a preset or sweep file with local workers; resumes where it stopped",
+                                   description="Run every run of a preset (`sweep --list`) or sweep file, skipping "
+                                               "those already finished in --out. A config key given as a flag sets "
+                                               "it in every run. " + CONFIG_FLAGS)
     parser.add_argument("sweep", nargs="?", help="preset name or sweep YAML file")
     parser.add_argument("--out", help="results directory (default: runs/<sweep name>)")
     parser.add_argument("--workers", type=int, default=1, help="parallel worker processes (default 1)")
@@ -37,7 +41,9 @@ def add_parser(subparsers: Subparsers) -> argparse.ArgumentParser:
                         help=BATCHING_HELP + " (default: the sweep file's batching, else auto)")
     parser.add_argument("--group", help="run only these groups of the sweep (comma-separated)")
     parser.add_argument("--mixers", help="train exactly these mixers (comma-separated): the sweep's own settings "
-                                         "for the ones it has, defaults for others (e.g. a plugin)")
+                                         "for the ones it has; any other (e.g. a plugin) at its constructor's "
+                                         "defaults, its learning rate tuned first where the preset tunes "
+                                         "(standard-cpu: into DIR/tuning)")
     parser.add_argument("--scale", type=float, default=1.0,
                         help="multiply every run's max_steps and eval_every (e.g. 0.1 for a CPU-sized try)")
     parser.add_argument("--grid", action="append", metavar="KEY=V1,V2",
@@ -156,7 +162,8 @@ def main(args: argparse.Namespace, extra: list[str]) -> int:
           f"failed, {ranked['skipped']} skipped (already done), in {clock(counts['wall_seconds'])} of wall time with "
           f"{args.workers} worker(s)" + (f", {seed_parallel} seeds at a time" if seed_parallel > 1 else "")
           + (f", {ranked['busy']} left to another process on this folder" if ranked.get("busy") else "")
-          + f". Results in {out}; see `emergence-bench leaderboard {out}`", file=sys.stderr)
+          + f". Results in {out}; next: `emergence-bench {'rank' if sweep.ladder else 'leaderboard'} {out}`, "
+          f"then `emergence-bench report {out}`", file=sys.stderr)
     return 1 if ranked["failed"] or (tuning_counts and tuning_counts["failed"]) else 0
 
 

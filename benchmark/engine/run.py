@@ -82,7 +82,13 @@ def plan(config: dict | RunConfig | RunPlan) -> RunPlan:
         return config
     config = resolve(config)
     before = torch.get_rng_state()
-    task = build_task(config)
+    try:
+        task = build_task(config)
+    except (RuntimeError, MemoryError, OverflowError) as error:  # sizes no tensor can have: the input's fault
+        params = " ".join(f"{k}={v}" for k, v in config.task.params.items())
+        raise ConfigError(f"task {config.task.name!r} cannot be built with {params}: {type(error).__name__}: "
+                          f"{str(error).splitlines()[0] if str(error) else 'out of memory'} (is a size too "
+                          "large for this machine?)") from None
     if not torch.equal(before, torch.get_rng_state()):
         raise ConfigError(f"task {config.task.name!r} draws from torch's global RNG while it is built: draw "
                           "its instance from a generator seeded by its task_seed (see tasks/base.py)")

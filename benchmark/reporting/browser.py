@@ -6,6 +6,7 @@ screenshot (`emergence-bench report DIR --screenshot`, `make report-screenshot`)
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import os
 import shutil
@@ -15,6 +16,7 @@ import tempfile
 import time
 import urllib.request
 from dataclasses import dataclass, field
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -93,6 +95,33 @@ def check_page(page: str | Path, screenshot: str | Path | None = None, browser: 
                timeout: float = 60.0) -> PageCheck:
     """Open ``page`` (an HTML file) in headless ``browser`` (default: find_browser()), and return
     which figures loaded and the errors logged; with ``screenshot``, save a full-page PNG there."""
+    with _opened(page, browser, timeout) as tools:
+        images = json.loads(tools.call("Runtime.evaluate", expression=IMAGES, returnByValue=True)["result"]["value"])
+        check = PageCheck(images=[(alt, bool(loaded)) for alt, loaded in images], errors=tools.errors())
+        if screenshot is not None:
+            height = tools.call("Page.getLayoutMetrics")["cssContentSize"]["height"]
+            tools.call("Emulation.setDeviceMetricsOverride", width=WIDTH, height=min(int(height) + 1, MAX_HEIGHT),
+                       deviceScaleFactor=1, mobile=False)
+            data = base64.b64decode(tools.call("Page.captureScreenshot", format="png")["data"])
+            write_atomic(screenshot, lambda f: f.write(data))
+            check.screenshot = Path(screenshot)
+        return check
+
+
+def evaluate(page: str | Path, expression: str, browser: str | None = None, timeout: float = 60.0) -> Any:
+    """The value of the JavaScript ``expression`` in ``page`` (an HTML or SVG file) once loaded in the
+    headless browser: what a reader's browser lays out (e.g. where a figure's legend lies)."""
+    with _opened(page, browser, timeout) as tools:
+        result = tools.call("Runtime.evaluate", expression=expression, returnByValue=True)
+        if "exceptionDetails" in result:
+            raise RuntimeError(f"the expression threw: {result['exceptionDetails'].get('text', '')}")
+        return result["result"].get("value")
+
+
+@contextlib.contextmanager
+def _opened(page: str | Path, browser: str | None, timeout: float) -> Iterator[_DevTools]:
+    """``page`` loaded in a fresh headless browser (its own throwaway profile), as a DevTools
+    connection with the Runtime, Log and Page events enabled; the browser ends with the block."""
     browser = browser or find_browser()
     if browser is None:
         raise FileNotFoundError(f"no headless browser found (one of {', '.join(BROWSERS)}); "
@@ -117,17 +146,10 @@ def check_page(page: str | Path, screenshot: str | Path | None = None, browser: 
         tools.call("Emulation.setDeviceMetricsOverride", width=WIDTH, height=900, deviceScaleFactor=1, mobile=False)
         tools.call("Page.navigate", url=page.as_uri())
         tools.wait_for("Page.loadEventFired", timeout)
-        images = json.loads(tools.call("Runtime.evaluate", expression=IMAGES, returnByValue=True)["result"]["value"])
-        check = PageCheck(images=[(alt, bool(loaded)) for alt, loaded in images], errors=tools.errors())
-        if screenshot is not None:
-            height = tools.call("Page.getLayoutMetrics")["cssContentSize"]["height"]
-            tools.call("Emulation.setDeviceMetricsOverride", width=WIDTH, height=min(int(height) + 1, MAX_HEIGHT),
-                       deviceScaleFactor=1, mobile=False)
-            data = base64.b64decode(tools.call("Page.captureScreenshot", format="png")["data"])
-            write_atomic(screenshot, lambda f: f.write(data))
-            check.screenshot = Path(screenshot)
-        tools.socket.close()
-        return check
+        try:
+            yield tools
+        finally:
+            tools.socket.close()
     finally:
         _stop(process)
         _remove(Path(profile))

@@ -38,7 +38,8 @@ class Drawn:
 @dataclass
 class Results:
     """What the report's figures are drawn from: the rows, their leaderboard groups (label, members),
-    the results folder (for the saved attention maps) and the report's options."""
+    the results folder (for the saved attention maps, the tuning tables and rank.json) and the
+    report's options."""
 
     records: list[ResultRow]
     groups: list[tuple[str, list[ResultRow]]] = field(default_factory=list)
@@ -46,7 +47,10 @@ class Results:
     axes: tuple[str, str] | None = None
     maps: int = 4
     seed: int | None = None
+    reference: str | None = None  # the reference ranked against (--reference; default: DIR/rank.json's)
     ranked: dict | None = None  # rank.build's, once the ranking is drawn (its parts use it)
+    ranked_rows: list[ResultRow] = field(default_factory=list)  # the rows ranked: DIR's and the reference's
+    reference_data: dict | None = None  # the reference's file, once loaded
 
     @functools.cached_property
     def titles(self) -> dict[str, str]:

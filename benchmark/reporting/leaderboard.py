@@ -38,10 +38,22 @@ def flatten(data: dict, prefix: str = "") -> dict:
     return flat
 
 
-def _label(flat: dict, prefix: str, varying: list[str]) -> str:
-    params = [f"{k[len(prefix):]}={flat[k]}" for k in varying
-              if k.startswith(prefix) and k != prefix + "name" and k in flat]
-    return " ".join([str(flat[prefix + "name"])] + params)
+def _label(flat: dict, prefix: str, varying: dict[object, list[str]]) -> str:
+    """``name key=value ...``: the task's (``prefix`` "task.") or mixer's name and the keys that differ
+    between the rows of that name (``_varying_within``)."""
+    name = flat[prefix + "name"]
+    return " ".join([str(name)] + [f"{k[len(prefix):]}={flat[k]}" for k in varying.get(name, []) if k in flat])
+
+
+def _varying_within(flats: list[dict], keys: list[str], prefix: str) -> dict[object, list[str]]:
+    """Per task (``prefix`` "task.") or mixer name, those of ``keys`` under ``prefix`` that differ
+    between its rows: a label names only these, never a key just because another task lacks it."""
+    by_name: dict[object, list[dict]] = {}
+    for flat in flats:
+        by_name.setdefault(flat.get(prefix + "name"), []).append(flat)
+    return {name: [k for k in keys if k.startswith(prefix) and k != prefix + "name"
+                   and len({json.dumps(f.get(k), default=str) for f in members}) > 1]
+            for name, members in by_name.items()}
 
 
 def _interventions(config: dict) -> list[str]:
@@ -84,6 +96,7 @@ def build(records: list[ResultRow], over: tuple[str, ...] = ("seed",), keep_keys
     intervention_names = {n for r in records for n in _interventions(r["config"])}
     other = [k for k in varying if not k.startswith(("task.", "mixer."))
              and not (k.startswith("callbacks.") and k.split(".")[1] in intervention_names)]
+    task_keys, mixer_keys = _varying_within(flats, keys, "task."), _varying_within(flats, keys, "mixer.")
     groups: dict[str, list[int]] = {}
     for i, record in enumerate(records):
         groups.setdefault(group_key(record, over), []).append(i)
@@ -94,8 +107,8 @@ def build(records: list[ResultRow], over: tuple[str, ...] = ("seed",), keep_keys
         flat = flats[indices[0]]
         measured = [r for r in members if r["status"] in ("ok", "diverged")]
         row: dict[str, Any] = {
-            "task": _label(flat, "task.", varying),
-            "mixer": _label(flat, "mixer.", varying),
+            "task": _label(flat, "task.", task_keys),
+            "mixer": _label(flat, "mixer.", mixer_keys),
             "setting": " ".join(f"{k}={flat.get(k)}" for k in other) or "-",
             "intervention": _intervention_label(members[0]["config"]),
             "seeds": len(members),

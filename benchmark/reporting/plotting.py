@@ -87,12 +87,45 @@ def panel_title(ax: Axes, text: str, width: int = 48) -> None:
 
 
 def plain_log(ax: Axes, axis: str = "y") -> None:
-    """A log axis with plain tick labels (50, 100, 200; 0.001), not 2×10²."""
+    """A log axis with plain tick labels (50, 100, 200; 0.001), not 2×10², and few enough of them to
+    read: per decade 1; 1, 2, 5; or 1 to 9, whichever gives 3 to 8 labels over the data's span (a
+    span inside one decade: plain evenly spaced values). Call it after drawing the data."""
     which = ax.yaxis if axis == "y" else ax.xaxis
     (ax.set_yscale if axis == "y" else ax.set_xscale)("log")
-    which.set_major_locator(ticker.LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+    low, high = ax.get_ylim() if axis == "y" else ax.get_xlim()
+    which.set_major_locator(_log_locator(min(low, high), max(low, high)))
     which.set_major_formatter(ticker.FuncFormatter(lambda value, _: f"{value:g}"))
     which.set_minor_formatter(ticker.NullFormatter())
+
+
+def _log_locator(low: float, high: float) -> ticker.Locator:
+    """Major ticks for a log axis over [low, high]: the first choice of ticks per decade that puts 3 to
+    8 inside; many decades: whole decades, skipped to at most 8; within a decade: plain values."""
+    def inside(subs: tuple[float, ...]) -> int:
+        decades = range(int(np.floor(np.log10(low))), int(np.ceil(np.log10(high))) + 1)
+        return sum(low <= s * 10.0 ** d <= high for d in decades for s in subs)
+
+    if not (0 < low < high):
+        return ticker.LogLocator(base=10, numticks=8)
+    if inside((1.0,)) > 8:  # many decades: whole ones, some skipped
+        return ticker.LogLocator(base=10, numticks=8)
+    for subs in ((1.0,), (1.0, 2.0, 5.0), (1.0, 2.0, 3.0, 5.0), (1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0)):
+        if inside(subs) >= 3:  # at most 8: fewer decades than the previous choice needed
+            return ticker.LogLocator(base=10, subs=subs, numticks=12)
+    return ticker.MaxNLocator(nbins=4)  # the span lies within a decade: ticks at plain values
+
+
+def legend_above(figure: Figure, handles: list[Any], labels: list[str], columns: int | None = None) -> None:
+    """One legend for the whole figure, above its panels, where it covers no data; call it after
+    ``tight_layout`` (the page saves with a tight bounding box, which keeps the space above)."""
+    figure.legend(handles, labels, loc="lower center", bbox_to_anchor=(0.5, 1.0),
+                  ncol=columns or min(len(labels), 4), frameon=False)
+
+
+def log_label(ax: Axes, text: str, axis: str = "y") -> None:
+    """Label an axis ``text``, followed by "(log)" only where the axis is log-scaled."""
+    scale = ax.get_yscale() if axis == "y" else ax.get_xscale()
+    (ax.set_ylabel if axis == "y" else ax.set_xlabel)(f"{text} (log)" if scale == "log" else text)
 
 
 def draw_line(ax: Axes, x: Sequence[float] | np.ndarray, y: Sequence[float] | np.ndarray, **style: Any) -> None:

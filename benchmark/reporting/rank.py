@@ -351,8 +351,8 @@ def write(root: str | Path, axes: dict[str, str] | None = None, strict: bool = F
         records = records + reference.rows(ref, without=ours)
     ranked = build(records, axes, baseline)
     ranked["tuning"] = tuning + reference_tuning(ref, records, {(t["mixer"], t["group"]) for t in tuning})
-    ranked["reference"] = None if ref is None else {k: ref[k] for k in ("preset", "ladder", "commit", "versions",
-                                                                          "machine", "created")}
+    ranked["reference"] = None if ref is None else {"name": reference_name, **{k: ref[k] for k in (
+        "preset", "ladder", "commit", "versions", "machine", "created")}}  # name: what `report` ranks against
     markdown = to_markdown(ranked)
     if ref is not None:
         markdown = (f"Ranked against reference {ref['preset']} (ladder {ref['ladder']}, commit {str(ref['commit'])[:10]}, "

@@ -22,6 +22,7 @@ from emergence_bench.reporting import leaderboard
 from emergence_bench.reporting.figure import REGISTRY, Results, show
 from emergence_bench.reporting.figures import FIGURES
 from emergence_bench.reporting.page import Page
+from emergence_bench.reporting.ranked import rows_to_rank
 from emergence_bench.reporting.table import Table
 from emergence_bench.result_row import ResultRow, section
 from emergence_bench.results import (REPORT_FILE, RESULT_FILE, TUNING_DIR, code_version, load_records,
@@ -42,11 +43,13 @@ def _groups(records: list[ResultRow], table: pd.DataFrame, over: tuple[str, ...]
 
 def write(root: str | Path, out: str | Path | None = None, axes: tuple[str, str] | None = None,
           maps: int = 4, over: tuple[str, ...] = ("seed",), strict: bool = False,
-          figures: tuple[str, ...] | None = None, seed: int | None = None) -> Path:
+          figures: tuple[str, ...] | None = None, seed: int | None = None, reference: str | None = None) -> Path:
     """Write the report for every result under ``root``; returns the HTML file's path. Its figures
     also go to ``<report stem>_figures/`` beside it as PNG and SVG. ``figures``: those of FIGURES
     to draw (default: every one the results allow). ``seed``: the seed the staircase and filmstrip
-    show (default: each group's median-emergence seed). ``strict``: an unreadable result file is an
+    show (default: each group's median-emergence seed). ``reference``: the shipped results the ranking
+    figures rank the mixers ``root`` lacks against (``builtin`` or a file; default: the one
+    DIR/rank.json was ranked against, if any). ``strict``: an unreadable result file is an
     error, not a warning (see results.load_records)."""
     chosen = FIGURES if figures is None else tuple(figures)
     unknown = [f for f in chosen if f not in FIGURES]
@@ -64,11 +67,15 @@ def write(root: str | Path, out: str | Path | None = None, axes: tuple[str, str]
         raise ValueError(f"--seed {seed}: no run of that seed under {root}; seeds: {', '.join(map(str, seeds))}")
     leaderboard.check_over(records, over)
     table = leaderboard.build(records, over, keep_keys=True)
-    results = Results(records, _groups(records, table, over), root, axes, maps, seed)
+    if reference is not None:  # an unknown name, a bad file or another ladder: refused before anything is drawn
+        rows_to_rank(records, root, reference)
+    results = Results(records, _groups(records, table, over), root, axes, maps, seed, reference)
     page = Page(out.with_name(f"{out.stem}_figures"))
     page.add(f"<p>{len(records)} runs in {len(table)} groups.</p>")
     page.section("Leaderboard")
-    page.add(leaderboard.human_table(table.drop(columns="_key")).html())
+    shown, empty = leaderboard.human_table(table.drop(columns="_key")).without_empty_columns()
+    page.add(shown.html() + (f"<p>Not shown: {html.escape(', '.join(empty))}, \"-\" in every row "
+                             "(leaderboard.md has every column).</p>" if empty else ""))
     note = mixed_code_note(records)
     if note:
         page.add(f"<p><b>Note:</b> {html.escape(note)} (see Provenance below).</p>")

@@ -31,6 +31,14 @@ class Table:
                        + "</tr>" for row in self.rows)
         return f"<table>{head}<tbody>{body}</tbody></table>"
 
+    def without_empty_columns(self, empty: str = "-") -> tuple[Table, list[str]]:
+        """This table without the columns whose every cell is ``empty``, and those columns' names."""
+        keep = [i for i in range(len(self.header)) if any(row[i] != empty for row in self.rows)] \
+            if self.rows else list(range(len(self.header)))
+        dropped = [name for i, name in enumerate(self.header) if i not in keep]
+        return Table([self.header[i] for i in keep], [[row[i] for i in keep] for row in self.rows],
+                     self.row_headers), dropped
+
     def _tag(self, column: int) -> str:
         return "th" if self.row_headers and column == 0 else "td"
 

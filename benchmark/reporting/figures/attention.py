@@ -71,7 +71,7 @@ def attention_maps(run_dir: Path, label: str) -> Figure | None:
             else:
                 ax.axis("off")
     assert shown is not None  # every map has at least one head
-    figure.colorbar(shown, ax=axes.ravel().tolist(), shrink=0.8, label="attention weight (grey: row not scored)")
+    figure.colorbar(shown, ax=axes.ravel().tolist(), shrink=0.8, label="attention weight")  # grey: in the caption
     figure.suptitle(f"{label + ', ' if label else ''}step {saved['step']}")
     return figure
 

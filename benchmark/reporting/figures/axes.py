@@ -84,6 +84,7 @@ def axis_figure(records: list[ResultRow], axis: str) -> Figure | None:
             ax.scatter(x[~reached], budgets[~reached], marker="^", s=60, color=f"C{i % 10}")
             values += list(median[reached]) + list(budgets[~reached])
         xs = sorted({p["value"] for points in lines.values() for p in points})
+        ax.margins(x=0.08, y=0.1)  # room for the markers (and caps) at the first and last values
         if min(xs) > 0 and max(xs) / min(xs) > 10:
             plain_log(ax, "x")
         if len(xs) <= 12:  # the values the sweep ran, not a continuum between them

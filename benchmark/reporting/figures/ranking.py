@@ -11,8 +11,9 @@ from emergence_bench.config import ConfigError
 from emergence_bench.results import read_tables
 from emergence_bench.reporting import rank
 from emergence_bench.reporting.figures import comparison
+from emergence_bench.reporting.ranked import rows_to_rank
 from emergence_bench.reporting.figure import Drawn, Results, register_figure
-from emergence_bench.reporting.plotting import PAGE_INCHES, plain_log, plt
+from emergence_bench.reporting.plotting import PAGE_INCHES, legend_above, plain_log, plt
 from emergence_bench.reporting.figures.tuning_curves import tuning_figure
 from emergence_bench.results import TUNING_DIR
 
@@ -49,17 +50,21 @@ def ladder_figure(ranked: dict) -> Figure | None:
         top.set_ylabel("success rate (emerged)")
         plain_log(bottom)
         bottom.set_ylabel("median plateau end\n(▲: not reached, at budget)")
-    axes[0, 0].legend()
     figure.tight_layout()
+    handles, labels = axes[0, 0].get_legend_handles_labels()
+    legend_above(figure, handles, labels, columns=min(len(labels), 7))  # not on the first family's lines
     return figure
 
 
 @register_figure("ranking", "Ranking", "",
-                 "no task family varies one numeric task key over two or more mixers (see `rank`)")
+                 "no task family varies one numeric task key over two or more mixers (see `rank`; one mixer's "
+                 "ladder: `report DIR --reference builtin` ranks it beside the built-ins)")
 def _ranking(results: Results) -> list[Drawn]:
-    """The ranking's tables and ladder figure, where the results hold a ladder (``rank``)."""
+    """The ranking's tables and ladder figure, where the results (with a reference's rows for the
+    mixers they lack: ``ranked.rows_to_rank``) hold a ladder (``rank``)."""
+    rows, results.reference_data, axes = rows_to_rank(results.records, results.root, results.reference)
     try:
-        ranked = rank.build(results.records)
+        ranked = rank.build(rows, axes)
     except ConfigError:  # no single ladder per family: the sweep is not a ranking
         return []
     figure = ladder_figure(ranked)
@@ -67,7 +72,7 @@ def _ranking(results: Results) -> list[Drawn]:
         if figure is not None:
             plt.close(figure)
         return []
-    results.ranked = ranked
+    results.ranked, results.ranked_rows = ranked, rows
     tables = rank.tables(ranked)
     return [Drawn(figure, "ranking", caption=html.escape(rank.ranking_note(ranked["baseline"])),
                   alt="success and plateau vs rung",
@@ -85,9 +90,9 @@ def _ranking(results: Results) -> list[Drawn]:
                  "no tuning table: the runs were not tuned here (DIR/tuning) nor at the shipped reference's values",
                  part_of="ranking")
 def _tuning(results: Results) -> list[Drawn]:
-    tables = read_tables(results.root / TUNING_DIR) if results.root else []
+    tables = read_tables(results.root / TUNING_DIR) if results.root else []  # DIR's own (a plugin's)
     have = {(t["mixer"], t["group"]) for t in tables}
-    tables += rank.reference_tuning(None, results.records, have)
+    tables += rank.reference_tuning(results.reference_data, results.ranked_rows or results.records, have)
     figure = tuning_figure(tables)
     return [Drawn(figure, "tuning-curves", alt="success area against learning rate")] if figure else []
 
@@ -98,7 +103,7 @@ def _tuning(results: Results) -> list[Drawn]:
                  "before the event (censored). A curve that falls earlier is a mixer that finds the pattern sooner.",
                  "no ranked runs", part_of="ranking")
 def _survival(results: Results) -> list[Drawn]:
-    figure = comparison.survival_figure(results.ranked, results.records) if results.ranked else None
+    figure = comparison.survival_figure(results.ranked, results.ranked_rows) if results.ranked else None
     return [Drawn(figure, "survival")] if figure else []
 
 

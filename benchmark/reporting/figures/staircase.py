@@ -5,9 +5,11 @@ from __future__ import annotations
 from emergence_bench.callbacks.emergence import EMERGENCE
 import numpy as np
 from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
 
 from emergence_bench.reporting.figure import Drawn, Results, register_figure
-from emergence_bench.reporting.plotting import draw_line, panel_title, panels, plain_log, plt, short_titles
+from emergence_bench.reporting.plotting import (draw_line, legend_above, log_label, panel_title, panels, plain_log, plt,
+                                                short_titles)
 from emergence_bench.result_row import ResultRow, emergence_step, section
 
 
@@ -24,8 +26,9 @@ def staircase_seed(members: list[ResultRow], seed: int | None = None) -> ResultR
 
 def staircase(groups: list[tuple[str, list[ResultRow]]], limit: int, seed: int | None = None) -> Figure | None:
     """Per group (up to ``limit``): each output cell's eval loss over training for the group's
-    median-emergence seed, one line per cell, a dot where that cell emerged. Capabilities arriving
-    one cell at a time show as a staircase."""
+    median-emergence seed, one line per cell, a dot where that cell emerged; a log axis where every
+    loss is above 0 (labelled so only then). Capabilities arriving one cell at a time show as a
+    staircase."""
     shown = [(label, chosen) for label, members in groups
              if (chosen := staircase_seed(members, seed)) is not None][:limit]
     if not shown:
@@ -33,6 +36,7 @@ def staircase(groups: list[tuple[str, list[ResultRow]]], limit: int, seed: int |
     names = dict(zip([label for label, _ in groups], short_titles([label for label, _ in groups])[0]))
     titles = [names[label] for label, _ in shown]
     figure, axes = panels(len(shown))
+    shortcuts = False
     for ax, title, (label, record) in zip(axes, titles, shown):
         steps = np.array([step for step, _ in record["curves"]["eval_cells"]])
         losses = np.array([cells for _, cells in record["curves"]["eval_cells"]])  # [evals, cells]
@@ -47,26 +51,26 @@ def staircase(groups: list[tuple[str, list[ResultRow]]], limit: int, seed: int |
             at = emerged_at[c] if c < len(emerged_at) else None
             if at is not None and at in steps:
                 ax.scatter([at], [losses[list(steps).index(at), c]], color=colours[c], s=16, zorder=3)
-        if any(shortcut):
-            ax.plot([], [], color="grey", linestyle="--", label="shortcut cell")
-            ax.plot([], [], color="grey", label="pattern cell")
-            ax.legend(loc="lower left")
+        shortcuts |= any(shortcut)
         if np.all(losses > 0):
             plain_log(ax)
         ax.set_xlim(0, max(float(steps.max()), 1.0) * 1.05)
         panel_title(ax, f"{title + ', ' if title else ''}seed {record['seed']}", width=44)
         ax.set_xlabel("step")
-        ax.set_ylabel("eval loss per cell (log)")
+        log_label(ax, "eval loss per cell")
     figure.tight_layout()
+    if shortcuts:  # above the panels: a legend inside one would cover the drop it explains
+        legend_above(figure, [Line2D([], [], color="grey", linestyle="--"), Line2D([], [], color="grey")],
+                     ["shortcut cell", "pattern cell"])
     return figure
 
 
 @register_figure("staircase", "Per-cell eval loss (the staircase)",
                  "Each output cell's eval loss over training, one line per cell, for each group's median-emergence "
-                 "seed (log axis); a dot where that cell emerged; dashed: a shortcut cell, predictable from earlier "
-                 "outputs without the sparse pattern. Cells that drop one after another are capabilities arriving "
-                 "one at a time.", "no run kept its per-cell eval losses (curves.eval_cells: results from an older "
-                 "version)")
+                 "seed (a log axis where every loss is above 0, and then its label says so); a dot where that cell "
+                 "emerged; dashed: a shortcut cell, predictable from earlier outputs without the sparse pattern. "
+                 "Cells that drop one after another are capabilities arriving one at a time.",
+                 "no run kept its per-cell eval losses (curves.eval_cells: results from an older version)")
 def _staircase(results: Results) -> list[Drawn]:
     figure = staircase(results.groups, limit=max(1, results.maps), seed=results.seed)
     return [Drawn(figure, "staircase")] if figure else []
