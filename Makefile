@@ -13,7 +13,7 @@ TORCH_VERSION := 2.13.0
 TORCH_CPU_INDEX := https://download.pytorch.org/whl/cpu
 PIP := $(BIN)/pip install --quiet --no-compile
 
-.PHONY: bench report-screenshot test test-slow test-all typecheck install install-dev clean gpu-check
+.PHONY: bench report-screenshot test test-slow test-all typecheck lint install install-dev clean gpu-check
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -69,6 +69,10 @@ typecheck: install-dev
 	ln -s $(CURDIR)/benchmark/* .typecheck/emergence_bench/
 	ln -s $(CURDIR)/tasks $(CURDIR)/mixers $(CURDIR)/callbacks .typecheck/emergence_bench/
 	$(BIN)/mypy
+
+# ruff (pyproject's [tool.ruff]): pyflakes, import order and pycodestyle's non-layout errors, clean.
+lint: install-dev
+	$(BIN)/ruff check benchmark tasks mixers callbacks tests
 
 # The GPU lease's call (docs/gpu.md): every GPU check in one call, on the device image (.ci/gpu-check).
 gpu-check:

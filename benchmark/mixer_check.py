@@ -413,8 +413,8 @@ def check_noise(s: Subject) -> tuple[str, str]:
 
 @register_check("speed")
 def check_speed(s: Subject) -> tuple[str, str]:
-    from emergence_bench.perf.loops import step_seconds
     from emergence_bench.mixers.base import width_matched_spec
+    from emergence_bench.perf.loops import step_seconds
 
     reference = width_matched_spec("transformer")
     parts = []

@@ -20,8 +20,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from emergence_bench.abruptness import cell_transitions
-from emergence_bench.measurement import Measurement, register_measurement
 from emergence_bench.columns import Computed, missing
+from emergence_bench.measurement import Measurement, register_measurement
 from emergence_bench.result_row import Curves, Row, section
 
 COLUMNS = ("abrupt_cells", "cells_with_transition", "median_transition_share")

@@ -8,8 +8,8 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from emergence_bench.registry import register_callback
 from emergence_bench.callbacks.attention_bias import AttentionBias
+from emergence_bench.registry import register_callback
 from emergence_bench.results import MAPS_FILE
 
 if TYPE_CHECKING:

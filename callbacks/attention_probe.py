@@ -3,18 +3,18 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, TYPE_CHECKING, TypedDict
+from typing import TYPE_CHECKING, Any, TypedDict
 
 import lightning as L
 import torch
 
 from emergence_bench.callbacks.emergence import Emergence
-from emergence_bench.measurement import Measurement, register_measurement
-from emergence_bench.registry import register_callback
 from emergence_bench.columns import Median
+from emergence_bench.measurement import Measurement, register_measurement
+from emergence_bench.mixers.base import MixerContext
+from emergence_bench.registry import register_callback
 from emergence_bench.result_row import Row
 from emergence_bench.results import MAPS_FILE, write_atomic
-from emergence_bench.mixers.base import MixerContext
 
 if TYPE_CHECKING:
     from emergence_bench.callbacks.contract import MeasuredModule

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from functools import cached_property
-from typing import Any, TYPE_CHECKING, TypedDict
+from typing import TYPE_CHECKING, Any, TypedDict
 
 import lightning as L
 
+from emergence_bench.columns import Median, SuccessRate
 from emergence_bench.measurement import Measurement, every_run, register_measurement
 from emergence_bench.registry import register_callback
-from emergence_bench.columns import Median, SuccessRate
 
 if TYPE_CHECKING:
     from emergence_bench.tasks.base import SyntheticTask

@@ -11,10 +11,10 @@ from typing import Any
 
 import lightning as L
 
-from emergence_bench.measurement import Measurement, every_run, register_measurement
 from emergence_bench.callbacks.emergence import EMERGENCE
 from emergence_bench.callbacks.plateau import PLATEAU
 from emergence_bench.columns import AnyOf, Computed, First, Mean, missing
+from emergence_bench.measurement import Measurement, every_run, register_measurement
 from emergence_bench.result_row import Metrics, Row, TaskFacts, Timing, section, step_budget
 
 
@@ -142,8 +142,8 @@ def cells_learned(runs: Sequence[Row]) -> dict[str, Any]:
         if shortcut is None or per_cell is None or len(per_cell) != len(shortcut):
             continue
         learned = [step is not None for step in per_cell]
-        counts.append((sum(l and not s for l, s in zip(learned, shortcut)), shortcut.count(False),
-                       sum(l and s for l, s in zip(learned, shortcut)), shortcut.count(True)))
+        counts.append((sum(cell and not s for cell, s in zip(learned, shortcut)), shortcut.count(False),
+                       sum(cell and s for cell, s in zip(learned, shortcut)), shortcut.count(True)))
     if not counts:
         return dict.fromkeys(CELL_COLUMNS)
     return {name: sum(c[i] for c in counts) / len(counts) for i, name in enumerate(CELL_COLUMNS)}

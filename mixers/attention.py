@@ -8,9 +8,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from emergence_bench.registry import register_mixer
 from emergence_bench.mixers.base import MixerContext, TokenMixer
 from emergence_bench.mixers.init import WeightInit
+from emergence_bench.registry import register_mixer
 
 
 @register_mixer("transformer")

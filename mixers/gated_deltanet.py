@@ -20,7 +20,6 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from emergence_bench.registry import register_mixer
 from emergence_bench.mixers.backend import KERNEL, REFERENCE, choose
 from emergence_bench.mixers.base import MixerContext, TokenMixer
 from emergence_bench.mixers.init import WeightInit
@@ -30,6 +29,7 @@ from emergence_bench.mixers.ops.gated_delta_rule import (
     gated_delta_rule_kernel,
     l2_normalize,
 )
+from emergence_bench.registry import register_mixer
 
 
 @register_mixer("gated_deltanet")

@@ -24,10 +24,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from emergence_bench.registry import register_mixer
 from emergence_bench.mixers.base import MixerContext, TokenMixer
 from emergence_bench.mixers.init import WeightInit
 from emergence_bench.mixers.ops.lru_scan import lru_scan
+from emergence_bench.registry import register_mixer
 
 
 @register_mixer("lru")

@@ -13,11 +13,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from emergence_bench.registry import register_mixer
 from emergence_bench.mixers import backend as backends
 from emergence_bench.mixers.base import MixerContext, TokenMixer
 from emergence_bench.mixers.init import WeightInit
 from emergence_bench.mixers.ops.selective_scan import KERNEL_MODULE, selective_scan, selective_scan_kernel
+from emergence_bench.registry import register_mixer
 
 DT_MIN, DT_MAX, DT_FLOOR = 1e-3, 1e-1, 1e-4  # Mamba's range for the initial step size delta
 

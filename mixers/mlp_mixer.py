@@ -13,9 +13,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from emergence_bench.registry import register_mixer
 from emergence_bench.mixers.base import MixerContext, TokenMixer
 from emergence_bench.mixers.init import WeightInit
+from emergence_bench.registry import register_mixer
 
 TOKEN_MIXING = ("static", "mlp")
 MIXING_INIT = ("uniform", "scheme")

@@ -28,11 +28,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from emergence_bench.registry import register_mixer
-from emergence_bench.mixers.backend import KERNEL, REFERENCE, ENV, choose, requested
+from emergence_bench.mixers.backend import ENV, KERNEL, REFERENCE, choose, requested
 from emergence_bench.mixers.base import MixerContext, TokenMixer
 from emergence_bench.mixers.init import WeightInit
 from emergence_bench.mixers.ops.mlstm import KERNEL_MODULE, mlstm_chunkwise, mlstm_kernel, mlstm_parallel
+from emergence_bench.registry import register_mixer
 
 # The reference's quadratic form up to PARALLEL_UP_TO steps (the ranking's rungs are all within it,
 # so its shipped rows are the quadratic form's), chunkwise in chunks of CHUNK above: at the ranking's

@@ -21,10 +21,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from emergence_bench.registry import register_mixer
 from emergence_bench.mixers import backend as backends
 from emergence_bench.mixers.base import MixerContext, TokenMixer
 from emergence_bench.mixers.ops.rwkv7 import KERNEL_MODULE, rwkv7_chunked, rwkv7_kernel
+from emergence_bench.registry import register_mixer
 
 # The decay is exp(-exp(-0.5) * sigmoid(·)): the official soft clamp w = -softplus(-z) - 0.5 of the
 # log log-decay, written directly as a log decay (exp(w) = exp(-0.5) * sigmoid(z)).

@@ -38,7 +38,6 @@ import lightning as L
 import torch
 from torch.utils.data import DataLoader, Dataset, IterableDataset
 
-
 CONTROLS = ("near_miss", "placebo")  # the control patterns every task has (control_patterns)
 
 

@@ -16,8 +16,8 @@ import pytest
 import torch
 from torch import nn
 
-from emergence_bench.registry import register_mixer
 from emergence_bench.mixers.base import TokenMixer
+from emergence_bench.registry import register_mixer
 
 CLI = str(Path(sys.executable).parent / "emergence-bench")
 

@@ -3,9 +3,9 @@ from types import SimpleNamespace
 import pytest
 import torch
 
+from emergence_bench.callbacks.attention_bias import AttentionBias
 from emergence_bench.engine.model import SequenceModel
 from emergence_bench.engine.run import run
-from emergence_bench.callbacks.attention_bias import AttentionBias
 from emergence_bench.mixers.base import MixerContext
 from emergence_bench.tasks.linear_map import LinearMap
 

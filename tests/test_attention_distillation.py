@@ -3,10 +3,10 @@ from types import SimpleNamespace
 import pytest
 import torch
 
+from emergence_bench.callbacks.attention_distillation import AttentionDistillation
 from emergence_bench.config import ConfigError
 from emergence_bench.engine.model import SequenceModel
 from emergence_bench.engine.run import check, run
-from emergence_bench.callbacks.attention_distillation import AttentionDistillation
 
 TASK = {"name": "linear_map", "state_size": 4, "sparsity": 1, "batch_size": 64}
 

@@ -3,8 +3,8 @@ import math
 import pytest
 import torch
 
-from emergence_bench.engine.run import run
 from emergence_bench.callbacks.attention_probe import attention_stats
+from emergence_bench.engine.run import run
 from emergence_bench.tasks.linear_map import LinearMap
 
 

@@ -3,11 +3,10 @@
 import json
 
 import pytest
-
-from emergence_bench.results import UnreadableResult, load_records, read_result
-from emergence_bench.reporting import leaderboard
-
 from test_rank import ladder_records
+
+from emergence_bench.reporting import leaderboard
+from emergence_bench.results import UnreadableResult, load_records, read_result
 
 
 def folder_with(tmp_path, bad: dict[str, str]) -> None:

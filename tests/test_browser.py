@@ -7,9 +7,9 @@ import json
 import numpy as np
 import pytest
 
+from emergence_bench.engine.run import run
 from emergence_bench.reporting import report
 from emergence_bench.reporting.browser import check_page, evaluate, find_browser
-from emergence_bench.engine.run import run
 
 pytestmark = pytest.mark.skipif(find_browser() is None, reason="no headless browser installed (apt-get install chromium)")
 

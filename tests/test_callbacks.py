@@ -1,13 +1,12 @@
-from types import SimpleNamespace
-
 import math
+from types import SimpleNamespace
 
 import lightning as L
 import pytest
 
-from emergence_bench.registry import register_callback
 from emergence_bench.callbacks.emergence import Emergence
 from emergence_bench.callbacks.plateau import Plateau
+from emergence_bench.registry import register_callback
 
 TASK = SimpleNamespace(chance_loss=math.log(2), floor_loss=0.0)
 
@@ -153,8 +152,8 @@ class LossLog(L.Callback):
 def test_every_steps_loss_reaches_the_callbacks_once_in_order_though_read_every_log_every(stop, tmp_path, tiny_config):
     """Losses are read back every 7 steps here; a run stopped by emergence between reads (stop) still
     hands on its last ones, and both engines hand on the same."""
-    from emergence_bench.execution.seed_parallel import run_seed_parallel
     from emergence_bench.engine.run import run
+    from emergence_bench.execution.seed_parallel import run_seed_parallel
 
     callbacks = {"test_loss_log": {}}
     if stop is not None:

@@ -40,10 +40,10 @@ def row(seed: int, task_seed: int = 0, emergence: int | None = 500, plateau: int
     loss = [0.69 / (1 + math.exp((t - drop) / 10)) for t in STEPS]
     return {"run_id": f"r{seed}-{task_seed}-{id(base)}", "status": "ok", "seed": seed, "config": base,
             "timing": {"steps": BUDGET}, "emergence": {"step": emergence}, "plateau": {"end_step": plateau},
-            "attention_probe": ({"applicable": True, "history": [[t, 1 - l / 0.69, 1.0] for t, l in zip(STEPS, loss)]}
+            "attention_probe": ({"applicable": True, "history": [[t, 1 - value / 0.69, 1.0] for t, value in zip(STEPS, loss)]}
                                 if attention else {"applicable": False, "not_applicable": "no scores"}),
-            "curves": {"eval": [[t, l, 1 - l] for t, l in zip(STEPS, loss)],
-                       "eval_cells": [[t, [l] * 3] for t, l in zip(STEPS, cells or loss)] if cells is None
+            "curves": {"eval": [[t, value, 1 - value] for t, value in zip(STEPS, loss)],
+                       "eval_cells": [[t, [value] * 3] for t, value in zip(STEPS, cells or loss)] if cells is None
                        else [[t, list(c)] for t, c in zip(STEPS, cells)]},
             "task_facts": {"chance_loss": math.log(2), "floor_loss": 0.0, "shortcut_cells": [False] * 3},
             **sections}

@@ -1,8 +1,8 @@
 import pytest
 
 from emergence_bench.config import ConfigError, parse_value, resolve, set_dotted
-from emergence_bench.registry import UnknownNameError
 from emergence_bench.engine.run import check
+from emergence_bench.registry import UnknownNameError
 
 
 def test_defaults_are_resolved_in_full():

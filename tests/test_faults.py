@@ -20,13 +20,13 @@ from torch import nn
 from emergence_bench import results
 from emergence_bench.cli import main
 from emergence_bench.config import ConfigError, resolve
-from emergence_bench.execution.workers import Workers, WorkerLost
-from emergence_bench.mixers.base import TokenMixer
 from emergence_bench.engine.module import EmergenceModule
-from emergence_bench.registry import register_mixer
-from emergence_bench.reporting import leaderboard
 from emergence_bench.engine.run import run
 from emergence_bench.engine.run_folder import RunFolder, RunLock
+from emergence_bench.execution.workers import WorkerLost, Workers
+from emergence_bench.mixers.base import TokenMixer
+from emergence_bench.registry import register_mixer
+from emergence_bench.reporting import leaderboard
 
 
 @register_mixer("test_faults_open_ended")

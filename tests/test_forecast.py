@@ -12,7 +12,15 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from emergence_bench.forecast.evaluate import Fleet, in_domain, permutation_p, replay_stop, scores, stop_savings, transfer
+from emergence_bench.forecast.evaluate import (
+    Fleet,
+    in_domain,
+    permutation_p,
+    replay_stop,
+    scores,
+    stop_savings,
+    transfer,
+)
 from emergence_bench.forecast.features import FEATURES, outcome, window_features
 from emergence_bench.forecast.survival import LogNormalAFT, concordance, fit
 from emergence_bench.results import load_records, write_json

@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from emergence_bench import registry
-from emergence_bench.mixers.backend import ENV
 from emergence_bench.engine.model import SequenceModel
+from emergence_bench.mixers.backend import ENV
 
 # float32 on both sides, TF32 off: only the order of floating-point sums differs. (float32 against
 # float64, both on the CPU, differ by up to 2e-5 in these models' gradients: mlstm's.)

@@ -1,11 +1,11 @@
 import torch
 from torch import nn
 
-from emergence_bench.engine.model import SequenceModel
-from emergence_bench.registry import register_mixer
-from emergence_bench.engine.run import run
 from emergence_bench.callbacks.influence_probe import influence_maps
+from emergence_bench.engine.model import SequenceModel
+from emergence_bench.engine.run import run
 from emergence_bench.mixers.base import TokenMixer
+from emergence_bench.registry import register_mixer
 
 
 @register_mixer("test_shift")

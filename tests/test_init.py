@@ -6,13 +6,13 @@ import pytest
 import torch
 from torch import nn
 
-from emergence_bench.reporting import leaderboard
 from emergence_bench.config import ConfigError, resolve
 from emergence_bench.engine.model import SequenceModel
-from emergence_bench.registry import register_mixer
 from emergence_bench.engine.run import build_model, build_task, run
 from emergence_bench.mixers.base import TokenMixer
 from emergence_bench.mixers.init import WeightInit
+from emergence_bench.registry import register_mixer
+from emergence_bench.reporting import leaderboard
 
 
 def model_for(init: str, **model) -> SequenceModel:

@@ -4,8 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from emergence_bench.reporting import leaderboard
 from emergence_bench.config import resolve
+from emergence_bench.reporting import leaderboard
 
 
 def row(seed, mixer="transformer", emergence=None, plateau=None, bias=False, status="ok", budget=1000):

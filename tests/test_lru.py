@@ -9,11 +9,11 @@ import torch
 import torch.nn.functional as F
 
 from emergence_bench.engine.ensemble_probe import seed_parallel_supported
+from emergence_bench.engine.model import SequenceModel
 from emergence_bench.mixers.base import MixerContext
 from emergence_bench.mixers.init import WeightInit
 from emergence_bench.mixers.lru import LRU
 from emergence_bench.mixers.ops.lru_scan import lru_scan
-from emergence_bench.engine.model import SequenceModel
 from emergence_bench.perf.loops import step_seconds
 from emergence_bench.perf.mixers import builtin_mixers
 

@@ -10,11 +10,17 @@ from typing import TypedDict
 
 import pytest
 
+from emergence_bench.columns import Mean, Median
 from emergence_bench.config import resolve
 from emergence_bench.forecast.features import probe_history
-from emergence_bench.measurement import Measurement, measurement, measurements, register_measurement, unregister_measurement
+from emergence_bench.measurement import (
+    Measurement,
+    measurement,
+    measurements,
+    register_measurement,
+    unregister_measurement,
+)
 from emergence_bench.reporting import leaderboard
-from emergence_bench.columns import Mean, Median
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -120,8 +126,8 @@ def test_the_forecast_reads_the_first_declared_pattern_probe_the_run_measured():
 
 
 def test_every_declared_figure_is_a_report_figure():
-    from emergence_bench.reporting.figure import REGISTRY
     from emergence_bench.reporting import figures  # noqa: F401  (registers them)
+    from emergence_bench.reporting.figure import REGISTRY
 
     for m in measurements():
         assert set(m.figures) <= set(REGISTRY), (m.name, set(m.figures) - set(REGISTRY))

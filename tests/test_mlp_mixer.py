@@ -5,10 +5,10 @@ import torch
 import torch.nn.functional as F
 
 from emergence_bench.engine.model import SequenceModel
-from emergence_bench.registry import mixers
 from emergence_bench.engine.run import run
 from emergence_bench.mixers.base import MixerContext
 from emergence_bench.mixers.mlp_mixer import CausalMLPMixer
+from emergence_bench.registry import mixers
 from emergence_bench.tasks.linear_map import LinearMap
 
 FORMS = ["static", "mlp"]

@@ -6,12 +6,12 @@ import torch
 
 import emergence_bench.mixers.mlstm
 from emergence_bench.engine.ensemble_probe import seed_parallel_supported
+from emergence_bench.engine.model import SequenceModel
 from emergence_bench.mixers.backend import ENV
 from emergence_bench.mixers.base import MixerContext
 from emergence_bench.mixers.init import WeightInit
 from emergence_bench.mixers.mlstm import KERNEL_MODULE, MLSTM
 from emergence_bench.mixers.ops.mlstm import mlstm_recurrent
-from emergence_bench.engine.model import SequenceModel
 from emergence_bench.perf.loops import step_seconds
 from emergence_bench.perf.mixers import builtin_mixers
 

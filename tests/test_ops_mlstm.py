@@ -8,9 +8,14 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from emergence_bench.mixers.ops.mlstm import (EPS, KERNEL_MODULE, mlstm_chunkwise, mlstm_kernel, mlstm_parallel,
-                                              mlstm_recurrent)
-
+from emergence_bench.mixers.ops.mlstm import (
+    EPS,
+    KERNEL_MODULE,
+    mlstm_chunkwise,
+    mlstm_kernel,
+    mlstm_parallel,
+    mlstm_recurrent,
+)
 
 try:  # the oracle: NX-AI's mlstm-kernels (dev extra; NXAI Community License, so never a core dependency)
     from mlstm_kernels.torch.parallel.native_stablef import mlstm_parallel__native_stablef_autograd

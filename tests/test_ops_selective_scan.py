@@ -55,8 +55,8 @@ def assert_same_outputs_and_grads(close, y, grads, y_ref, grads_ref, tol):
     """y and every input's gradient against the reference's, each to ``tol`` (``close`` is the
     assert_close_scaled fixture)."""
     close(y, y_ref, tol, "y")
-    for name, grad, grad_ref in zip(NAMES, grads, grads_ref):
-        close(grad, grad_ref, tol, f"d{name}")
+    for name, gradient, gradient_ref in zip(NAMES, grads, grads_ref):
+        close(gradient, gradient_ref, tol, f"d{name}")
 
 
 @pytest.mark.parametrize("L", [1, 4, 13, 16, 37])
@@ -80,9 +80,9 @@ def test_selective_scan_float32_matches_float64_oracle(L, delta_scale, assert_cl
     y_ref, grads_ref = outputs_and_grads(oracle_selective_scan, inputs64, weight)
     assert y.dtype == torch.float32 and torch.isfinite(y).all()
     assert_close_scaled(y, y_ref, TOL32, "y")
-    for name, grad, grad_ref in zip(NAMES, grads, grads_ref):
-        assert torch.isfinite(grad).all(), name
-        assert_close_scaled(grad, grad_ref, TOL32, f"d{name}")
+    for name, gradient, gradient_ref in zip(NAMES, grads, grads_ref):
+        assert torch.isfinite(gradient).all(), name
+        assert_close_scaled(gradient, gradient_ref, TOL32, f"d{name}")
 
 
 @pytest.mark.parametrize("L", [1, 10, 25])
@@ -174,6 +174,6 @@ def test_kernel_core_op_matches_reference_on_gpu(assert_close_scaled):
     y, grads = outputs_and_grads(kernel, inputs, weight)
     y_ref, grads_ref = outputs_and_grads(selective_scan, inputs, weight)
     assert_close_scaled(y, y_ref, 1e-4, "y")
-    for name, grad, grad_ref in zip(NAMES, grads, grads_ref):
-        assert_close_scaled(grad, grad_ref, 1e-3, f"d{name}")
+    for name, gradient, gradient_ref in zip(NAMES, grads, grads_ref):
+        assert_close_scaled(gradient, gradient_ref, 1e-3, f"d{name}")
 

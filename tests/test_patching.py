@@ -9,11 +9,11 @@ import pytest
 import torch
 
 from emergence_bench.analysis import analyze
+from emergence_bench.analysis.patching import attention_layers, capture, ground_truth_maps, patch_models
+from emergence_bench.callbacks.checkpoints import saved_checkpoints
 from emergence_bench.commands import analyze as analyze_command
 from emergence_bench.engine.model import SequenceModel
-from emergence_bench.analysis.patching import attention_layers, capture, ground_truth_maps, patch_models
 from emergence_bench.engine.run import run
-from emergence_bench.callbacks.checkpoints import saved_checkpoints
 from emergence_bench.tasks.linear_map import LinearMap
 
 HEADS, HEAD_DIM = 4, 8

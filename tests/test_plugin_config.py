@@ -8,8 +8,8 @@ import yaml
 from torch import nn
 
 from emergence_bench.config import ConfigError, resolve, set_dotted
-from emergence_bench.execution.sweep_spec import load_sweep
 from emergence_bench.engine.model import SequenceModel
+from emergence_bench.execution.sweep_spec import load_sweep
 from emergence_bench.mixers.base import TokenMixer
 from emergence_bench.registry import register_mixer
 

@@ -13,10 +13,10 @@ from tokenizers import Tokenizer, models, pre_tokenizers  # noqa: E402
 from transformers import GPTNeoXConfig, GPTNeoXForCausalLM, PreTrainedTokenizerFast  # noqa: E402
 
 from emergence_bench.analysis import pythia  # noqa: E402
+from emergence_bench.analysis.language_probes import PROBES, SINGLE, probe_set  # noqa: E402
+from emergence_bench.cli import main as cli_main  # noqa: E402
 from emergence_bench.commands import analyze  # noqa: E402
 from emergence_bench.reporting import leaderboard  # noqa: E402
-from emergence_bench.cli import main as cli_main  # noqa: E402
-from emergence_bench.analysis.language_probes import PROBES, SINGLE, probe_set  # noqa: E402
 
 VOCAB = {"[UNK]": 0, **{str(d): d + 1 for d in range(10)}}
 PERIOD = 8  # the repetition probe's string length

@@ -170,7 +170,7 @@ def ladder_cells(preset: str, ladder: dict) -> tuple[dict, list[dict]]:
 
     raw = [config for _, config in load_sweep(preset).raw_runs()]
     found = rank.ladders([{"config": config, "status": "ok"} for config in raw])
-    assert {f: (l["axis"], l["rungs"]) for f, l in found.items()} == ladder
+    assert {f: (ladder["axis"], ladder["rungs"]) for f, ladder in found.items()} == ladder
     assert len({c["model"]["d_model"] for c in raw}) == 1  # matched width
     cells = {}
     for c in raw:

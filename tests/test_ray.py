@@ -12,7 +12,6 @@ from pathlib import Path
 import pytest
 import yaml
 
-
 ray = pytest.importorskip("ray")
 RAY = str(Path(sys.executable).parent / "ray")
 # A loopback test cluster: no usage stats, and no token auth (Ray turns it on by itself when some

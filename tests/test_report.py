@@ -3,11 +3,11 @@ import re
 
 import pytest
 
+from emergence_bench.engine.run import run
 from emergence_bench.reporting import report
 from emergence_bench.reporting.figure import REGISTRY, Results, show
 from emergence_bench.reporting.figures import FIGURES, attention, axes, curves, seeds, staircase
 from emergence_bench.reporting.page import Page
-from emergence_bench.engine.run import run
 
 
 def test_report_from_a_small_sweep_has_every_figure(tmp_path, tiny_config):

@@ -6,24 +6,23 @@ import json
 import math
 from pathlib import Path
 
-import yaml
-
 import lightning as L
 import pytest
 import torch
 import torch.nn.functional as F
+import yaml
 from torch import nn
 
 from emergence_bench import registry
+from emergence_bench.callbacks.checkpoints import saved_checkpoints
 from emergence_bench.config import resolve
-from emergence_bench.registry import register_callback, register_mixer
-from emergence_bench.engine.run import build_model, build_task, run
 from emergence_bench.engine.batching import register_flash_rule
 from emergence_bench.engine.ensemble import EnsembleModule, clip_per_seed_
-from emergence_bench.execution.seed_parallel import run_seed_parallel
 from emergence_bench.engine.ensemble_probe import seed_parallel_supported
-from emergence_bench.callbacks.checkpoints import saved_checkpoints
+from emergence_bench.engine.run import build_model, build_task, run
+from emergence_bench.execution.seed_parallel import run_seed_parallel
 from emergence_bench.mixers.base import TokenMixer
+from emergence_bench.registry import register_callback, register_mixer
 
 # Small hyperparameters per built-in mixer; a mixer not listed runs with its defaults.
 SMALL = {"transformer": {"n_heads": 2, "head_dim": 4}, "mamba": {"d_state": 4},

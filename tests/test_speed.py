@@ -8,11 +8,11 @@ import dataclasses
 import pytest
 import torch
 
-from emergence_bench.engine import training
 from emergence_bench.config import resolve
+from emergence_bench.engine import training
+from emergence_bench.engine.run import run
 from emergence_bench.execution.seed_parallel import run_seed_parallel
 from emergence_bench.perf import loops, speed, timing
-from emergence_bench.engine.run import run
 
 
 # --- the arithmetic, on scripted timings -----------------------------------------------------------

@@ -13,10 +13,11 @@ import pytest
 import torch
 from torch import nn
 
+from emergence_bench.engine.model import SequenceModel
 from emergence_bench.mixers import gated_deltanet, lru, mamba, mlstm, rwkv
 from emergence_bench.mixers.base import MixerContext
-from emergence_bench.mixers.ops import gated_delta_rule, lru_scan, mlstm as mlstm_ops, rwkv7, selective_scan
-from emergence_bench.engine.model import SequenceModel
+from emergence_bench.mixers.ops import gated_delta_rule, lru_scan, rwkv7, selective_scan
+from emergence_bench.mixers.ops import mlstm as mlstm_ops
 from emergence_bench.registry import mixers as mixer_registry
 
 D_MODEL, MAX_LEN = 32, 64

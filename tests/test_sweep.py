@@ -5,8 +5,8 @@ import yaml
 
 from emergence_bench.config import ConfigError
 from emergence_bench.execution import tuning
-from emergence_bench.execution.sweep_spec import Group, Sweep, load_sweep, merge, presets
 from emergence_bench.execution.sweep import run_sweep
+from emergence_bench.execution.sweep_spec import Group, Sweep, load_sweep, merge, presets
 
 
 def test_merge_deep_merges_and_replaces_a_renamed_task():

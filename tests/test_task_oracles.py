@@ -6,10 +6,10 @@ import math
 
 import pytest
 import torch
+from test_cellular_automata import oracle_step  # one transition, cell by cell
 
 from emergence_bench.tasks.cellular_automata import COUNT_ALPHAS, CellularAutomata
 from emergence_bench.tasks.neural_ca import NeuralCA
-from test_cellular_automata import oracle_step  # one transition, cell by cell
 
 
 def every_sequence(task) -> list[list[int]]:

@@ -8,13 +8,14 @@ import pytest
 import torch
 import yaml
 
-from emergence_bench.machine import threads as cfg
 from emergence_bench.cli import main
-from emergence_bench.config import ConfigError, resolve, hashed_config
-from emergence_bench.machine.threads import SMALL_STEP_FLOPS, choose_threads, step_flops
-from emergence_bench.execution import ray_executor, sweep as sweeps, sweep_spec
-from emergence_bench.registry import register_callback
+from emergence_bench.config import ConfigError, hashed_config, resolve
 from emergence_bench.engine.run import apply_threads, run
+from emergence_bench.execution import ray_executor, sweep_spec
+from emergence_bench.execution import sweep as sweeps
+from emergence_bench.machine import threads as cfg
+from emergence_bench.machine.threads import SMALL_STEP_FLOPS, choose_threads, step_flops
+from emergence_bench.registry import register_callback
 
 
 @register_callback("test_thread_probe")

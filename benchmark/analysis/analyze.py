@@ -29,8 +29,8 @@ EMERGENCE_FILE = "emergence.json"  # in the run's ANALYSIS_DIR; patch files are 
 # --- loading a run -------------------------------------------------------------------------------
 def load_run(run_dir: str | Path) -> tuple[RunConfig, SyntheticTask, dict[int, Path]]:
     """(resolved RunConfig, task, {step: checkpoint path}) of a run directory."""
-    from emergence_bench.engine.run import build_task, check
     from emergence_bench.callbacks.checkpoints import saved_checkpoints
+    from emergence_bench.engine.run import build_task, check
 
     run_dir = Path(run_dir)
     config_path = run_dir / CONFIG_FILE

@@ -3,8 +3,16 @@ module per claim of PAPER.md, in its order. Importing this package declares them
 holds the comparisons they share, and ``design`` the frozen settings of the confirmation."""
 
 from emergence_bench.claim import CLAIMS, Claim
-from emergence_bench.claims import (abrupt, architectures, bias, curricula, difficulty, heads,  # noqa: F401
-                                    patching, seeds)
+from emergence_bench.claims import (  # noqa: F401
+    abrupt,
+    architectures,
+    bias,
+    curricula,
+    difficulty,
+    heads,
+    patching,
+    seeds,
+)
 
 
 def claims() -> tuple[Claim, ...]:

@@ -13,13 +13,13 @@ Two tests on the ``emergence`` group:
 
 from __future__ import annotations
 
-from emergence_bench.callbacks.attention_probe import ATTENTION_PROBE
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
 from emergence_bench.abruptness import ABRUPT_SHARE, cell_transitions, loss_transition, transition
+from emergence_bench.callbacks.attention_probe import ATTENTION_PROBE
 from emergence_bench.claim import Claim, Evidence, NotApplicable, Outcome, Rows, has_attention, register_claim
 from emergence_bench.claims import compare
 from emergence_bench.claims.design import frozen

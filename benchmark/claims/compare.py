@@ -21,10 +21,17 @@ from collections.abc import Sequence
 import numpy as np
 
 from emergence_bench.claim import Evidence, event_times, never_as_inf
-from emergence_bench.stats import kaplan_meier_median, wilson_interval
 from emergence_bench.result_row import Row
-from emergence_bench.significance import (binomial_test, bootstrap_difference, bootstrap_ratio, detectable_shift_ratio,
-                                          jonckheere, logrank, mann_whitney)
+from emergence_bench.significance import (
+    binomial_test,
+    bootstrap_difference,
+    bootstrap_ratio,
+    detectable_shift_ratio,
+    jonckheere,
+    logrank,
+    mann_whitney,
+)
+from emergence_bench.stats import kaplan_meier_median, wilson_interval
 
 
 def _finite(value: float) -> float | None:

@@ -11,10 +11,10 @@ two-sided, and the prediction is "sooner".
 
 from __future__ import annotations
 
-from emergence_bench.callbacks.emergence import EMERGENCE
 from collections.abc import Mapping
 from typing import Any
 
+from emergence_bench.callbacks.emergence import EMERGENCE
 from emergence_bench.claim import Claim, NotApplicable, Outcome, Rows, register_claim
 from emergence_bench.claims import compare
 from emergence_bench.claims.design import frozen

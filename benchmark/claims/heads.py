@@ -22,8 +22,17 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from emergence_bench.claim import (Claim, Evidence, NotApplicable, Outcome, Rows, arm, config_value, has_attention,
-                                   register_claim)
+from emergence_bench.claim import (
+    Claim,
+    Evidence,
+    NotApplicable,
+    Outcome,
+    Rows,
+    arm,
+    config_value,
+    has_attention,
+    register_claim,
+)
 from emergence_bench.claims import compare
 from emergence_bench.claims.design import CA_STATE_SIZE, frozen
 from emergence_bench.result_row import Row, emergence_step

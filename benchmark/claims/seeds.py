@@ -16,8 +16,16 @@ from typing import Any
 
 import numpy as np
 
-from emergence_bench.claim import (Claim, Evidence, NotApplicable, Outcome, Rows, config_value, event_times,
-                                   register_claim)
+from emergence_bench.claim import (
+    Claim,
+    Evidence,
+    NotApplicable,
+    Outcome,
+    Rows,
+    config_value,
+    event_times,
+    register_claim,
+)
 from emergence_bench.claims.design import frozen
 
 

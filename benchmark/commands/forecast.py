@@ -9,12 +9,11 @@ on a whole fleet for ``sweep --forecast-stop``.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import argparse
 import json
 import math
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
 from emergence_bench.commands.arguments import add_results_dir, add_strict, results_in
 from emergence_bench.commands.command import Subparsers, register_command

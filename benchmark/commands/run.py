@@ -8,8 +8,14 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, get_args
 
-from emergence_bench.commands.arguments import (BATCHING_HELP, CONFIG_FLAGS, THREADS_HELP, config_overrides,
-                                                results_folder, threads)
+from emergence_bench.commands.arguments import (
+    BATCHING_HELP,
+    CONFIG_FLAGS,
+    THREADS_HELP,
+    config_overrides,
+    results_folder,
+    threads,
+)
 from emergence_bench.commands.command import Subparsers, register_command
 from emergence_bench.config import Batching
 from emergence_bench.result_row import emergence_step, section
@@ -83,9 +89,9 @@ def main(args: argparse.Namespace, extra: list[str]) -> int:
 
 def _run_seeds(config: RunConfig, args: argparse.Namespace) -> int:
     """`run --seed-parallel K`: seeds s, s+1, ..., s+K-1 of the config, trained together."""
+    from emergence_bench.engine.run import check
     from emergence_bench.execution.seed_parallel import run_seed_parallel
     from emergence_bench.results import RESULT_FILE
-    from emergence_bench.engine.run import check
 
     configs = []
     for offset in range(args.seed_parallel):

@@ -8,8 +8,14 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, get_args
 
-from emergence_bench.commands.arguments import (BATCHING_HELP, CONFIG_FLAGS, THREADS_HELP, config_overrides,
-                                                results_folder, threads)
+from emergence_bench.commands.arguments import (
+    BATCHING_HELP,
+    CONFIG_FLAGS,
+    THREADS_HELP,
+    config_overrides,
+    results_folder,
+    threads,
+)
 from emergence_bench.commands.command import Subparsers, register_command
 from emergence_bench.config import Batching
 
@@ -75,8 +81,8 @@ def main(args: argparse.Namespace, extra: list[str]) -> int:
     resolve_sections(fixed)
 
     from emergence_bench.execution import tuning
-    from emergence_bench.execution.sweep_spec import load_sweep, presets
     from emergence_bench.execution.sweep import Stage, clock, run_stages
+    from emergence_bench.execution.sweep_spec import load_sweep, presets
 
     if args.list:
         for name in presets():

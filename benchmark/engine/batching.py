@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Iterator
-from typing import Any, cast
 from contextlib import contextmanager
+from typing import Any, cast
 
 import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel

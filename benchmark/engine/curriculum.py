@@ -15,8 +15,8 @@ from emergence_bench import registry
 from emergence_bench.config import RunConfig
 from emergence_bench.engine.model import SequenceModel
 from emergence_bench.engine.module import EmergenceModule
-from emergence_bench.tasks.base import SyntheticTask
 from emergence_bench.engine.trainer import build_logger, build_trainer
+from emergence_bench.tasks.base import SyntheticTask
 
 
 def stage_tasks(config: RunConfig) -> list[SyntheticTask]:

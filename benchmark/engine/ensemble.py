@@ -13,15 +13,15 @@ from torch import nn
 from torch.func import functional_call, vmap
 from torch.utils.data import DataLoader, IterableDataset
 
-from emergence_bench.config import OptimConfig
-from emergence_bench.engine.batching import vmapped
-from emergence_bench.mixers.base import MixerContext
-from emergence_bench.engine.model import SequenceModel
-from emergence_bench.engine import training
 from emergence_bench.callbacks.contract import EvalResult
+from emergence_bench.config import OptimConfig
+from emergence_bench.engine import training
+from emergence_bench.engine.batching import vmapped
+from emergence_bench.engine.model import SequenceModel
 from emergence_bench.engine.module import EvalTally
-from emergence_bench.engine.training import LossBuffer, scored_rows, train_losses
 from emergence_bench.engine.optim import adamw, is_decayed
+from emergence_bench.engine.training import LossBuffer, scored_rows, train_losses
+from emergence_bench.mixers.base import MixerContext
 from emergence_bench.tasks.base import SyntheticTask, TrainStream
 
 

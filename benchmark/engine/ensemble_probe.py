@@ -12,11 +12,11 @@ import torch
 from emergence_bench.config import RunConfig, resolve
 from emergence_bench.engine.batching import vmapped
 from emergence_bench.engine.ensemble import EnsembleModule
+from emergence_bench.engine.module import EmergenceModule
+from emergence_bench.engine.run import build_model, build_task
+from emergence_bench.engine.training import StepLoop, train_losses
 from emergence_bench.machine.devices import accelerator_device
 from emergence_bench.mixers.base import MixerContext
-from emergence_bench.engine.module import EmergenceModule
-from emergence_bench.engine.training import StepLoop, train_losses
-from emergence_bench.engine.run import build_model, build_task
 from emergence_bench.tasks.base import seeded_generator
 
 

@@ -19,8 +19,8 @@ from torchmetrics.wrappers import MultioutputWrapper
 
 from emergence_bench.callbacks.contract import EvalResult
 from emergence_bench.config import TRAIN_ON, OptimConfig
-from emergence_bench.engine.model import SequenceModel
 from emergence_bench.engine import training
+from emergence_bench.engine.model import SequenceModel
 from emergence_bench.engine.optim import adamw, is_decayed
 from emergence_bench.engine.run_losses import RunLosses
 from emergence_bench.engine.training import LossBuffer, scored, scored_rows

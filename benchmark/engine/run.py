@@ -21,16 +21,16 @@ import torch
 from emergence_bench import registry
 from emergence_bench.config import ConfigError, RunConfig, resolve
 from emergence_bench.engine.curriculum import check_transitions, pretrain, stage_tasks
+from emergence_bench.engine.model import SequenceModel
+from emergence_bench.engine.module import EmergenceModule
+from emergence_bench.engine.run_folder import RunFolder, failure
+from emergence_bench.engine.trainer import build_trainer, quiet_lightning
+from emergence_bench.engine.training import Diverged
 from emergence_bench.machine.allocator import keep_freed_memory
 from emergence_bench.machine.threads import choose_threads, step_flops
 from emergence_bench.mixers.init import WeightInit
-from emergence_bench.engine.model import SequenceModel
-from emergence_bench.engine.module import EmergenceModule
 from emergence_bench.result_row import ResultRow
-from emergence_bench.engine.run_folder import RunFolder, failure
 from emergence_bench.tasks.base import SyntheticTask
-from emergence_bench.engine.trainer import build_trainer, quiet_lightning
-from emergence_bench.engine.training import Diverged
 
 __all__ = ["RunPlan", "apply_threads", "build_callbacks", "build_model", "build_task", "check", "plan",
            "run"]

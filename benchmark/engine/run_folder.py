@@ -21,14 +21,27 @@ from emergence_bench.callbacks.checkpoints import CheckpointSchedule
 from emergence_bench.callbacks.progress import ProgressLine
 from emergence_bench.callbacks.recorder import Recorder
 from emergence_bench.config import RunConfig, dump_yaml
+from emergence_bench.engine.model import SequenceModel
+from emergence_bench.engine.trainer import build_logger
 from emergence_bench.machine.devices import accelerator_device, describe_device
 from emergence_bench.machine.threads import cpu_share
-from emergence_bench.engine.model import SequenceModel
 from emergence_bench.result_row import ResultRow, Row
-from emergence_bench.results import (CONFIG_FILE, LOCKS_DIR, RESULT_FILE, SCHEMA_VERSION, ResultsUnwritable,
-                                     is_disk_error, is_finished, provenance, read_result, unwritable, versions,
-                                     without_non_finite, write_json, write_text)
-from emergence_bench.engine.trainer import build_logger
+from emergence_bench.results import (
+    CONFIG_FILE,
+    LOCKS_DIR,
+    RESULT_FILE,
+    SCHEMA_VERSION,
+    ResultsUnwritable,
+    is_disk_error,
+    is_finished,
+    provenance,
+    read_result,
+    unwritable,
+    versions,
+    without_non_finite,
+    write_json,
+    write_text,
+)
 
 
 class RunBusy(RuntimeError):

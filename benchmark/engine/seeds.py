@@ -34,13 +34,13 @@ from lightning.pytorch.loggers import Logger
 
 from emergence_bench.callbacks.contract import EvalResult
 from emergence_bench.engine.ensemble import EnsembleModule, stack_bias
+from emergence_bench.engine.model import SequenceModel
 from emergence_bench.engine.module import eval_metrics
+from emergence_bench.engine.run import RunPlan, build_callbacks, build_model
+from emergence_bench.engine.run_folder import RunFolder, failure
 from emergence_bench.engine.run_losses import RunLosses
 from emergence_bench.engine.training import Diverged
 from emergence_bench.result_row import ResultRow
-from emergence_bench.engine.run import RunPlan, build_callbacks, build_model
-from emergence_bench.engine.run_folder import RunFolder, failure
-from emergence_bench.engine.model import SequenceModel
 from emergence_bench.tasks.base import SyntheticTask
 
 

@@ -11,14 +11,14 @@ from typing import Protocol
 from emergence_bench.config import Batching, RunConfig
 from emergence_bench.engine.ensemble import EnsembleModule, SeedBatches
 from emergence_bench.engine.ensemble_probe import batching_speedup, seed_parallel_supported
+from emergence_bench.engine.run import apply_threads, plan, run
+from emergence_bench.engine.run_folder import RunBusy, failure
 from emergence_bench.engine.seeds import Seed, SeedCallbacks
+from emergence_bench.engine.trainer import build_trainer, quiet_lightning
 from emergence_bench.machine.allocator import keep_freed_memory
 from emergence_bench.registry import Registry
 from emergence_bench.result_row import Row
 from emergence_bench.results import busy_row
-from emergence_bench.engine.run import apply_threads, plan, run
-from emergence_bench.engine.run_folder import RunBusy, failure
-from emergence_bench.engine.trainer import build_trainer, quiet_lightning
 
 
 class BatchingMode(Protocol):

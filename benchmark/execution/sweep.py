@@ -15,23 +15,29 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Any, Protocol, TextIO
 
 from emergence_bench.config import Batching, ConfigError, RunConfig, resolve
 from emergence_bench.execution.sweep_spec import Sweep
-from emergence_bench.execution.workers import Interrupted, Workers, WorkerLost
+from emergence_bench.execution.workers import Interrupted, WorkerLost, Workers
 from emergence_bench.machine.threads import available_cpus, set_cpu_share
 from emergence_bench.result_row import Row
+
 if TYPE_CHECKING:  # plans are the run module's; a sweep only reads their sizes
     from emergence_bench.engine.run import RunPlan
-from emergence_bench.results import (ResultsUnwritable, busy_row, is_finished, lost_summary, progress_summary,
-                                     read_result)
-
+from emergence_bench.results import (
+    ResultsUnwritable,
+    busy_row,
+    is_finished,
+    lost_summary,
+    progress_summary,
+    read_result,
+)
 
 # --- execution --------------------------------------------------------------------------------
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)  # a scheduler's stop, Ctrl-C, a closed terminal

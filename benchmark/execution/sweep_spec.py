@@ -31,8 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from emergence_bench.config import (Batching, ConfigError, RunConfig, TrainerConfig, check_choices, load_yaml,
-                                    set_dotted)
+from emergence_bench.config import Batching, ConfigError, RunConfig, TrainerConfig, check_choices, load_yaml, set_dotted
 
 if TYPE_CHECKING:  # the run module plans; a sweep only lists its runs
     from emergence_bench.engine.run import RunPlan

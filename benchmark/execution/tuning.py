@@ -37,9 +37,9 @@ from typing import TYPE_CHECKING, Any
 
 from emergence_bench.config import ConfigError
 from emergence_bench.execution.sweep_spec import Group, Sweep
-from emergence_bench.stats import kaplan_meier_median, wilson_interval
 from emergence_bench.result_row import ResultRow, emergence_step, step_budget
 from emergence_bench.results import TUNING_DIR, is_finished, read_result, write_tables
+from emergence_bench.stats import kaplan_meier_median, wilson_interval
 
 if TYPE_CHECKING:  # the sweep module runs the stages; tuning only hands them on
     from emergence_bench.execution.sweep import Stage

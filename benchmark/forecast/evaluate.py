@@ -18,19 +18,16 @@ Scores of forecasts against outcomes:
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-
 from dataclasses import dataclass
 
 import numpy as np
-
-from emergence_bench.result_row import Row, forecast_stopped
 import torch
 from torchmetrics.functional import pearson_corrcoef, spearman_corrcoef
 
+from emergence_bench.forecast import PERMUTATIONS
 from emergence_bench.forecast.stop import decide
 from emergence_bench.forecast.survival import LogNormalAFT, concordance, fit
-
-from emergence_bench.forecast import PERMUTATIONS
+from emergence_bench.result_row import Row, forecast_stopped
 
 
 @dataclass

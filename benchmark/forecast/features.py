@@ -26,9 +26,8 @@ the step a forecast stopped it at).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import math
+from collections.abc import Sequence
 
 import numpy as np
 

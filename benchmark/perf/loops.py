@@ -19,8 +19,8 @@ import torch
 from emergence_bench.config import OptimConfig, RunConfig, TrainerConfig
 from emergence_bench.engine.model import SequenceModel
 from emergence_bench.engine.module import EmergenceModule
-from emergence_bench.tasks.base import SyntheticTask
 from emergence_bench.engine.training import StepLoop
+from emergence_bench.tasks.base import SyntheticTask
 
 
 def single_loop(config: RunConfig, compile_model: bool = False, device: str | torch.device = "cpu") -> StepLoop:

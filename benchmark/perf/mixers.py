@@ -24,9 +24,9 @@ from pathlib import Path
 
 from emergence_bench import registry
 from emergence_bench.config import resolve
+from emergence_bench.execution.sweep_spec import Sweep, load_sweep
 from emergence_bench.mixers.backend import ENV
 from emergence_bench.mixers.base import width_matched_spec
-from emergence_bench.execution.sweep_spec import Sweep, load_sweep
 from emergence_bench.perf.loops import ensemble_loop, single_loop, step_seconds
 from emergence_bench.perf.timing import bracketed, interleave, summary
 

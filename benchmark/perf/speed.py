@@ -27,9 +27,9 @@ from __future__ import annotations
 import copy
 import os
 import statistics
+import sys
 import tempfile
 import time
-import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, cast
@@ -38,17 +38,25 @@ import lightning as L
 import torch
 
 from emergence_bench import registry
-from emergence_bench.machine.allocator import keep_freed_memory
 from emergence_bench.config import RunConfig, resolve
-from emergence_bench.machine.devices import resolve_device
-from emergence_bench.execution.sweep_spec import load_sweep
 from emergence_bench.engine.module import EmergenceModule
+from emergence_bench.engine.training import StepLoop
+from emergence_bench.execution.sweep_spec import load_sweep
+from emergence_bench.machine.allocator import keep_freed_memory
+from emergence_bench.machine.devices import resolve_device
 from emergence_bench.perf.loops import ensemble_loop, single_loop
-from emergence_bench.perf.mixers import (RANKING, SEEDS, builtin_mixers, cell_clock, render_cells, render_steps,
-                                         step_ratios)
+from emergence_bench.perf.mixers import (
+    RANKING,
+    SEEDS,
+    builtin_mixers,
+    cell_clock,
+    render_cells,
+    render_steps,
+    step_ratios,
+)
 from emergence_bench.perf.timing import bracketed, interleave, summary
 from emergence_bench.results import write_json
-from emergence_bench.engine.training import StepLoop
+
 
 def _fmt(s: dict, unit: str = "") -> str:
     """``median (min–max)`` of a ``summary``."""
@@ -297,8 +305,8 @@ def throughput(config: dict | RunConfig | None = None, ks: Sequence[int] = (1, 4
     speedup (summary of the per-repeat K·run / parallel), seed_steps_per_s_sequential,
     seed_steps_per_s_parallel, mode ("vmap", or the fallback reason when the model cannot be batched)}.
     """
-    from emergence_bench.execution.seed_parallel import run_seed_parallel
     from emergence_bench.engine.run import run
+    from emergence_bench.execution.seed_parallel import run_seed_parallel
 
     base = resolve(config if config is not None else quick_config(steps)).to_dict()
     steps = base["trainer"]["max_steps"]

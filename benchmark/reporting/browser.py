@@ -15,8 +15,8 @@ import subprocess
 import tempfile
 import time
 import urllib.request
-from dataclasses import dataclass, field
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 

@@ -19,13 +19,17 @@ from typing import Any
 import pandas as pd
 
 from emergence_bench import registry
+from emergence_bench.columns import (
+    BUDGET,
+    Median,
+    km_time,  # noqa: F401  (the figures read it from here)
+    ratio_cell,
+)
 from emergence_bench.config import hashed_config
 from emergence_bench.measurement import measurements
+from emergence_bench.reporting.table import Table
 from emergence_bench.result_row import ResultRow, forecast_stopped
 from emergence_bench.results import LEADERBOARD_STEM, TUNING_DIR, load_records, write_json, write_text
-from emergence_bench.columns import BUDGET, Median, ratio_cell
-from emergence_bench.columns import km_time  # noqa: F401  (the figures read it from here)
-from emergence_bench.reporting.table import Table
 
 
 def flatten(data: dict, prefix: str = "") -> dict:

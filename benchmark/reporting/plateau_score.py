@@ -20,14 +20,14 @@ at its bound, which pulls the mean toward 1; where every cell is a bound of one 
 
 from __future__ import annotations
 
-from emergence_bench.callbacks.plateau import PLATEAU
 import math
 
 import numpy as np
 import pandas as pd
 
+from emergence_bench.callbacks.plateau import PLATEAU
 from emergence_bench.config import ConfigError
-from emergence_bench.result_row import ResultRow, emergence_step, section, step_budget
+from emergence_bench.result_row import ResultRow, emergence_step, step_budget
 from emergence_bench.stats import kaplan_meier_medians
 
 DRAWS = 2000

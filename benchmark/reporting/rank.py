@@ -31,15 +31,14 @@ import pandas as pd
 
 from emergence_bench.config import ConfigError, hashed_config
 from emergence_bench.measurement import measurement
-from emergence_bench.reporting.leaderboard import flatten
-from emergence_bench.reporting import plateau_score
+from emergence_bench.reporting import plateau_score, reference
 from emergence_bench.reporting.ladder import ladders
+from emergence_bench.reporting.leaderboard import flatten
 from emergence_bench.reporting.plateau_score import plateau_end
-from emergence_bench.stats import kaplan_meier_median, wilson_interval
 from emergence_bench.reporting.table import Table
 from emergence_bench.result_row import ResultRow, emergence_step
-from emergence_bench.reporting import reference
 from emergence_bench.results import RANK_STEM, TUNING_DIR, load_records, read_tables, write_json, write_text
+from emergence_bench.stats import kaplan_meier_median, wilson_interval
 
 Z = 1.96  # 95%
 

@@ -25,8 +25,15 @@ from emergence_bench.reporting.page import Page
 from emergence_bench.reporting.ranked import rows_to_rank
 from emergence_bench.reporting.table import Table
 from emergence_bench.result_row import ResultRow, section
-from emergence_bench.results import (REPORT_FILE, RESULT_FILE, TUNING_DIR, code_version, load_records,
-                                     mixed_code_note, write_text)
+from emergence_bench.results import (
+    REPORT_FILE,
+    RESULT_FILE,
+    TUNING_DIR,
+    code_version,
+    load_records,
+    mixed_code_note,
+    write_text,
+)
 
 
 def _groups(records: list[ResultRow], table: pd.DataFrame, over: tuple[str, ...]) -> list[tuple[str, list[ResultRow]]]:

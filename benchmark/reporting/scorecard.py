@@ -22,9 +22,16 @@ import pandas as pd
 
 from emergence_bench.claim import Claim, ScoreRow, confirmation, scorecard
 from emergence_bench.claims import claims
-from emergence_bench.results import (ANALYSIS_DIR, UnreadableResult, parse_result, result_paths, without_non_finite,
-                                     write_json, write_text)
 from emergence_bench.result_row import ResultRow, emergence_step
+from emergence_bench.results import (
+    ANALYSIS_DIR,
+    UnreadableResult,
+    parse_result,
+    result_paths,
+    without_non_finite,
+    write_json,
+    write_text,
+)
 
 PATCHING_GROUP = "patching"
 TOP_K = 16

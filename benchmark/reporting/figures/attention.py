@@ -3,19 +3,19 @@ four moments of training (``filmstrip``)."""
 
 from __future__ import annotations
 
-from emergence_bench.callbacks.attention_probe import ATTENTION_PROBE
-from pathlib import Path
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 from matplotlib.figure import Figure
 
-from emergence_bench.reporting.figure import Drawn, Results, register_figure, find_run_dir
+from emergence_bench.callbacks.attention_probe import ATTENTION_PROBE
+from emergence_bench.reporting.figure import Drawn, Results, find_run_dir, register_figure
 from emergence_bench.reporting.figures.staircase import staircase_seed
 from emergence_bench.reporting.plotting import PAGE_INCHES, plt, slug
-from emergence_bench.result_row import ResultRow, section
+from emergence_bench.result_row import ResultRow
 from emergence_bench.results import MAPS_FILE
 
 

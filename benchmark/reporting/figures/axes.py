@@ -3,9 +3,6 @@ line per setting of the other keys that vary."""
 
 from __future__ import annotations
 
-from emergence_bench.callbacks.emergence import EMERGENCE
-from emergence_bench.callbacks.plateau import PLATEAU
-
 import json
 import textwrap
 
@@ -13,12 +10,13 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
+from emergence_bench.callbacks.emergence import EMERGENCE
+from emergence_bench.callbacks.plateau import PLATEAU
 from emergence_bench.config import hashed_config
 from emergence_bench.reporting import leaderboard
 from emergence_bench.reporting.figure import Drawn, Results, register_figure
 from emergence_bench.reporting.plotting import PAGE_INCHES, plain_log, plt, slug
 from emergence_bench.result_row import ResultRow
-
 
 MAX_LINES = 10  # lines in one metric-vs-axis figure; more cannot be told apart
 

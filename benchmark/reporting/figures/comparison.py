@@ -28,8 +28,8 @@ from matplotlib.ticker import FuncFormatter, LogLocator  # noqa: E402
 
 from emergence_bench.reporting import rank  # noqa: E402
 from emergence_bench.reporting.plateau_score import plateau_end  # noqa: E402
-from emergence_bench.stats import kaplan_meier  # noqa: E402
 from emergence_bench.result_row import ResultRow, emergence_step, step_budget  # noqa: E402
+from emergence_bench.stats import kaplan_meier  # noqa: E402
 
 PLAIN = FuncFormatter(lambda value, _: f"{value:g}")  # 50, 100, 200 on log axes, not 5×10¹
 

@@ -3,11 +3,7 @@ accuracy beside it."""
 
 from __future__ import annotations
 
-from emergence_bench.callbacks.plateau import PLATEAU
-
-from emergence_bench.callbacks.emergence import EMERGENCE
 import html
-
 from typing import Any
 
 import numpy as np
@@ -15,12 +11,20 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
+from emergence_bench.callbacks.emergence import EMERGENCE
+from emergence_bench.callbacks.plateau import PLATEAU
 from emergence_bench.reporting import leaderboard
 from emergence_bench.reporting.figure import REGISTRY, Drawn, Results, register_figure
-from emergence_bench.reporting.plotting import (draw_line, legend_above, log_label, panel_title, panels, plain_log,
-                                                short_titles)
+from emergence_bench.reporting.plotting import (
+    draw_line,
+    legend_above,
+    log_label,
+    panel_title,
+    panels,
+    plain_log,
+    short_titles,
+)
 from emergence_bench.result_row import ResultRow, emergence_step, section
-
 
 MAX_CURVE_PANELS = 24  # loss-curve panels on one page: a 200-run sweep's page stays a few MB
 
@@ -116,8 +120,8 @@ def _legend_entries(axes: list[Axes], stops: bool) -> tuple[list[Any], list[str]
     handles: list[Any] = []
     labels: list[str] = []
     for ax in axes:
-        h, l = ax.get_legend_handles_labels()
-        handles, labels = handles + h, labels + l
+        axis_handles, axis_labels = ax.get_legend_handles_labels()
+        handles, labels = handles + axis_handles, labels + axis_labels
     handles += [Line2D([], [], color="grey", alpha=0.5, linewidth=0.8), Line2D([], [], color="C2", linestyle="--", linewidth=0.9)]
     labels += ["each seed", "a seed's emergence step"]
     if stops:

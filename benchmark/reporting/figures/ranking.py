@@ -8,21 +8,20 @@ import html
 from matplotlib.figure import Figure
 
 from emergence_bench.config import ConfigError
-from emergence_bench.results import read_tables
 from emergence_bench.reporting import rank
-from emergence_bench.reporting.figures import comparison
-from emergence_bench.reporting.ranked import rows_to_rank
 from emergence_bench.reporting.figure import Drawn, Results, register_figure
-from emergence_bench.reporting.plotting import PAGE_INCHES, legend_above, plain_log, plt
+from emergence_bench.reporting.figures import comparison
 from emergence_bench.reporting.figures.tuning_curves import tuning_figure
-from emergence_bench.results import TUNING_DIR
+from emergence_bench.reporting.plotting import PAGE_INCHES, legend_above, plain_log, plt
+from emergence_bench.reporting.ranked import rows_to_rank
+from emergence_bench.results import TUNING_DIR, read_tables
 
 
 def ladder_figure(ranked: dict) -> Figure | None:
     """Per task family (columns): success rate vs rung per mixer with 95% Wilson intervals (top), and
     the median plateau end vs rung on a log axis (bottom), a median not reached drawn as an arrow
     at the budget. None when no family has more than one rung."""
-    ladders = {f: l for f, l in ranked["ladders"].items() if len(l["rungs"]) > 1}
+    ladders = {f: ladder for f, ladder in ranked["ladders"].items() if len(ladder["rungs"]) > 1}
     if not ladders:
         return None
     cells = ranked["cells"]

@@ -2,14 +2,22 @@
 
 from __future__ import annotations
 
-from emergence_bench.callbacks.emergence import EMERGENCE
 import numpy as np
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
+from emergence_bench.callbacks.emergence import EMERGENCE
 from emergence_bench.reporting.figure import Drawn, Results, register_figure
-from emergence_bench.reporting.plotting import (draw_line, legend_above, log_label, panel_title, panels, plain_log, plt,
-                                                short_titles)
+from emergence_bench.reporting.plotting import (
+    draw_line,
+    legend_above,
+    log_label,
+    panel_title,
+    panels,
+    plain_log,
+    plt,
+    short_titles,
+)
 from emergence_bench.result_row import ResultRow, emergence_step, section
 
 

@@ -11,8 +11,7 @@ from matplotlib.figure import Figure
 
 from emergence_bench.reporting.figure import from_groups, register_figure
 from emergence_bench.reporting.plotting import plain_log, plt
-from emergence_bench.reporting.thresholds import (ACCURACY_FRACTIONS, LOSS_FRACTIONS, sensitivity,
-                                                  used_thresholds)
+from emergence_bench.reporting.thresholds import ACCURACY_FRACTIONS, LOSS_FRACTIONS, sensitivity, used_thresholds
 from emergence_bench.result_row import Row, section
 
 

@@ -9,9 +9,8 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
-from matplotlib.figure import Figure  # noqa: E402
-
 from matplotlib import ticker  # noqa: E402
+from matplotlib.figure import Figure  # noqa: E402
 
 KEY = "optim.lr"
 
