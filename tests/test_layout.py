@@ -382,3 +382,16 @@ def test_a_module_over_400_lines_says_why():
         if len(text.splitlines()) > 400 and "Over 400 lines" not in (ast.get_docstring(ast.parse(text)) or ""):
             long.append(f"{path.relative_to(REPO)}: {len(text.splitlines())} lines")
     assert not long, "split these, or say in the docstring why not (\"Over 400 lines, ...\"):\n" + "\n".join(long)
+
+
+def test_no_import_follows_a_type_checking_block():
+    """A module's imports come before its ``if TYPE_CHECKING:`` block (an import after one reads as if
+    it were only for types; isort cannot move it across the block)."""
+    stray = []
+    for module, path in modules().items():
+        body = ast.parse(path.read_text(), str(path)).body
+        checking = [i for i, node in enumerate(body) if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)]
+        if checking:
+            stray += [f"{path.relative_to(REPO)}:{node.lineno}" for node in body[checking[0] + 1:]
+                      if isinstance(node, (ast.Import, ast.ImportFrom))]
+    assert not stray, "move these imports above the TYPE_CHECKING block:\n" + "\n".join(stray)

@@ -2,22 +2,12 @@
 ``COMMANDS`` when the module is imported. They are imported here in the order `emergence-bench --help`
 lists them."""
 
-# isort: off (their order is --help's)
-from emergence_bench.commands import (  # noqa: F401  # noqa: F401
-    analyze,
-    check_mixer,
-    claims,
-    forecast,
-    leaderboard,
-    listing,
-    rank,
-    report,
-    run,
-    speed,
-    sweep,
-)
 from emergence_bench.commands.command import COMMANDS, Command, Subparsers, register_command
 
+# Their order is --help's, so isort leaves them as written:
+# isort: off
+from emergence_bench.commands import listing, run, sweep, leaderboard, rank, report, claims  # noqa: F401
+from emergence_bench.commands import analyze, forecast, speed, check_mixer  # noqa: F401
 # isort: on
 
 __all__ = ["COMMANDS", "Command", "Subparsers", "register_command"]

@@ -5,7 +5,7 @@ share one device). The worker trains in a scratch folder and sends back the resu
 small files (config, TensorBoard logs, attention maps; not checkpoints); the driver writes them, the
 result last, so resume works exactly as with the local executor. A task whose worker dies is retried
 by Ray (``max_retries``); a run that fails is recorded by the worker like any other result. When the
-sweep is stopped (a signal: see emergence_bench.execution.sweep.stop_signals) every task still running
+sweep is stopped (a signal: see emergence_bench.execution.stop_signals) every task still running
 is cancelled (its worker killed) and Ray shut down: a local Ray instance's processes end with the sweep.
 
 Threads follow the local executor's policy with a task's ``num_cpus`` as its share of the cores:

@@ -13,23 +13,18 @@ import itertools
 import json
 import signal
 import sys
-import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from types import FrameType
 from typing import TYPE_CHECKING, Any, Protocol, TextIO
 
 from emergence_bench.config import Batching, ConfigError, RunConfig, resolve
+from emergence_bench.execution.stop_signals import STOP_SIGNALS, SweepStopped, stop_signals
 from emergence_bench.execution.sweep_spec import Sweep
 from emergence_bench.execution.workers import Interrupted, WorkerLost, Workers
 from emergence_bench.machine.threads import available_cpus, set_cpu_share
 from emergence_bench.result_row import Row
-
-if TYPE_CHECKING:  # plans are the run module's; a sweep only reads their sizes
-    from emergence_bench.engine.run import RunPlan
 from emergence_bench.results import (
     ResultsUnwritable,
     busy_row,
@@ -39,43 +34,10 @@ from emergence_bench.results import (
     read_result,
 )
 
+if TYPE_CHECKING:  # plans are the run module's; a sweep only reads their sizes
+    from emergence_bench.engine.run import RunPlan
+
 # --- execution --------------------------------------------------------------------------------
-STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)  # a scheduler's stop, Ctrl-C, a closed terminal
-
-
-class SweepStopped(KeyboardInterrupt):
-    """A sweep stopped by a signal of STOP_SIGNALS, its workers stopped and its line printed;
-    ``exit_code`` is 128 + the signal's number (143 for SIGTERM, 130 for SIGINT, 129 for SIGHUP),
-    as a shell reports a process that signal ended."""
-
-    def __init__(self, signum: int, line: str) -> None:
-        super().__init__(line)
-        self.signum, self.exit_code = signum, 128 + signum
-
-
-@contextmanager
-def stop_signals() -> Iterator[list[int]]:
-    """While the sweep runs: the first signal of STOP_SIGNALS raises KeyboardInterrupt in the driver
-    (which stops the workers), and any later one is only noted, so the stopping is not cut short.
-    Yields the list of the signals received. Off the main thread (where Python takes no signals), nothing."""
-    received: list[int] = []
-    if threading.current_thread() is not threading.main_thread():
-        yield received
-        return
-
-    def handler(signum: int, frame: FrameType | None) -> None:
-        received.append(signum)
-        if len(received) == 1:
-            raise KeyboardInterrupt(signal.Signals(signum).name)
-
-    previous = {signum: signal.signal(signum, handler) for signum in STOP_SIGNALS}
-    try:
-        yield received
-    finally:
-        for signum, old in previous.items():
-            signal.signal(signum, old)
-
-
 def _init_worker(share: int) -> None:
     """A worker process: its share of the cores, which each run's thread policy stays within."""
     import torch

@@ -3,19 +3,10 @@ a module registers its figures (``emergence_bench.reporting.figure.register_figu
 
 from emergence_bench.reporting.figure import REGISTRY
 
-# isort: off (their order is the page's)
-from emergence_bench.reporting.figures import (  # noqa: F401  # noqa: F401
-    attention,
-    axes,
-    claims,
-    curves,
-    heatmap,
-    ranking,
-    seeds,
-    staircase,
-    threshold_sensitivity,
-)
-
+# Their order is the page's, so isort leaves them as written:
+# isort: off
+from emergence_bench.reporting.figures import curves, staircase, seeds, ranking, axes  # noqa: F401
+from emergence_bench.reporting.figures import threshold_sensitivity, heatmap, attention, claims  # noqa: F401
 # isort: on
 
 FIGURES = tuple(name for name, figure in REGISTRY.items() if figure.part_of is None)  # what --figures may choose
