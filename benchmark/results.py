@@ -314,3 +314,11 @@ def read_tables(folder: Path) -> list[dict]:
     """The tuning tables in ``folder``/tuning.json; none where there is no file."""
     path = Path(folder) / TABLES_FILE
     return json.loads(path.read_text(encoding="utf-8"))["tables"] if path.is_file() else []
+
+
+def none_works(table: dict) -> bool:
+    """Whether no run of a tuning table emerged at any of its measured points: its choice is then the
+    tie-break's (the smallest value), not an optimum, and is shown as "none works" wherever it is
+    shown. (Read from the points, so a table written before the flag existed says so too.)"""
+    measured = [p for p in table["points"] if p["area"] is not None]
+    return bool(measured) and all(p["area"] == 0 for p in measured)

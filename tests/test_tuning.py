@@ -239,3 +239,40 @@ def test_a_widening_runs_before_any_ranking_run_and_its_choice_unlocks_the_mixer
     assert counts["widens:tuning"]["total"] == 6 and counts["widens"]["ok"] == 8
     table = json.loads((tmp_path / "out" / "tuning" / "tuning.json").read_text())["tables"][0]
     assert table["widened"] == [{"key": "optim.lr", "side": "high", "value": 0.009}] and table["edge"] is None
+
+
+def test_a_tuning_where_nothing_emerges_says_none_works_everywhere_it_shows_its_choice(tmp_path, monkeypatch):
+    """No lr makes a run emerge: the choice (the tie-break's smallest lr) is flagged "none works" in the
+    printed line, in the tuning table, in rank's lr column and in the tuning curves, never shown as an
+    optimum; a table where some run emerged is not flagged."""
+    from emergence_bench.config import resolve
+    from emergence_bench.execution import sweep as sweeps
+    from emergence_bench.reporting import rank
+    from emergence_bench.reporting.figures.tuning_curves import tuning_figure
+    from emergence_bench.results import SCHEMA_VERSION, none_works, write_json
+
+    def never(config, out):
+        c = resolve(config)
+        write_json(f"{out}/{c.run_id()}/result.json", {
+            "schema_version": SCHEMA_VERSION, "run_id": c.run_id(), "status": "ok", "config": c.to_dict(),
+            "emergence": {"step": None}, "timing": {"steps": 40}})
+        return {"run_id": c.run_id(), "status": "ok", "error": None, "emergence_step": None}
+
+    monkeypatch.setattr(sweeps, "_run_one", never)
+    (tmp_path / "widens.yaml").write_text(WIDENS)
+    sweep = load_sweep(str(tmp_path / "widens.yaml"))
+    said = []
+    pipeline = tuning.TuneThenRank(sweep, tmp_path / "out", tuning.jobs_for(sweep), said.append,
+                                   lambda this, folder, tunes: sweeps.Stage(this, folder, priority=0 if tunes else 1))
+    with open(tmp_path / "log", "w") as stream:
+        sweeps.run_stages(pipeline.first(), stream=stream, follow=pipeline, announced={"widens": 8})
+    assert len(said) == 1 and "lru on lm: chose optim.lr=0.001 — none works at any value" in said[0]
+    table = json.loads((tmp_path / "out" / "tuning" / "tuning.json").read_text())["tables"][0]
+    assert table["none_works"] is True and none_works(table)
+    working = {**table, "points": [{**table["points"][0], "area": 0.5}, *table["points"][1:]]}
+    assert not none_works(working)
+    ranked, markdown = rank.write(tmp_path / "out")
+    lru_row = next(line for line in markdown.splitlines() if line.startswith("| ") and " lru " in line)
+    assert "1e-3 none works" in lru_row
+    notes = [t.get_text() for ax in tuning_figure([table]).axes for t in ax.texts]
+    assert notes == ["lru: none works"]

@@ -214,7 +214,7 @@ def job_table(sweep: Sweep, job: TuningJob, out: Path) -> dict:
     return {"mixer": job.name, "group": job.group, "family": group.base.get("task", {}).get("name", job.group),
             "rung_axis": axis, "rungs": used, "seeds": sweep.tuning.seeds, "grid": job.grid,
             "points": [p.to_dict() for p in points], "chosen": chosen.values, "edge": edge or None,
-            "widened": job.widened}
+            "widened": job.widened, "none_works": chosen.area == 0}
 
 
 def _dotted(config: dict, key: str) -> Any:
@@ -310,6 +310,9 @@ class TuneThenRank:
         write_tables(self.folder, [table])
         self.sweep.tuned.setdefault(job.name, {})[job.group] = dict(table["chosen"])
         flag = f" (still on the {', '.join(f'{s} edge of {k}' for k, s in table['edge'].items())})" if table["edge"] else ""
+        if table["none_works"]:  # the tie-break's pick, never an optimum
+            flag = (" — none works at any value: no tuning run emerged, so this is the tie-break's smallest "
+                    "value, not an optimum")
         self.say(f"[{self.sweep.name}:tuning] {job.name} on {job.group}: chose "
                  + ", ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in table["chosen"].items())
                  + flag)

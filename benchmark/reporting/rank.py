@@ -24,6 +24,7 @@ from __future__ import annotations
 import json
 import math
 from collections import Counter
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +38,7 @@ from emergence_bench.reporting.leaderboard import flatten
 from emergence_bench.reporting.plateau_score import plateau_end
 from emergence_bench.reporting.table import Table
 from emergence_bench.result_row import ResultRow, emergence_step
-from emergence_bench.results import RANK_STEM, TUNING_DIR, load_records, read_tables, write_json, write_text
+from emergence_bench.results import RANK_STEM, TUNING_DIR, load_records, none_works, read_tables, write_json, write_text
 from emergence_bench.stats import kaplan_meier_median, wilson_interval
 
 Z = 1.96  # 95%
@@ -181,9 +182,11 @@ def learning_rates(records: list[ResultRow]) -> dict[str, dict[str, list[float]]
     return {m: {f: sorted(v) for f, v in sorted(by.items())} for m, by in sorted(found.items())}
 
 
-def _lr_cell(by_family: dict[str, list[float]], families: list[str]) -> str:
-    """``1e-3`` where every family used one rate, else each family's, in the table's family order."""
-    values = [",".join(f"{v:.0e}".replace("e-0", "e-") for v in by_family.get(f, [])) or "-" for f in families]
+def _lr_cell(by_family: dict[str, list[float]], families: list[str], none_work: Collection[str] = ()) -> str:
+    """``1e-3`` where every family used one rate, else each family's, in the table's family order; a
+    family whose tuning found no rate that works says so ("1e-4 none works")."""
+    values = [(",".join(f"{v:.0e}".replace("e-0", "e-") for v in by_family.get(f, [])) or "-")
+              + (" none works" if f in none_work else "") for f in families]
     return values[0] if len(set(values)) == 1 else " / ".join(values)
 
 
@@ -245,6 +248,10 @@ def tables(ranked: dict) -> dict[str, Table]:
     mixer and family) and ``cells`` (every mixer, family and rung)."""
     ranking, scores, cell_rows, ladder = ranked["ranking"], ranked["families"], ranked["cells"], ranked["ladders"]
     families, baseline = sorted(ladder), ranked.get("baseline")
+    none_work: dict[str, set[str]] = {}  # mixer -> the families where no tuned value made a run emerge
+    for table in ranked.get("tuning", []):
+        if none_works(table):
+            none_work.setdefault(table["mixer"], set()).add(table["family"])
     overall_rows = []
     for row in ranking.to_dict("records"):
         areas = [_value(row.get(f"area:{f}")) for f in families]
@@ -253,7 +260,8 @@ def tables(ranked: dict) -> dict[str, Table]:
         if row["mixer"] == baseline:
             plateau = "1 (baseline)"
         overall_rows.append([f"{row['rank']}{' (tie)' if row['tied_with'] else ''}", row["mixer"],
-                             _lr_cell(ranked.get("lr", {}).get(row["mixer"], {}), families),
+                             _lr_cell(ranked.get("lr", {}).get(row["mixer"], {}), families,
+                                      none_work.get(row["mixer"], set())),
                              _value(row["parameters"]), _value(row.get("state_size")),
                              f"{row['score']:.2f} ± {row['score_se']:.2f}", plateau, *areas])
     frontier_rows = []

@@ -1,5 +1,7 @@
 """The tuning curves: per task family, success area against learning rate, one line per mixer, with
-95% Wilson intervals and the chosen lr marked, from the tuning tables (execution/tuning.py)."""
+95% Wilson intervals and the chosen lr marked, from the tuning tables (execution/tuning.py). Where no
+lr made a tuning run emerge, the choice is the tie-break's, not an optimum: it is drawn as a cross and
+the panel says "none works" for that mixer."""
 
 from __future__ import annotations
 
@@ -12,13 +14,15 @@ import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib import ticker  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
+from emergence_bench.results import none_works  # noqa: E402
+
 KEY = "optim.lr"
 
 
 def tuning_figure(tables: list[dict]) -> Figure | None:
     """One panel per family (the tables' groups), x: lr (log), y: success area on the tuning rung(s)
     with its interval; a filled marker at each mixer's choice, a ring where the choice is on an edge
-    of the grid. None without a table over ``optim.lr``."""
+    of the grid, a cross where no value works. None without a table over ``optim.lr``."""
     tables = [t for t in tables if KEY in t["grid"] and len(t["grid"][KEY]) > 1]
     if not tables:
         return None
@@ -41,13 +45,17 @@ def tuning_figure(tables: list[dict]) -> Figure | None:
             y = [p["area"] for p in points]
             errors = [[a - p["area_low"] for a, p in zip(y, points)], [p["area_high"] - a for a, p in zip(y, points)]]
             colour = colours[table["mixer"]]
+            failing = none_works(table)
             bars = ax.errorbar(x, y, yerr=errors, color=colour, marker="o", markersize=3, linewidth=1.2, capsize=0,
                                elinewidth=0.8, label=table["mixer"])
             for line in bars[2]:
                 line.set_alpha(0.4)
             chosen = next(p for p in points if p["values"] == table["chosen"])
-            ax.plot([chosen["values"][KEY] * shift], [chosen["area"]], marker="o", markersize=8, color=colour,
-                    markerfacecolor=colour if not table.get("edge") else "white", markeredgewidth=1.5)
+            ax.plot([chosen["values"][KEY] * shift], [chosen["area"]], marker="x" if failing else "o", markersize=8,
+                    color=colour, markerfacecolor=colour if not table.get("edge") else "white", markeredgewidth=1.5)
+            if failing:  # stacked above the zero line, one line per mixer that found nothing
+                ax.annotate(f"{table['mixer']}: none works", (0.03, 0.06 + 0.08 * i), xycoords="axes fraction",
+                            fontsize=7, color=colour)
         rungs = next(t for t in tables if t["group"] == group)
         ax.set_title(f"{group} ({rungs['rung_axis'].removeprefix('task.')} = "
                      f"{', '.join(map(str, rungs['rungs']))})", fontsize=9)
