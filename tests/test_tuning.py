@@ -183,7 +183,8 @@ def test_a_plugin_is_tuned_first_then_ranked_at_its_choice_and_it_resumes(tmp_pa
     assert data["lr"] == {"lru": {"linear_map": [lr]}, "transformer": {"linear_map": [3e-3]}}
     assert [t["mixer"] for t in data["tuning"]] == ["lru"]
     assert {c["seeds"] for c in data["cells"]} == {2}  # seeds 0 and 1 only: no tuning seed joined a cell
-    assert "| lru | " + f"{lr:.0e}".replace("e-0", "e-") + " |" in ranked.stdout
+    flag = " none works" if data["tuning"][0]["none_works"] else ""  # (at 40 steps no lr may work)
+    assert "| lru | " + f"{lr:.0e}".replace("e-0", "e-") + flag + " |" in ranked.stdout
 
 
 WIDENS = """
