@@ -218,6 +218,7 @@ def test_a_warning_prints_as_one_line_like_an_error():
     ("rank", ["DIR/rank.md, .csv and .json", "replacing", "writes nothing", "DIR  "]),
     ("report", ["DIR/report.html", "report_figures/", "DIR  "]),
     ("speed", ["(default: speed.json)", "(default 100)", "2 interleaved repeats"]),
+    ("forecast", ["DIR  a results folder"]),
 ])
 def test_each_help_says_what_the_command_takes_and_writes(command, words, capsys):
     from emergence_bench.cli import main

@@ -51,13 +51,13 @@ def add_parser(subparsers: Subparsers) -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="analysis", required=True)
 
     e = sub.add_parser("emergence", help="bisect a run's checkpoints for the first that solves the task")
-    e.add_argument("run_dir")
+    e.add_argument("run_dir", metavar="RUN_DIR", help="one run's folder (DIR/<run id>), its checkpoints saved")
     e.add_argument("--probe-batches", type=int, help="eval batches in the probe set (default: the run's eval_batches)")
     e.add_argument("--threshold", type=float, help="accuracy that counts as solved (default: the run's emergence threshold)")
     e.add_argument("--device", default="auto", help="auto | cpu | cuda (default auto)")
 
     pa = sub.add_parser("patch", help="patch heads' attention maps from a later checkpoint into an earlier one")
-    pa.add_argument("run_dir")
+    pa.add_argument("run_dir", metavar="RUN_DIR", help="one run's folder (DIR/<run id>), its checkpoints saved")
     pa.add_argument("--old", type=int, required=True, help="pre-emergence checkpoint step")
     pa.add_argument("--new", type=int, required=True, help="post-emergence checkpoint step")
     pa.add_argument("--top-k", type=int, default=4, help="patch the top 1..K heads together (default 4)")

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from emergence_bench.commands.arguments import add_results_dir
 from emergence_bench.commands.command import Subparsers, register_command
 from emergence_bench.forecast import PERMUTATIONS
 
@@ -89,7 +90,7 @@ def to_markdown(results: list[dict]) -> str:
 def add_parser(subparsers: Subparsers) -> argparse.ArgumentParser:
     p = subparsers.add_parser("forecast", help="forecast each run's emergence step from its early records: "
                                                "leave-one-out and cross-fleet quality, with permutation p")
-    p.add_argument("dir")
+    add_results_dir(p)
     p.add_argument("--window", default="auto", help="window end: auto (per fleet, the last eval before its first "
                                                     "emergence; default) or a step")
     p.add_argument("--features", type=int, default=2, metavar="K", help="features the pipeline selects (default 2)")
