@@ -54,8 +54,8 @@ def tuning_figure(tables: list[dict]) -> Figure | None:
             ax.plot([chosen["values"][KEY] * shift], [chosen["area"]], marker="x" if failing else "o", markersize=8,
                     color=colour, markerfacecolor=colour if not table.get("edge") else "white", markeredgewidth=1.5)
             if failing:  # stacked above the zero line, one line per mixer that found nothing
-                ax.annotate(f"{table['mixer']}: none works", (0.03, 0.06 + 0.08 * i), xycoords="axes fraction",
-                            fontsize=7, color=colour)
+                ax.annotate(f"{table['mixer']}: none works", (0.03, 0.1 + 0.07 * len(ax.texts)),
+                            xycoords="axes fraction", fontsize=7, color=colour)
         rungs = next(t for t in tables if t["group"] == group)
         ax.set_title(f"{group} ({rungs['rung_axis'].removeprefix('task.')} = "
                      f"{', '.join(map(str, rungs['rungs']))})", fontsize=9)
