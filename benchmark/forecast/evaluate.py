@@ -27,7 +27,7 @@ from torchmetrics.functional import pearson_corrcoef, spearman_corrcoef
 from emergence_bench.forecast import PERMUTATIONS
 from emergence_bench.forecast.stop import decide
 from emergence_bench.forecast.survival import LogNormalAFT, concordance, fit
-from emergence_bench.result_row import Row, forecast_stopped
+from emergence_bench.result_row import Row, emergence_step, forecast_stopped
 
 
 @dataclass
@@ -142,8 +142,8 @@ def stop_savings(outcomes_known: Sequence[Row], stopped: Sequence[Row]) -> dict:
     steps = sum(full["timing"]["steps"] for full, _ in pairs)
     used = sum(r["timing"]["steps"] for _, r in pairs)
     halted = [(full, r) for full, r in pairs if forecast_stopped(r)]
-    emerged = [full for full, _ in pairs if not full["emergence"]["censored"]]
-    wrong = [full for full, _ in halted if not full["emergence"]["censored"]]
+    emerged = [full for full, _ in pairs if emergence_step(full) is not None]
+    wrong = [full for full, _ in halted if emergence_step(full) is not None]
     return {"runs": len(pairs), "stopped": len(halted), "would_emerge": len(emerged), "wrongly_stopped": len(wrong),
             "wrongly_stopped_of_runs": len(wrong) / len(pairs),
             "wrongly_stopped_of_emerged": len(wrong) / len(emerged) if emerged else 0.0,
@@ -159,7 +159,7 @@ def replay_stop(saved: dict, rows: Sequence[Row], risk: float) -> list[dict]:
     ended = []
     for row in rows:
         evals = [e[0] for e in row["curves"]["eval"] if e[0] >= window]
-        emerged = row["emergence"].get("step")
+        emerged = emergence_step(row)
         if not evals or (emerged is not None and emerged <= evals[0]):  # it emerged by the decision
             ended.append({**row, "forecast_stop": {"stopped": False, "step": None}})
             continue

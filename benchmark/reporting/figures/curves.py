@@ -82,7 +82,7 @@ def loss_curves(groups: list[tuple[str, list[ResultRow]]]) -> Figure | None:
         plateau = leaderboard.km_time(members, PLATEAU, "end_step")
         end = plateau["median"] if plateau["median"] is not None else plateau["budget"]
         loss_ax.axvspan(0, end, color="C1", alpha=0.15, label="plateau (median)")
-        loss_ax.axhline(members[0]["plateau"]["threshold"], color="C3", linewidth=0.9, linestyle=":",
+        loss_ax.axhline(PLATEAU.read(members[0])["threshold"], color="C3", linewidth=0.9, linestyle=":",
                         label="plateau threshold")
         evals = [np.array(section(m, "curves")["eval"]) for m in members if section(m, "curves").get("eval")]
         for e in evals:
