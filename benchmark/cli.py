@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import select
 import shlex
 import sys
 import traceback
@@ -70,7 +71,10 @@ def main(argv: list[str] | None = None) -> int:
     except expected_errors() as error:
         print(f"error: {' '.join(str(error).splitlines())}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    except BrokenPipeError:  # the reader closed the output (`list | head`): nothing to report, and nowhere
+    except BrokenPipeError as error:
+        if not output_reader_left():  # another pipe or socket (Chromium's, say) broke: a bug, shown as one
+            return bug(error)
+        # The reader closed the output (`list | head`): nothing to report, and nowhere to report it.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # (Python's flush at exit would fail too)
         return EXIT_BROKEN_PIPE
     except Exception as error:
@@ -79,17 +83,32 @@ def main(argv: list[str] | None = None) -> int:
             print(f"error: this needs the optional package {missing!r}: "
                   f".venv/bin/pip install -e '.[{EXTRAS[missing]}]'", file=sys.stderr)
             return EXIT_BAD_INPUT
-        # a bug: keep everything needed to find it
-        traceback.print_exc()
-        print("error: this is a bug in emergence-bench, not in your input: please report it with the command "
-              "line and the traceback above", file=sys.stderr)
-        return EXIT_BUG
+        return bug(error)
     finally:  # main() may be called in a process that goes on (a test, a notebook)
         warnings.formatwarning = python_format
         if before is None:
             os.environ.pop(COMMAND_ENV, None)
         else:
             os.environ[COMMAND_ENV] = before
+
+
+def bug(error: BaseException) -> int:
+    """An unexpected error: its traceback and one line saying it is ours; EXIT_BUG."""
+    traceback.print_exception(error)
+    print("error: this is a bug in emergence-bench, not in your input: please report it with the command "
+          "line and the traceback above", file=sys.stderr)
+    return EXIT_BUG
+
+
+def output_reader_left() -> bool:
+    """Whether standard output is a pipe whose reading end has closed (poll reports an error on the
+    writing end then); False for a file, a terminal, or a pipe still read."""
+    try:
+        poller = select.poll()
+        poller.register(sys.stdout.fileno(), select.POLLOUT)
+        return any(events & select.POLLERR for _, events in poller.poll(0))
+    except (OSError, ValueError, AttributeError):  # no file descriptor (a test's captured stdout)
+        return False
 
 
 def expected_errors() -> tuple[type[BaseException], ...]:

@@ -282,10 +282,13 @@ def _resolve_section(name: str, data: Any, cls: type[Any]) -> Any:
         raise ConfigError(f"{name} must be a mapping, got {data!r}")
     defaults = cls()
     fields = {f.name for f in dataclasses.fields(cls)}
+    hints = get_type_hints(cls)
     values = {}
     for key, value in data.items():
         if key not in fields:
             raise _unknown_key(f"{name}.{key}", fields)
+        if value is None and hints[key] is not Any and type(None) not in get_args(hints[key]):
+            raise ConfigError(f"{name}.{key} must be set, got null (its default: {getattr(defaults, key)!r})")
         values[key] = _check_type(f"{name}.{key}", value, getattr(defaults, key))
     return cls(**values)
 

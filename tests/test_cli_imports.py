@@ -63,3 +63,20 @@ def test_output_piped_into_a_reader_that_left_ends_quietly(tmp_path):
 def test_a_sweeps_bad_fixed_section_flag_is_refused_without_torch(tmp_path):
     assert answer(["sweep", "quick", "--trainer.max_stepz=3", "--out", str(tmp_path / "out")], tmp_path) == {
         "status": 2, "torch": False, "lightning": False}
+
+
+def test_a_broken_pipe_that_is_not_the_output_is_a_bug_not_silence(monkeypatch, capsys):
+    """A socket or pipe of the command's own (Chromium's, say) that breaks is reported as a bug with
+    its traceback; only a closed standard output ends quietly."""
+    from emergence_bench import cli
+    from emergence_bench.commands import COMMANDS
+
+    def broken(args, extra):
+        raise BrokenPipeError("the browser's socket closed")
+
+    import dataclasses
+
+    monkeypatch.setitem(COMMANDS._entries, "list", dataclasses.replace(COMMANDS["list"], main=broken))
+    assert cli.main(["list"]) == cli.EXIT_BUG
+    err = capsys.readouterr().err
+    assert "BrokenPipeError: the browser's socket closed" in err and "this is a bug" in err
