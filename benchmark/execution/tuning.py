@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any
 from emergence_bench.config import ConfigError
 from emergence_bench.execution.sweep_spec import Group, Sweep
 from emergence_bench.result_row import ResultRow, emergence_step, step_budget
-from emergence_bench.results import TUNING_DIR, is_finished, read_result, write_tables
+from emergence_bench.results import TUNING_DIR, is_finished, none_works, read_result, write_tables
 from emergence_bench.stats import kaplan_meier_median, wilson_interval
 
 if TYPE_CHECKING:  # the sweep module runs the stages; tuning only hands them on
@@ -211,10 +211,11 @@ def job_table(sweep: Sweep, job: TuningJob, out: Path) -> dict:
         points.append(measure(values, [found.get(json.dumps(r), []) for r in used]))
     chosen = choose(points)
     edge = edges(points, chosen)
-    return {"mixer": job.name, "group": job.group, "family": group.base.get("task", {}).get("name", job.group),
-            "rung_axis": axis, "rungs": used, "seeds": sweep.tuning.seeds, "grid": job.grid,
-            "points": [p.to_dict() for p in points], "chosen": chosen.values, "edge": edge or None,
-            "widened": job.widened, "none_works": chosen.area == 0}
+    table = {"mixer": job.name, "group": job.group, "family": group.base.get("task", {}).get("name", job.group),
+             "rung_axis": axis, "rungs": used, "seeds": sweep.tuning.seeds, "grid": job.grid,
+             "points": [p.to_dict() for p in points], "chosen": chosen.values, "edge": edge or None,
+             "widened": job.widened}
+    return {**table, "none_works": none_works(table)}  # (one definition: rank and the figures read the points too)
 
 
 def _dotted(config: dict, key: str) -> Any:
