@@ -204,18 +204,20 @@ groups:
 """
 
 
-def test_a_widening_runs_before_any_ranking_run_and_its_choice_unlocks_the_mixers_ranking(tmp_path, monkeypatch):
+def tune_then_rank(tmp_path, monkeypatch, emergence_step) -> tuple[list[str], list[tuple], dict]:
+    """WIDENS tuned then ranked with each run faked: ``emergence_step(lr)`` is its step (None: never).
+    Returns what the tuning said, each run taken as (where, mixer, lr, seed), and the sweep's counts."""
     from emergence_bench.config import resolve
     from emergence_bench.execution import sweep as sweeps
     from emergence_bench.results import SCHEMA_VERSION, write_json
 
     taken = []
 
-    def fake_run(config, out):  # emerges sooner the higher the lr, up to 3e-3; never at 9e-3
+    def fake_run(config, out):
         c = resolve(config)
         lr, where = c.optim.lr, "tuning" if out.rstrip("/").split("/")[-2] == "tuning" else "ranking"
         taken.append((where, c.mixer.name, lr, c.seed))
-        step = {1e-3: 20, 3e-3: 10}.get(lr)
+        step = emergence_step(lr)
         write_json(f"{out}/{c.run_id()}/result.json", {
             "schema_version": SCHEMA_VERSION, "run_id": c.run_id(), "status": "ok", "config": c.to_dict(),
             "emergence": {"step": step}, "timing": {"steps": step or 40}})
@@ -224,11 +226,17 @@ def test_a_widening_runs_before_any_ranking_run_and_its_choice_unlocks_the_mixer
     monkeypatch.setattr(sweeps, "_run_one", fake_run)
     (tmp_path / "widens.yaml").write_text(WIDENS)
     sweep = load_sweep(str(tmp_path / "widens.yaml"))
-    said = []
+    said: list[str] = []
     pipeline = tuning.TuneThenRank(sweep, tmp_path / "out", tuning.jobs_for(sweep), said.append,
                                    lambda this, folder, tunes: sweeps.Stage(this, folder, priority=0 if tunes else 1))
     with open(tmp_path / "log", "w") as stream:
         counts = sweeps.run_stages(pipeline.first(), stream=stream, follow=pipeline, announced={"widens": 8})
+    return said, taken, counts
+
+
+def test_a_widening_runs_before_any_ranking_run_and_its_choice_unlocks_the_mixers_ranking(tmp_path, monkeypatch):
+    # Emerges sooner the higher the lr, up to 3e-3; never at 9e-3.
+    said, taken, counts = tune_then_rank(tmp_path, monkeypatch, lambda lr: {1e-3: 20, 3e-3: 10}.get(lr))
     # lru's grid widens past 3e-3 (strictly best on the high edge) to 9e-3, whose runs go before every
     # ranking run, the frozen Transformer's included; then 3e-3 is chosen and lru's ranking runs follow.
     assert said[0].endswith("lru on lm: best at the high edge of optim.lr, grid widened to [0.001, 0.003, 0.009]")
@@ -246,27 +254,11 @@ def test_a_tuning_where_nothing_emerges_says_none_works_everywhere_it_shows_its_
     """No lr makes a run emerge: the choice (the tie-break's smallest lr) is flagged "none works" in the
     printed line, in the tuning table, in rank's lr column and in the tuning curves, never shown as an
     optimum; a table where some run emerged is not flagged."""
-    from emergence_bench.config import resolve
-    from emergence_bench.execution import sweep as sweeps
     from emergence_bench.reporting import rank
     from emergence_bench.reporting.figures.tuning_curves import tuning_figure
-    from emergence_bench.results import SCHEMA_VERSION, none_works, write_json
+    from emergence_bench.results import none_works
 
-    def never(config, out):
-        c = resolve(config)
-        write_json(f"{out}/{c.run_id()}/result.json", {
-            "schema_version": SCHEMA_VERSION, "run_id": c.run_id(), "status": "ok", "config": c.to_dict(),
-            "emergence": {"step": None}, "timing": {"steps": 40}})
-        return {"run_id": c.run_id(), "status": "ok", "error": None, "emergence_step": None}
-
-    monkeypatch.setattr(sweeps, "_run_one", never)
-    (tmp_path / "widens.yaml").write_text(WIDENS)
-    sweep = load_sweep(str(tmp_path / "widens.yaml"))
-    said = []
-    pipeline = tuning.TuneThenRank(sweep, tmp_path / "out", tuning.jobs_for(sweep), said.append,
-                                   lambda this, folder, tunes: sweeps.Stage(this, folder, priority=0 if tunes else 1))
-    with open(tmp_path / "log", "w") as stream:
-        sweeps.run_stages(pipeline.first(), stream=stream, follow=pipeline, announced={"widens": 8})
+    said, _, _ = tune_then_rank(tmp_path, monkeypatch, lambda lr: None)
     assert len(said) == 1 and "lru on lm: chose optim.lr=0.001 — none works at any value" in said[0]
     table = json.loads((tmp_path / "out" / "tuning" / "tuning.json").read_text())["tables"][0]
     assert table["none_works"] is True and none_works(table)
