@@ -22,23 +22,13 @@ matplotlib.use("Agg")  # no display; must precede pyplot
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 from matplotlib.axes import Axes  # noqa: E402
-from matplotlib.axis import Axis  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
-from matplotlib.ticker import FuncFormatter, LogLocator  # noqa: E402
 
 from emergence_bench.reporting import rank  # noqa: E402
 from emergence_bench.reporting.plateau_score import plateau_end  # noqa: E402
+from emergence_bench.reporting.plotting import plain_log  # noqa: E402
 from emergence_bench.result_row import ResultRow, emergence_step, step_budget  # noqa: E402
 from emergence_bench.stats import kaplan_meier  # noqa: E402
-
-PLAIN = FuncFormatter(lambda value, _: f"{value:g}")  # 50, 100, 200 on log axes, not 5×10¹
-
-
-def plain_log(axis: Axis) -> None:
-    """Ticks at 1, 2, 5 × 10^k written plainly (0.5, 1, 2), on a log axis."""
-    axis.set_major_locator(LogLocator(base=10, subs=(1, 2, 5)))
-    axis.set_major_formatter(PLAIN)
-    axis.set_minor_formatter(FuncFormatter(lambda value, _: ""))
 
 
 def _colours(mixers: list[str]) -> dict[str, str]:
@@ -138,8 +128,7 @@ def forest_figure(ranked: dict) -> Figure | None:
         ax.plot([row.plateau_low, row.plateau_high], [y, y], color="black", linewidth=2)
         ax.scatter(row.plateau_ratio, y, marker="s", s=60, color="black", zorder=3)
     ax.axvline(1, color="grey", linestyle="--", linewidth=1)
-    ax.set_xscale("log")
-    plain_log(ax.xaxis)
+    plain_log(ax, "x")
     ax.set_yticks(range(len(rows)), list(rows["mixer"]))
     ax.invert_yaxis()
     ax.set_xlabel(f"median plateau end over {baseline}'s (log; < 1: leaves the plateau sooner)")
@@ -172,13 +161,11 @@ def state_figure(ranked: dict) -> Figure | None:
                            marker="o", capsize=3, color=colours[row.mixer])
             right.annotate(row.mixer, (row.state_size, row.plateau_ratio), textcoords="offset points",
                            xytext=(5, 5), fontsize=8)
-        right.set_yscale("log")
-        plain_log(right.yaxis)
+        plain_log(right)
         right.axhline(1, color="grey", linestyle="--", linewidth=1)
         right.set_ylabel(f"plateau ratio to {ranked['baseline']} (log)")
     for ax in axes.flat:
-        ax.set_xscale("log")
-        plain_log(ax.xaxis)
+        plain_log(ax, "x")
         ax.set_xlabel("state carried per sequence at inference (numbers, log)")
         ax.grid(alpha=0.3)
     figure.tight_layout()

@@ -10,7 +10,7 @@ import numpy as np
 from matplotlib.figure import Figure
 
 from emergence_bench.reporting.figure import from_groups, register_figure
-from emergence_bench.reporting.plotting import plain_log, plt
+from emergence_bench.reporting.plotting import legend_above, log_label, plain_log, plt
 from emergence_bench.reporting.thresholds import ACCURACY_FRACTIONS, LOSS_FRACTIONS, sensitivity, used_thresholds
 from emergence_bench.result_row import Row, section
 
@@ -23,9 +23,7 @@ def threshold_figure(groups: Sequence[tuple[str, Sequence[Row]]], limit: int = 1
         return None
     groups = groups[:limit]
     found = sensitivity(groups)
-    # The legend goes below both panels, one line per group: its labels name every key that differs
-    # and can be long, and beside a panel they squeezed it.
-    figure, (left, right) = plt.subplots(1, 2, figsize=(11, 4.0 + 0.2 * len(groups)))
+    figure, (left, right) = plt.subplots(1, 2, figsize=(11, 4.0))
     for label, _ in groups:
         left.plot(ACCURACY_FRACTIONS, found[label]["emergence"], marker="o", label=label)
         right.plot(LOSS_FRACTIONS, found[label]["plateau"], marker="o", label=label)
@@ -36,16 +34,17 @@ def threshold_figure(groups: Sequence[tuple[str, Sequence[Row]]], limit: int = 1
         if used is not None:
             ax.axvline(used, color="grey", linestyle="--", linewidth=1)
         ax.set_xlabel(xlabel)
-        ax.set_ylabel(f"{title.lower()}, median over seeds")
         ax.set_title(title)
         values = np.array([v for label, _ in groups for v in found[label]["emergence" if ax is left else "plateau"]])
         if np.isfinite(values).any() and np.nanmin(values) > 0:
             plain_log(ax, "y")
+        log_label(ax, f"{title.lower()}, median over seeds")
         ax.grid(alpha=0.3)
+    figure.tight_layout()
+    # One line per group above both panels: the labels name every key that differs and can be long,
+    # and beside a panel they squeezed it.
     handles, labels = left.get_legend_handles_labels()
-    figure.legend(handles, [textwrap.shorten(label, 150) for label in labels], loc="lower center", ncol=1,
-                  fontsize=7, frameon=False)
-    figure.tight_layout(rect=(0, (0.15 * len(groups) + 0.1) / (4.0 + 0.2 * len(groups)), 1, 1))
+    legend_above(figure, handles, [textwrap.shorten(label, 150) for label in labels], columns=1)
     return figure
 
 
