@@ -7,8 +7,10 @@ sets whose answer is one next token. "Solved" = the greedy next token is the ans
     ioi                    indirect object identification: "When Mary and John went to the store,
                            John gave a drink to" -> " Mary"
 
-``probe_set(name, n, seed)`` gives ``n`` distinct prompts drawn from ``random.Random`` seeded by
-(name, seed), the same on every machine; ``single=True`` gives the paper's single prompt instead.
+``probe_set(name, n, seed, lexicon=...)`` gives ``n`` distinct prompts drawn from ``random.Random``
+seeded by (name, seed), the same on every machine; ``single=True`` gives the paper's single prompt
+instead. A lexicon is the probe set's words: ``modern`` (Pythia's: digits, modern names) or
+``shakespeare`` (the language family's corpus, which has no digits: number words and the plays' names).
 Answers carry their leading space (the way BPE tokenizers such as GPT-NeoX's spell a next word).
 """
 
@@ -25,78 +27,140 @@ class Prompt:
     answer: str  # the correct continuation, with its leading space: " 3"
 
 
-DIGITS = [str(d) for d in range(10)]
-# Short, common words and names: one token each in GPT-NeoX's vocabulary (with a leading space).
-WORDS = ["apple", "river", "stone", "cloud", "table", "horse", "glass", "paper", "chair", "music", "bread",
-         "water", "light", "money", "house", "green", "train", "plant", "night", "dream", "smile", "ocean",
-         "field", "sugar"]
-DISTRACTORS = ["The sun was warm and the road was long.", "Nobody said a word for a while.",
-               "It rained all morning in the city.", "She closed the door and sat down."]
-NAMES = ["Mary", "John", "Alice", "Bob", "Tom", "James", "Sarah", "Michael", "Anna", "David", "Emma", "Paul",
-         "Kate", "Mark", "Lisa", "Peter"]
-PLACES = ["store", "park", "school", "office", "garden", "station"]
-OBJECTS = ["drink", "book", "ball", "letter", "gift", "key"]
-IOI_TEMPLATES = [
-    "When {a} and {b} went to the {place}, {b} gave a {object} to",
-    "After {a} and {b} arrived at the {place}, {b} handed the {object} to",
-    "While {a} and {b} were working at the {place}, {b} passed a {object} to",
-    "Then {a} and {b} had a long argument at the {place}. Afterwards {b} gave a {object} to",
-]
+@dataclass(frozen=True)
+class Lexicon:
+    """The words a probe set is built from, so each probe can speak its corpus's language.
+
+    ``symbols`` are the repetition strings' alphabet and ``numbers[i]`` spells i (pattern completion);
+    ``words`` are the in-context lists; the rest fill the IOI templates."""
+
+    symbols: tuple[str, ...]
+    numbers: tuple[str, ...]
+    words: tuple[str, ...]
+    distractors: tuple[str, ...]
+    names: tuple[str, ...]
+    places: tuple[str, ...]
+    objects: tuple[str, ...]
+    ioi_templates: tuple[str, ...]
+    single: dict[str, Prompt]  # the paper's single-prompt mode
 
 
-def string_repetition(rng: random.Random, length: int = 8) -> Prompt:
-    """A random digit string, then the same string without its last digit: the answer is that digit."""
-    digits = [rng.choice(DIGITS) for _ in range(length)]
-    return Prompt(" ".join(digits + digits[:-1]), " " + digits[-1])
+MODERN = Lexicon(  # Pythia's: digits and modern names, one token each in GPT-NeoX's vocabulary
+    symbols=tuple(str(d) for d in range(10)),
+    numbers=tuple(str(n) for n in range(200)),
+    words=("apple", "river", "stone", "cloud", "table", "horse", "glass", "paper", "chair", "music", "bread",
+           "water", "light", "money", "house", "green", "train", "plant", "night", "dream", "smile", "ocean",
+           "field", "sugar"),
+    distractors=("The sun was warm and the road was long.", "Nobody said a word for a while.",
+                 "It rained all morning in the city.", "She closed the door and sat down."),
+    names=("Mary", "John", "Alice", "Bob", "Tom", "James", "Sarah", "Michael", "Anna", "David", "Emma", "Paul",
+           "Kate", "Mark", "Lisa", "Peter"),
+    places=("store", "park", "school", "office", "garden", "station"),
+    objects=("drink", "book", "ball", "letter", "gift", "key"),
+    ioi_templates=(
+        "When {a} and {b} went to the {place}, {b} gave a {object} to",
+        "After {a} and {b} arrived at the {place}, {b} handed the {object} to",
+        "While {a} and {b} were working at the {place}, {b} passed a {object} to",
+        "Then {a} and {b} had a long argument at the {place}. Afterwards {b} gave a {object} to",
+    ),
+    single={  # the paper's example for string repetition; canonical ones for the rest
+        "repetition": Prompt("0 7 3 1 2 0 2 3 0 7 3 1 2 0 2", " 3"),
+        "in_context_repetition": Prompt("apple river stone cloud table horse. The sun was warm and the road was "
+                                        "long. apple river stone cloud table", " horse"),
+        "pattern_completion": Prompt("2 4 6 8 10 12", " 14"),
+        "ioi": Prompt("When Mary and John went to the store, John gave a drink to", " Mary"),
+    },
+)
+
+_NUMBER_WORDS = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven",
+                 "twelve", "thirteen", "fourteen", "fifteen", "sixteen", "seventeen", "eighteen", "nineteen",
+                 "twenty")
+SHAKESPEARE = Lexicon(  # the plays' own words: no digits, and names from the plays (lm_family's corpus)
+    symbols=_NUMBER_WORDS[1:11],
+    numbers=_NUMBER_WORDS,
+    words=("king", "queen", "lord", "love", "heart", "sword", "crown", "death", "blood", "gold", "night", "horse",
+           "eyes", "friend", "fool", "honour", "heaven", "father", "mother", "brother", "soul", "grace", "hand",
+           "world"),
+    distractors=("I pray you, sir, be gone.", "What say you to this, my lord?", "Come, let us go in.",
+                 "The night is cold and the wind is high."),
+    names=("Romeo", "Juliet", "Hamlet", "Caesar", "Brutus", "Portia", "Antonio", "Othello", "Falstaff", "Helena",
+           "Orlando", "Viola", "Macbeth", "Lear", "Edgar", "Rosalind"),
+    places=("court", "church", "castle", "garden", "forest", "palace"),
+    objects=("ring", "letter", "sword", "crown", "purse", "jewel"),
+    ioi_templates=(
+        "When {a} and {b} went to the {place}, {b} gave a {object} to",
+        "After {a} and {b} came to the {place}, {b} gave the {object} to",
+        "While {a} and {b} walked in the {place}, {b} gave a {object} to",
+        "Then {a} and {b} did quarrel at the {place}. Anon {b} gave a {object} to",
+    ),
+    single={
+        "repetition": Prompt("one seven three one two one two three one seven three one two one two", " three"),
+        "in_context_repetition": Prompt("king queen lord love heart sword. I pray you, sir, be gone. "
+                                        "king queen lord love heart", " sword"),
+        "pattern_completion": Prompt("two four six eight ten twelve", " fourteen"),
+        "ioi": Prompt("When Romeo and Juliet went to the church, Juliet gave a ring to", " Romeo"),
+    },
+)
+LEXICONS = {"modern": MODERN, "shakespeare": SHAKESPEARE}
 
 
-def in_context_repetition(rng: random.Random, length: int = 6) -> Prompt:
+def string_repetition(rng: random.Random, lexicon: Lexicon, length: int = 8) -> Prompt:
+    """A random string of symbols, then the same string without its last one: the answer is that one."""
+    symbols = [rng.choice(lexicon.symbols) for _ in range(length)]
+    return Prompt(" ".join(symbols + symbols[:-1]), " " + symbols[-1])
+
+
+def in_context_repetition(rng: random.Random, lexicon: Lexicon, length: int = 6) -> Prompt:
     """A list of distinct words, an unrelated sentence, then the list again up to its last word."""
-    words = rng.sample(WORDS, length)
-    return Prompt(f"{' '.join(words)}. {rng.choice(DISTRACTORS)} {' '.join(words[:-1])}", " " + words[-1])
+    words = rng.sample(lexicon.words, length)
+    return Prompt(f"{' '.join(words)}. {rng.choice(lexicon.distractors)} {' '.join(words[:-1])}", " " + words[-1])
 
 
-def pattern_completion(rng: random.Random, length: int = 6) -> Prompt:
-    """An arithmetic progression of small numbers (start 1–20, step 2–9): the answer is its next term."""
-    start, step = rng.randint(1, 20), rng.randint(2, 9)
-    terms = [start + i * step for i in range(length + 1)]
-    return Prompt(" ".join(map(str, terms[:-1])), f" {terms[-1]}")
+def pattern_completion(rng: random.Random, lexicon: Lexicon, length: int = 6) -> Prompt:
+    """An arithmetic progression (numbers as the lexicon spells them): the answer is its next term. With
+    digits, start 1–20 and step 2–9; with the number words up to twenty, start 1–8 and step 1–3
+    (at least four terms shown)."""
+    top = len(lexicon.numbers) - 1
+    start, step = (rng.randint(1, 20), rng.randint(2, 9)) if top >= 200 - 1 else (rng.randint(1, 8), rng.randint(1, 3))
+    length = min(length, (top - start) // step)  # every term must be spelt
+    terms = [lexicon.numbers[start + i * step] for i in range(length + 1)]
+    return Prompt(" ".join(terms[:-1]), f" {terms[-1]}")
 
 
-def ioi(rng: random.Random) -> Prompt:
+def ioi(rng: random.Random, lexicon: Lexicon) -> Prompt:
     """Indirect object identification: the name that is not repeated is the answer."""
-    a, b = rng.sample(NAMES, 2)
-    template = rng.choice(IOI_TEMPLATES)
-    return Prompt(template.format(a=a, b=b, place=rng.choice(PLACES), object=rng.choice(OBJECTS)), " " + a)
+    a, b = rng.sample(lexicon.names, 2)
+    template = rng.choice(lexicon.ioi_templates)
+    return Prompt(template.format(a=a, b=b, place=rng.choice(lexicon.places), object=rng.choice(lexicon.objects)),
+                  " " + a)
 
 
-PROBES: dict[str, Callable[[random.Random], Prompt]] = {
+PROBES: dict[str, Callable[[random.Random, Lexicon], Prompt]] = {
     "repetition": string_repetition,
     "in_context_repetition": in_context_repetition,
     "pattern_completion": pattern_completion,
     "ioi": ioi,
 }
-SINGLE = {  # the paper's single-prompt mode (its example for string repetition; canonical ones for the rest)
-    "repetition": Prompt("0 7 3 1 2 0 2 3 0 7 3 1 2 0 2", " 3"),
-    "in_context_repetition": Prompt("apple river stone cloud table horse. The sun was warm and the road was long. "
-                                    "apple river stone cloud table", " horse"),
-    "pattern_completion": Prompt("2 4 6 8 10 12", " 14"),
-    "ioi": Prompt("When Mary and John went to the store, John gave a drink to", " Mary"),
-}
+SINGLE = MODERN.single
 
 
-def probe_set(name: str, n: int = 64, seed: int = 0, single: bool = False) -> list[Prompt]:
-    """``n`` distinct prompts of probe ``name`` (deterministic in ``seed``), or its single prompt."""
+def probe_set(name: str, n: int = 64, seed: int = 0, single: bool = False,
+              lexicon: str = "modern") -> list[Prompt]:
+    """``n`` distinct prompts of probe ``name`` in ``lexicon``'s words (deterministic in ``seed``), or
+    its single prompt."""
     if name not in PROBES:
         raise ValueError(f"unknown probe {name!r}; known probes: {', '.join(sorted(PROBES))}")
+    if lexicon not in LEXICONS:
+        raise ValueError(f"unknown lexicon {lexicon!r}; known lexicons: {', '.join(sorted(LEXICONS))}")
+    words = LEXICONS[lexicon]
     if single:
-        return [SINGLE[name]]
+        return [words.single[name]]
     if n < 1:
         raise ValueError(f"the number of prompts must be ≥ 1, got {n}")
     rng = random.Random(f"{name}/{seed}")  # str seeds hash with SHA-512: the same on every run
     prompts: dict[Prompt, None] = {}
     for _ in range(100 * n):  # a few templates have fewer than n distinct prompts
-        prompts.setdefault(PROBES[name](rng))
+        prompts.setdefault(PROBES[name](rng, words))
         if len(prompts) == n:
             break
     return list(prompts)

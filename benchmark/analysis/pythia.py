@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any, Callable, cast
 
 import torch
 
+from emergence_bench.analysis import head_scores
 from emergence_bench.analysis.bisection import bisect_steps
 from emergence_bench.analysis.language_probes import Prompt, probe_set
 from emergence_bench.analysis.patching import rank_heads, replace_heads
@@ -177,6 +178,27 @@ class EncodedProbe:
         return torch.cat(p), torch.cat(correct), maps
 
 
+@torch.no_grad()
+def score_heads(lm: PreTrainedModel, tokens: torch.Tensor, length: int) -> dict[str, list[list[float]]]:
+    """Every head's previous-token and induction scores on ``tokens`` (head_scores.repeated_tokens):
+    {"previous_token": [layer][head], "induction": [layer][head]}."""
+    captured: dict[int, torch.Tensor] = {}
+    with eager_attention(lm, capture=captured):
+        lm(input_ids=tokens)
+    per_layer = [head_scores.scores(captured[layer].float().cpu(), length) for layer in sorted(captured)]
+    return {kind: [[round(float(v), 5) for v in layer[kind]] for layer in per_layer]
+            for kind in ("previous_token", "induction")}
+
+
+def repeat_probe(tokenizer: PreTrainedTokenizerBase, lm_config: Any, device: torch.device) -> tuple[torch.Tensor, int]:
+    """The repeated random tokens the head scores read ([16, 2T + 1]) and T (32, or what fits the context)."""
+    special = set(tokenizer.all_special_ids)
+    vocab = [i for i in range(min(len(tokenizer), lm_config.vocab_size)) if i not in special]
+    length = min(32, (lm_config.max_position_embeddings - 1) // 2)
+    bos = tokenizer.bos_token_id if tokenizer.bos_token_id is not None else 0
+    return head_scores.repeated_tokens(vocab, length, 16, bos).to(device), length
+
+
 def patch_language_models(old: PreTrainedModel, new: PreTrainedModel, probe: EncodedProbe, top_k: int = 4) -> dict:
     """Head patching of ``new``'s attention maps into ``old`` on every prompt of ``probe``."""
     p_old, _, _ = probe.run(old, capture=True)  # the same hooked path as the patched forwards
@@ -202,9 +224,13 @@ def _slug(text: str) -> str:
 
 def analyze(model: str, probe: str, revisions: list[str] | None = None, out: str | Path = "runs/pythia",
             prompts: int = 64, single: bool = False, probe_seed: int = 0, threshold: float = 0.5,
-            top_k: int = 4, device: str = "auto") -> dict:
+            top_k: int = 4, device: str = "auto", lexicon: str = "modern", curve: bool = False,
+            scores: bool = False) -> dict:
     """Bisect the emergence step of ``probe`` over ``revisions``, patch heads between the bracketing
-    pair, and write the result row to ``out/<run id>/result.json``; returns the row (with its path)."""
+    pair, and write the result row to ``out/<run id>/result.json``; returns the row (with its path).
+
+    ``curve``: the probe's accuracy at every revision (the history; bisection still reports which it
+    needed). ``scores``: every head's previous-token and induction scores at every revision."""
     if not 0 < threshold <= 1:
         raise ValueError(f"--threshold must be in (0, 1], got {threshold}")
     if top_k < 1:
@@ -213,13 +239,14 @@ def analyze(model: str, probe: str, revisions: list[str] | None = None, out: str
     by_step = {revision_step(r): r for r in revisions}
     for revision in revisions:  # a missing local folder fails here, before anything loads
         _local(model, revision)
-    prompt_set = probe_set(probe, prompts, probe_seed, single)
+    prompt_set = probe_set(probe, prompts, probe_seed, single, lexicon)
     base, seed = model_and_seed(model)
     last = max(by_step)
     config = {
         "seed": seed,
         "task": {"name": "language_probe", "probe": probe, "prompts": len(prompt_set), "single": single,
-                 "probe_seed": probe_seed, "threshold": threshold},
+                 "probe_seed": probe_seed, "threshold": threshold,
+                 **({"lexicon": lexicon} if lexicon != "modern" else {})},  # (Pythia's run ids unchanged)
         "mixer": {"name": "pythia", "model": base},
         "trainer": {"max_steps": last},  # the training span the checkpoints cover (the censoring budget)
     }
@@ -236,12 +263,24 @@ def analyze(model: str, probe: str, revisions: list[str] | None = None, out: str
     try:
         dev = resolve_device(device)
         record["device"] = dev.type
-        encoded = EncodedProbe(load_tokenizer(model, by_step[last]), prompt_set, dev)
+        tokenizer = load_tokenizer(model, by_step[last])
+        encoded = EncodedProbe(tokenizer, prompt_set, dev)
         accuracy: dict[int, float] = {}
+        head_history: list[tuple[int, dict]] = []
+        if curve or scores:
+            for step in sorted(by_step):
+                lm = load_model(model, by_step[step], dev)
+                if curve:
+                    accuracy[step] = float(encoded.run(lm)[1].float().mean())
+                if scores:
+                    if not head_history:
+                        repeat, length = repeat_probe(tokenizer, lm.config, dev)
+                    head_history.append((step, score_heads(lm, repeat, length)))
 
         def solves(step: int) -> bool:
-            lm = load_model(model, by_step[step], dev)
-            accuracy[step] = float(encoded.run(lm)[1].float().mean())
+            if step not in accuracy:
+                lm = load_model(model, by_step[step], dev)
+                accuracy[step] = float(encoded.run(lm)[1].float().mean())
             return accuracy[step] >= threshold
 
         found = bisect_steps(by_step, solves)
@@ -250,6 +289,13 @@ def analyze(model: str, probe: str, revisions: list[str] | None = None, out: str
                                **found.to_dict(),
                                "history": [[s, accuracy[s]] for s in sorted(accuracy)]}
         record["metrics"] = {"final_eval_accuracy": accuracy.get(last)}
+        if head_history:
+            record["head_scores"] = {
+                "repeat_length": length, "jump_threshold": head_scores.JUMP,
+                "history": [[step, grid] for step, grid in head_history],
+                **{f"{kind}_jump": head_scores.jump_step([(s, g[kind]) for s, g in head_history])
+                   for kind in ("previous_token", "induction")},
+            }
         if found.first_solved is not None and found.last_unsolved is not None:
             old = load_model(model, by_step[found.last_unsolved], dev)
             new = load_model(model, by_step[found.first_solved], dev)
@@ -295,6 +341,12 @@ def print_summary(record: dict) -> None:
     else:
         print(f"emergence between step {e['last_unsolved']} and step {e['first_solved']}; "
               f"{e['evaluations']} of {e['checkpoints']} checkpoints evaluated")
+    h = record.get("head_scores")
+    if h:
+        for kind in ("previous_token", "induction"):
+            jump = h[f"{kind}_jump"]
+            where = "never" if jump["step"] is None else f"from step {jump['step']} ({len(jump['heads'])} heads)"
+            print(f"{kind.replace('_', '-')} heads (score ≥ {h['jump_threshold']}): {where}")
     p = record["patching"]
     if "skipped" in p:
         print(f"patching skipped: {p['skipped']}")

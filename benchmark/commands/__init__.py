@@ -7,7 +7,7 @@ from emergence_bench.commands.command import COMMANDS, Command, Subparsers, regi
 # Their order is --help's, so isort leaves them as written:
 # isort: off
 from emergence_bench.commands import listing, run, sweep, leaderboard, rank, report, claims  # noqa: F401
-from emergence_bench.commands import analyze, forecast, speed, check_mixer  # noqa: F401
+from emergence_bench.commands import analyze, lm_family, forecast, speed, check_mixer  # noqa: F401
 # isort: on
 
 __all__ = ["COMMANDS", "Command", "Subparsers", "register_command"]

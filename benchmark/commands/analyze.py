@@ -6,6 +6,7 @@
           [--top-k K] [--ground-truth]                -> RUN_DIR/analysis/patch_<old>_<new>[_ground_truth].json
     analyze pythia --model NAME_OR_PATH --probe NAME  the same on Pythia checkpoints with a language probe
           [--revisions step0 step1000 ...] [--out DIR] -> DIR/<run id>/result.json (a leaderboard row)
+          [--lexicon shakespeare] [--curve] [--head-scores]
 
 "Solves" is the run's own emergence criterion: greedy accuracy on the scored tokens of the probe set
 (the task's eval batches) ≥ the emergence callback's threshold. The work is in
@@ -44,7 +45,7 @@ def print_patch(report: dict, heads_shown: int = 8) -> None:
 # --- command line -------------------------------------------------------------------------------
 def add_parser(subparsers: Subparsers) -> argparse.ArgumentParser:
     """Add the `analyze` command (and its subcommands) to a CLI's subparsers."""
-    from emergence_bench.analysis.language_probes import PROBES
+    from emergence_bench.analysis.language_probes import LEXICONS, PROBES
 
     p = subparsers.add_parser("analyze", help="emergence bisection and causal head patching (runs and Pythia)",
                               description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -79,6 +80,13 @@ def add_parser(subparsers: Subparsers) -> argparse.ArgumentParser:
     py.add_argument("--threshold", type=float, default=0.5,
                     help="fraction of prompts greedy-correct that counts as solved (default 0.5)")
     py.add_argument("--top-k", type=int, default=4, help="patch the top 1..K heads together (default 4)")
+    py.add_argument("--lexicon", default="modern", choices=sorted(LEXICONS),
+                    help="the probe's words: modern (Pythia's: digits, modern names) or shakespeare "
+                         "(lm-family's corpus) (default modern)")
+    py.add_argument("--curve", action="store_true",
+                    help="evaluate the probe at every revision, not only those the bisection needs")
+    py.add_argument("--head-scores", action="store_true",
+                    help="every head's previous-token and induction scores at every revision")
     py.add_argument("--device", default="auto", help="auto | cpu | cuda (default auto)")
     return p
 
@@ -112,7 +120,8 @@ def main(args: argparse.Namespace, extra: list[str] | None = None) -> int:
 
         record = pythia.analyze(args.model, args.probe, revisions=args.revisions, out=args.out,
                                 prompts=args.prompts, single=args.single, probe_seed=args.probe_seed,
-                                threshold=args.threshold, top_k=args.top_k, device=args.device)
+                                threshold=args.threshold, top_k=args.top_k, device=args.device,
+                                lexicon=args.lexicon, curve=args.curve, scores=args.head_scores)
         pythia.print_summary(record)
         print(f"wrote {record['path']}", file=sys.stderr)
         return 1 if record["status"] == "failed" else 0

@@ -1,0 +1,131 @@
+"""The language family, analysed as the paper analyses Pythia: per seed and probe, the probe's accuracy
+at every checkpoint, the emergence step by bisection, every head's previous-token and induction
+scores, and head patching between the bracketing checkpoints; then, per probe, the three claims'
+numbers across seeds (PAPER.md's first half):
+
+1. at a fixed scale, seeds differ in when and whether: the emergence steps and their spread;
+2. heads jump from diffuse to a pattern together with the emergence: each seed's first induction
+   (and previous-token) head against its emergence bracket;
+3. a few heads carry it: the gap recovered by the top K heads patched together, K = 1, 2, 4, 8, 16.
+
+Rows go to ``OUT/analysis/<run id>/result.json`` (``analyze pythia``'s, which the leaderboard and the
+report read); the summary to ``OUT/analysis/family.json``.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from pathlib import Path
+
+from emergence_bench.analysis import pythia
+from emergence_bench.analysis.language_probes import PROBES
+from emergence_bench.analysis.lm_family import FamilyConfig, model_folder, trained_seeds
+from emergence_bench.results import write_json
+
+K_SHOWN = (1, 2, 4, 8, 16)
+MOST = 0.8  # "carried by k heads": the fewest top heads that recover this much of the gap
+SUMMARY_FILE = "family.json"
+
+
+def recovered(patching: dict) -> dict[int, float | None]:
+    """{k: fraction of the gap the top k heads recover} for the k of K_SHOWN that were patched."""
+    by_k = {row["k"]: row["fraction_recovered"] for row in patching.get("top_k", [])}
+    return {k: by_k[k] for k in K_SHOWN if k in by_k}
+
+
+def heads_for_most(patching: dict) -> int | None:
+    """The fewest top heads that together recover ≥ MOST of the gap (None: none of the patched sets)."""
+    for row in patching.get("top_k", []):
+        if row["fraction_recovered"] is not None and row["fraction_recovered"] >= MOST:
+            return int(row["k"])
+    return None
+
+
+def probe_summary(rows: dict[int, dict]) -> dict:
+    """One probe across seeds: {seed: its numbers}, and the spread of the emergence steps."""
+    seeds = {}
+    for seed, row in sorted(rows.items()):
+        if row["status"] != "ok":
+            seeds[seed] = {"status": row["status"], "error": row["error"]}
+            continue
+        e, p, h = row["emergence"], row["patching"], row.get("head_scores", {})
+        seeds[seed] = {
+            "status": "ok", "emerged": not e["censored"], "step": e["first_solved"], "bracket": e["bracket"],
+            "final_accuracy": row["metrics"]["final_eval_accuracy"],
+            "induction_jump": h.get("induction_jump", {}).get("step"),
+            "previous_token_jump": h.get("previous_token_jump", {}).get("step"),
+            "recovered": {str(k): v for k, v in recovered(p).items()}, "heads_for_most": heads_for_most(p),
+            "top_heads": [[t["layer"], t["head"]] for t in p.get("top_heads", [])[:4]],
+        }
+    steps = [s["step"] for s in seeds.values() if s.get("emerged")]
+    spread = None
+    if steps:
+        spread = {"min": min(steps), "median": statistics.median(steps), "max": max(steps),
+                  "max_over_min": max(steps) / min(steps) if min(steps) > 0 else None}
+    return {"seeds": seeds, "emerged": len(steps), "of": len(seeds), "spread": spread}
+
+
+def analyze_family(out: Path, probes: list[str] | None = None, prompts: int = 64, threshold: float = 0.5,
+                   device: str = "auto") -> dict:
+    """Analyse every trained seed of the family in ``out`` on ``probes`` (default all, in the
+    shakespeare lexicon); writes and returns the summary."""
+    probes = list(probes or PROBES)
+    unknown = sorted(set(probes) - set(PROBES))
+    if unknown:
+        raise ValueError(f"unknown probes {unknown}; known: {sorted(PROBES)}")
+    family_file = out / "family.json"
+    if not family_file.is_file():
+        raise ValueError(f"{out} holds no family (no {family_file.name}); train one with `lm-family train`")
+    config = FamilyConfig.from_dict(json.loads(family_file.read_text())["config"])
+    seeds = trained_seeds(out)
+    if not seeds:
+        raise ValueError(f"{out} has no seed trained to the end; run `lm-family train {out}` (it resumes)")
+    heads = config.layers * config.heads
+    rows: dict[str, dict[int, dict]] = {probe: {} for probe in probes}
+    for seed in seeds:
+        for probe in probes:
+            row = pythia.analyze(str(model_folder(out, seed)), probe, out=out / "analysis", prompts=prompts,
+                                 threshold=threshold, top_k=min(max(K_SHOWN), heads), device=device,
+                                 lexicon="shakespeare", curve=True, scores=True)
+            rows[probe][seed] = row
+            print(f"seed {seed} {probe}: " + _line(row), flush=True)
+    summary = {"family": str(out), "config": json.loads(family_file.read_text())["config"], "seeds": seeds,
+               "threshold": threshold, "prompts": prompts, "heads": heads,
+               "probes": {probe: probe_summary(by_seed) for probe, by_seed in rows.items()}}
+    write_json(out / "analysis" / SUMMARY_FILE, summary)
+    return summary
+
+
+def _line(row: dict) -> str:
+    if row["status"] != "ok":
+        return f"{row['status']}: {row['error'].splitlines()[0]}"
+    e = row["emergence"]
+    found = "never solved" if e["censored"] else f"emerged between step {e['last_unsolved']} and {e['first_solved']}"
+    return f"final accuracy {row['metrics']['final_eval_accuracy']:.2f}, {found}"
+
+
+def print_summary(summary: dict) -> None:
+    """The three claims' numbers, a block per probe."""
+    for probe, s in summary["probes"].items():
+        print(f"\n{probe}: emerged in {s['emerged']} of {s['of']} seeds (accuracy ≥ {summary['threshold']})")
+        if s["spread"]:
+            sp = s["spread"]
+            ratio = "n/a" if sp["max_over_min"] is None else f"{sp['max_over_min']:.2f}x"
+            print(f"  steps: min {sp['min']}, median {sp['median']:g}, max {sp['max']} (max/min {ratio})")
+        print("  seed  step   bracket       induction head  prev-token head  " + "  ".join(f"K={k}" for k in K_SHOWN)
+              + "  heads for 80%")
+        for seed, r in s["seeds"].items():
+            if r["status"] != "ok":
+                print(f"  {seed:>4}  {r['status']}")
+                continue
+            cells = "  ".join("  —  " if r["recovered"].get(str(k)) is None else f"{r['recovered'][str(k)]:.2f} "
+                              for k in K_SHOWN)
+            bracket = "—" if r["step"] is None else f"{r['bracket'][0]}–{r['bracket'][1]}"
+            print(f"  {seed:>4}  {r['step'] if r['step'] is not None else 'never':>5}  {bracket:<12}  "
+                  f"{_step(r['induction_jump']):>14}  {_step(r['previous_token_jump']):>15}  {cells}  "
+                  f"{r['heads_for_most'] if r['heads_for_most'] is not None else '—':>5}")
+
+
+def _step(step: int | None) -> str:
+    return "never" if step is None else str(step)

@@ -1,0 +1,311 @@
+"""A family of small GPT-NeoX language models trained here, one per init seed, loadable by
+``analyze pythia`` exactly as Pythia is (PAPER.md's first half, on a model that learned language).
+
+    OUT/family.json           the family's configuration (a second train with another one is refused)
+    OUT/corpus/               the cached archive, tokens.pt (the encoded corpus) and corpus.json (its size)
+    OUT/tokenizer/            the byte-level BPE tokenizer trained on the corpus
+    OUT/lm-seedN/stepK/       log-spaced checkpoints (transformers' save_pretrained), tokenizer alongside
+    OUT/lm-seedN/state.pt     the last checkpoint's optimiser and step: a stopped train resumes from it
+    OUT/lm-seedN/train.json   status, the loss curve at the checkpoints, timings
+
+A seed draws both the init and the order of the training windows (as PolyPythias' seeds do). Each
+batch is ``batch_size`` windows of ``context + 1`` tokens at offsets drawn from a generator seeded by
+(seed, step), so a resumed seed sees the same stream. Seeds train in parallel worker processes with
+one thread each.
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import sys
+import time
+import traceback
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from emergence_bench.analysis.corpus import SHAKESPEARE, SPECIAL, load_texts, normalise, train_tokenizer
+from emergence_bench.execution.stop_signals import stop_signals
+from emergence_bench.results import write_json
+
+if TYPE_CHECKING:  # the CLI reads FamilyConfig for its parser: torch loads when a family trains
+    import torch
+
+FAMILY_FILE = "family.json"
+
+
+@dataclass(frozen=True)
+class FamilyConfig:
+    """Everything that decides a family's checkpoints (the pilot's choice is the default: docs/results.md)."""
+
+    corpus: str = "shakespeare"  # or a folder of .txt files
+    vocab_size: int = 4096
+    context: int = 128
+    hidden_size: int = 128
+    layers: int = 2
+    heads: int = 8
+    batch_size: int = 32
+    lr: float = 1e-3
+    warmup: int = 100  # linear warmup steps, then constant (a checkpoint's step means the same at any budget)
+    max_steps: int = 3000
+    checkpoints_per_octave: int = 4  # log-spaced: step 0 and round(2^(i/4)), then max_steps
+    eval_fraction: float = 0.05  # the corpus's tail, held out for the eval loss
+
+    def __post_init__(self) -> None:
+        positive = ("vocab_size", "context", "hidden_size", "layers", "heads", "batch_size", "max_steps",
+                    "checkpoints_per_octave")
+        for name in positive:
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be ≥ 1, got {getattr(self, name)}")
+        if self.hidden_size % self.heads:
+            raise ValueError(f"hidden_size ({self.hidden_size}) must be a multiple of heads ({self.heads})")
+        if not 0 < self.eval_fraction < 1:
+            raise ValueError(f"eval_fraction must be in (0, 1), got {self.eval_fraction}")
+        if not self.lr > 0 or self.warmup < 0:
+            raise ValueError(f"lr must be > 0 and warmup ≥ 0, got {self.lr}, {self.warmup}")
+
+    @classmethod
+    def from_dict(cls, data: dict) -> FamilyConfig:
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ValueError(f"unknown family keys {unknown}; known: {sorted(known)}")
+        return cls(**data)
+
+
+def checkpoint_steps(max_steps: int, per_octave: int) -> list[int]:
+    """0, the distinct round(2^(i/per_octave)) below max_steps, and max_steps."""
+    steps = {0, max_steps}
+    i = 0
+    while (s := round(2 ** (i / per_octave))) < max_steps:
+        steps.add(s)
+        i += 1
+    return sorted(steps)
+
+
+def model_folder(out: Path, seed: int) -> Path:
+    return out / f"lm-seed{seed}"
+
+
+# --- the corpus, once per family ----------------------------------------------------------------
+def prepare(out: Path, config: FamilyConfig) -> dict:
+    """Write (or check) OUT/family.json, train the tokenizer and encode the corpus once; returns the
+    corpus's facts (works, characters, tokens)."""
+    out.mkdir(parents=True, exist_ok=True)
+    family = out / FAMILY_FILE
+    if family.is_file():
+        saved = FamilyConfig.from_dict(json.loads(family.read_text())["config"])
+        if saved != config:
+            changed = [f.name for f in fields(config) if getattr(saved, f.name) != getattr(config, f.name)]
+            raise ValueError(f"{out} holds a family with other settings ({', '.join(changed)}); "
+                             "use another --out or the same settings")
+    facts_path = out / "corpus" / "corpus.json"
+    if not facts_path.is_file():
+        texts = {name: normalise(text) for name, text in load_texts(config.corpus, out / "corpus").items()}
+        tokenizer = train_tokenizer(list(texts.values()), config.vocab_size)
+        import torch
+
+        facts_path.parent.mkdir(exist_ok=True)
+        tokenizer.save_pretrained(out / "tokenizer")
+        eos = tokenizer.convert_tokens_to_ids(SPECIAL)
+        ids: list[int] = []
+        for text in texts.values():
+            ids += tokenizer(text)["input_ids"] + [eos]
+        tokens = torch.tensor(ids, dtype=torch.int32)
+        split = len(tokens) - max(config.context + 1, int(len(tokens) * config.eval_fraction))
+        if split < config.context + 1:
+            raise ValueError(f"the corpus has {len(tokens)} tokens: too few for context {config.context}")
+        torch.save({"train": tokens[:split].clone(), "eval": tokens[split:].clone()}, out / "corpus" / "tokens.pt")
+        facts = {"source": config.corpus, "works": len(texts), "characters": sum(map(len, texts.values())),
+                 "words": sum(len(t.split()) for t in texts.values()), "tokens": len(tokens),
+                 "train_tokens": split, "eval_tokens": len(tokens) - split,
+                 "vocab_size": len(tokenizer), "names": list(texts)}
+        if config.corpus == "shakespeare":
+            facts.update(package=f"{SHAKESPEARE.package} ({SHAKESPEARE.filename})", sha256=SHAKESPEARE.sha256,
+                         licence=SHAKESPEARE.licence)
+        write_json(facts_path, facts)
+    write_json(family, {"config": asdict(config)})
+    return json.loads(facts_path.read_text())
+
+
+def neox_config(config: FamilyConfig, vocab_size: int) -> Any:
+    from transformers import GPTNeoXConfig
+
+    return GPTNeoXConfig(vocab_size=vocab_size, hidden_size=config.hidden_size, num_hidden_layers=config.layers,
+                         num_attention_heads=config.heads, intermediate_size=4 * config.hidden_size,
+                         max_position_embeddings=config.context, use_parallel_residual=True,  # rotary on 1/4: Pythia's
+                         attention_dropout=0.0, hidden_dropout=0.0, tie_word_embeddings=False,
+                         bos_token_id=0, eos_token_id=0)
+
+
+def windows(tokens: torch.Tensor, count: int, length: int, generator: torch.Generator) -> torch.Tensor:
+    """``count`` windows of ``length`` tokens at random offsets: [count, length] int64."""
+    import torch
+
+    starts = torch.randint(0, len(tokens) - length + 1, (count,), generator=generator)
+    return torch.stack([tokens[s:s + length] for s in starts.tolist()]).long()
+
+
+def eval_loss(model: Any, tokens: torch.Tensor, config: FamilyConfig, batches: int = 4) -> float:
+    """The mean loss on ``batches`` fixed held-out batches."""
+    import torch
+
+    generator = torch.Generator().manual_seed(1234)  # the same held-out windows at every checkpoint
+    model.eval()
+    with torch.no_grad():
+        losses = [float(model(input_ids=(x := windows(tokens, config.batch_size, config.context, generator)),
+                              labels=x).loss) for _ in range(batches)]
+    model.train()
+    return sum(losses) / len(losses)
+
+
+# --- one seed -----------------------------------------------------------------------------------
+def train_seed(out: Path, config: FamilyConfig, seed: int, threads: int = 1) -> dict:
+    """Train (or resume) seed ``seed``'s model, saving its checkpoints; returns its train.json."""
+    import torch
+    from transformers import GPTNeoXForCausalLM, PreTrainedTokenizerFast
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()  # a bar per checkpoint would bury the progress lines
+    torch.set_num_threads(threads)
+    folder = model_folder(out, seed)
+    folder.mkdir(parents=True, exist_ok=True)
+    record_path = folder / "train.json"
+    record = json.loads(record_path.read_text()) if record_path.is_file() else {"seed": seed, "curve": []}
+    if record.get("status") == "ok":
+        return record
+    tokenizer = PreTrainedTokenizerFast.from_pretrained(out / "tokenizer")
+    tokenizer.save_pretrained(folder)  # analyze pythia looks for the tokenizer beside the step folders
+    data = torch.load(out / "corpus" / "tokens.pt")
+    torch.manual_seed(seed)
+    model = GPTNeoXForCausalLM(neox_config(config, len(tokenizer)))
+    optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr, betas=(0.9, 0.95), weight_decay=0.1)
+    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min(1.0, (s + 1) / (config.warmup + 1)))
+    start = 0
+    state_path = folder / "state.pt"
+    if state_path.is_file():  # resume at the last checkpoint
+        state = torch.load(state_path)
+        model.load_state_dict(state["model"]), optimizer.load_state_dict(state["optimizer"])
+        schedule.load_state_dict(state["schedule"])
+        start = state["step"]
+        record["curve"] = [c for c in record["curve"] if c[0] <= start]
+        print(f"seed {seed}: resuming at step {start}", flush=True)
+    saves = set(checkpoint_steps(config.max_steps, config.checkpoints_per_octave))
+    model.train()
+    began, trained_at_start = time.perf_counter(), record.get("seconds", 0.0)
+    recent: list[float] = []
+    for step in range(start, config.max_steps + 1):
+        if step in saves and not (folder / f"step{step}" / "config.json").is_file():
+            model.save_pretrained(folder / f"step{step}")
+            record["curve"].append([step, sum(recent) / len(recent) if recent else None,
+                                    eval_loss(model, data["eval"], config)])
+            temporary = state_path.with_suffix(".part")
+            torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(),
+                        "schedule": schedule.state_dict(), "step": step}, temporary)
+            os.replace(temporary, state_path)
+            record["seconds"] = trained_at_start + time.perf_counter() - began
+            write_json(record_path, {**record, "status": "running"})
+        if step == config.max_steps:
+            break
+        generator = torch.Generator().manual_seed(seed * 1_000_003 + step)
+        x = windows(data["train"], config.batch_size, config.context, generator)
+        loss = model(input_ids=x, labels=x).loss
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        schedule.step()
+        recent = (recent + [loss.item()])[-20:]
+        if (step + 1) % 100 == 0:
+            seconds = time.perf_counter() - began
+            rate = (step + 1 - start) / seconds
+            print(f"seed {seed}: step {step + 1}/{config.max_steps} loss {sum(recent) / len(recent):.3f} "
+                  f"{rate:.1f} steps/s, {(config.max_steps - step - 1) / rate / 60:.1f} min left", flush=True)
+    record.update(status="ok", seconds=trained_at_start + time.perf_counter() - began,
+                  final_eval_loss=record["curve"][-1][2], checkpoints=sorted(saves))
+    write_json(record_path, record)
+    state_path.unlink(missing_ok=True)  # the last checkpoint is the model; the optimiser is no longer needed
+    return record
+
+
+def _worker(out: str, config: dict, seed: int, threads: int) -> None:
+    try:
+        train_seed(Path(out), FamilyConfig(**config), seed, threads)
+    except Exception as error:  # recorded in the seed's train.json, so the family's summary names it
+        folder = model_folder(Path(out), seed)
+        path = folder / "train.json"
+        record = json.loads(path.read_text()) if path.is_file() else {"seed": seed}
+        write_json(path, {**record, "status": "failed", "error": f"{type(error).__name__}: {error}",
+                          "traceback": traceback.format_exc()})
+        print(f"seed {seed}: failed: {type(error).__name__}: {error}", file=sys.stderr, flush=True)
+        sys.exit(1)
+
+
+# --- the family ---------------------------------------------------------------------------------
+def train_family(out: Path, config: FamilyConfig, seeds: list[int], workers: int = 2,
+                 threads: int | None = None) -> dict:
+    """Train every seed (``workers`` at a time, ``threads`` each: the cores shared out by default),
+    resuming what a stopped train left;
+    returns {"corpus": facts, "seeds": {seed: train.json}, "seconds": wall time}."""
+    if not seeds or len(set(seeds)) != len(seeds) or min(seeds) < 0:
+        raise ValueError(f"--seeds must be distinct non-negative integers, got {seeds}")
+    if workers < 1:
+        raise ValueError(f"--workers must be ≥ 1, got {workers}")
+    began = time.perf_counter()
+    facts = prepare(out, config)
+    print(f"corpus: {facts['works']} works, {facts['words']:,} words, {facts['tokens']:,} tokens "
+          f"(vocabulary {facts['vocab_size']}); {len(seeds)} seeds, {workers} at a time", flush=True)
+    context = multiprocessing.get_context("spawn")
+    threads = threads or max(1, (os.cpu_count() or 1) // workers)
+    waiting: list[int] = list(seeds)
+    running: list[Any] = []  # the worker processes
+    with stop_signals():
+        try:
+            while waiting or running:
+                while waiting and len(running) < workers:
+                    seed = waiting.pop(0)
+                    process = context.Process(target=_worker, args=(str(out), asdict(config), seed, threads))
+                    process.start()
+                    running.append(process)
+                time.sleep(0.5)
+                running = [p for p in running if p.is_alive()]
+        except KeyboardInterrupt:
+            for process in running:  # leave no process of our own behind
+                process.terminate()
+            for process in running:
+                process.join()
+            print(f"stopped; {out} resumes from each seed's last checkpoint", file=sys.stderr, flush=True)
+            raise
+    records = {}
+    for seed in seeds:
+        path = model_folder(out, seed) / "train.json"
+        records[seed] = json.loads(path.read_text()) if path.is_file() else {"seed": seed, "status": "failed",
+                                                                              "error": "no train.json"}
+    return {"corpus": facts, "seeds": records, "seconds": time.perf_counter() - began}
+
+
+def trained_seeds(out: Path) -> list[int]:
+    """The seeds whose model trained to the end in ``out``."""
+    seeds = []
+    for folder in sorted(out.glob("lm-seed*")):
+        path = folder / "train.json"
+        if path.is_file() and json.loads(path.read_text()).get("status") == "ok":
+            seeds.append(int(folder.name.removeprefix("lm-seed")))
+    return sorted(seeds)
+
+
+def steps_per_second(record: dict) -> float | None:
+    steps = record.get("curve", [[0]])[-1][0]
+    return steps / record["seconds"] if record.get("seconds") else None
+
+
+def describe(config: FamilyConfig) -> str:
+    params = config.layers * 12 * config.hidden_size ** 2
+    return (f"{config.layers} layers x {config.heads} heads, width {config.hidden_size} "
+            f"(~{params / 1e6:.2f}M non-embedding parameters), context {config.context}, batch {config.batch_size}, "
+            f"{config.max_steps} steps ({config.max_steps * config.batch_size * config.context / 1e6:.1f}M tokens), "
+            f"lr {config.lr:g}")
+
