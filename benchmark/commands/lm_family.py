@@ -26,7 +26,7 @@ from emergence_bench.commands.command import Subparsers, register_command
 def add_parser(subparsers: Subparsers) -> argparse.ArgumentParser:
     """Add the `lm-family` command (train, analyze) to a CLI's subparsers."""
     from emergence_bench.analysis.language_probes import PROBES
-    from emergence_bench.analysis.lm_family import FamilyConfig
+    from emergence_bench.analysis.lm_family import FIELD_HELP, FamilyConfig
 
     p = subparsers.add_parser("lm-family", help="train a multi-seed GPT-NeoX family here, then analyse its emergence",
                               description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -39,7 +39,7 @@ def add_parser(subparsers: Subparsers) -> argparse.ArgumentParser:
     for f in fields(FamilyConfig):
         default = getattr(defaults, f.name)
         t.add_argument(f"--{f.name.replace('_', '-')}", dest=f.name, type=type(default), default=default,
-                       help=f"(default {default})")
+                       help=f"{FIELD_HELP[f.name]} (default {default})")
     a = sub.add_parser("analyze", help="bisect, score heads and patch every trained seed on the probes")
     a.add_argument("out", metavar="OUT", type=Path, help="the family's folder")
     a.add_argument("--probes", nargs="+", choices=sorted(PROBES), help="probes (default all four)")
