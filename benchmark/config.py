@@ -198,7 +198,7 @@ def hashed_config(data: dict) -> dict:
     tasks = [data.get("task")] + [stage.get("task") for stage in data.get("curriculum") or []]
     for task in tasks:
         if isinstance(task, dict):
-            for key, default in ADDED_TASK_KEYS.get(task.get("name"), {}).items():
+            for key, default in ADDED_TASK_KEYS.get(str(task.get("name")), {}).items():
                 if key in task and task[key] == default:
                     del task[key]
     return data
