@@ -180,13 +180,27 @@ class RunConfig:
 NOT_HASHED = {"trainer": ("threads", "logger", "keep_freed_memory")}
 
 
+# A task's keys added after runs were recorded, left out of the run id while they hold the default
+# that computes what those runs computed (so no earlier run id changed when they came), and hashed
+# once set to anything else: task name -> {key: that default}. In the run's task and in each
+# curriculum stage's.
+ADDED_TASK_KEYS: dict[str, dict[str, Any]] = {"dyck": {"score": "all"}}
+
+
 def hashed_config(data: dict) -> dict:
     """A copy of a config dict (``RunConfig.to_dict()``, or a result's ``config``) without the keys of
-    NOT_HASHED: what the run id hashes, and what rows of the same run should be compared by."""
+    NOT_HASHED, nor those of ADDED_TASK_KEYS at their default: what the run id hashes, and what rows
+    of the same run should be compared by."""
     data = copy.deepcopy(data)
     for section, keys in NOT_HASHED.items():
         for key in keys:
             (data.get(section) or {}).pop(key, None)
+    tasks = [data.get("task")] + [stage.get("task") for stage in data.get("curriculum") or []]
+    for task in tasks:
+        if isinstance(task, dict):
+            for key, default in ADDED_TASK_KEYS.get(str(task.get("name")), {}).items():
+                if key in task and task[key] == default:
+                    del task[key]
     return data
 
 

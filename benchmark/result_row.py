@@ -38,6 +38,7 @@ class Metrics(TypedDict, total=False):
     final_eval_p_correct: float | None
     final_train_full_sequence_loss: float | None
     final_eval_full_sequence_loss: float | None
+    final_eval_full_sequence_accuracy: float | None  # absent from rows written before it was recorded
 
 
 class TaskFacts(TypedDict, total=False):

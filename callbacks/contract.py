@@ -42,6 +42,8 @@ class EvalResult:
     accuracy:           greedy accuracy of the scored tokens
     p_correct:          mean probability of the correct token
     full_sequence_loss: mean cross-entropy over every row (the paper's scale)
+    full_sequence_accuracy: greedy accuracy over every row (what the scored rows leave out, e.g. Dyck's
+                        openers when it scores closers)
     cell_accuracy:      [C] accuracy per output cell
     cell_loss:          [C] loss per output cell
     """
@@ -51,6 +53,7 @@ class EvalResult:
     accuracy: float
     p_correct: float
     full_sequence_loss: float
+    full_sequence_accuracy: float
     cell_accuracy: torch.Tensor
     cell_loss: torch.Tensor
 

@@ -80,6 +80,7 @@ class Recorder(L.Callback):
                 "final_eval_p_correct": last_eval.p_correct if last_eval else None,
                 "final_train_full_sequence_loss": sum(recent_full) / len(recent_full) if recent_full else None,
                 "final_eval_full_sequence_loss": last_eval.full_sequence_loss if last_eval else None,
+                "final_eval_full_sequence_accuracy": last_eval.full_sequence_accuracy if last_eval else None,
             },
             "curves": {"train_loss": self.train_curve, "eval": self.eval_curve, "eval_cells": self.cell_curve},
         }

@@ -8,7 +8,11 @@ blank). Everything a task says about positions is in query-row coordinates (leng
 the next-token shift lives here, once:
 
     model_inputs(tokens)      [B, seq_len + 1] -> [B, seq_len] long, what the model reads
-    loss_mask                 [seq_len] bool   rows whose target is scored
+    loss_mask                 [seq_len] bool   rows whose target is scored (per_sequence_scoring: rows
+                                               that may be scored in some sequence)
+    scored_mask(tokens)       [B, seq_len + 1] -> [B, seq_len] bool, the rows scored in each sequence:
+                              ``loss_mask`` on every sequence, unless ``per_sequence_scoring`` (Dyck
+                              scored on its closers: which rows hold a closer changes per sequence)
     output_cell               [seq_len] long   which output cell a scored row predicts (-1: unscored)
     ground_truth_attention()  [seq_len, seq_len] 0/1, row p marks the keys that determine token p+1
     ground_truth_patterns()   {name: [seq_len, seq_len] 0/1}, ``predict`` is ground_truth_attention();
@@ -154,6 +158,18 @@ class SyntheticTask(L.LightningDataModule, metaclass=ABCMeta):
     # What `attention_bias: {strength: c}` does on this task (layers "all" or indices, and the named
     # patterns spread over each biased layer's heads in equal blocks).
     bias_defaults: dict[str, Any] = {"layers": "all", "patterns": ("predict",)}
+
+    # False: every sequence is scored on the rows of ``loss_mask`` (the engine selects them by index).
+    # True: ``scored_mask(tokens)`` differs per sequence (the engine weights each row by it), and
+    # ``loss_mask`` is the rows some sequence scores.
+    per_sequence_scoring: bool = False
+
+    def scored_mask(self, tokens: torch.Tensor) -> torch.Tensor:
+        """tokens [B, seq_len + 1] -> [B, seq_len] bool: the rows scored in each sequence, a subset of
+        ``loss_mask``'s. The default is ``loss_mask`` on every sequence. A task that overrides it (and
+        sets ``per_sequence_scoring``) computes it out of place from ``tokens`` alone, so it also runs
+        under vmap (seed-parallel), and scores at least one row of every sequence."""
+        return self.loss_mask.to(tokens.device).expand(tokens.shape[0], -1)
 
     def model_inputs(self, tokens: torch.Tensor) -> torch.Tensor:
         """tokens [B, seq_len + 1] -> what the model reads [B, seq_len] (default: ``tokens[:, :-1]``).

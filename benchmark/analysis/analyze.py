@@ -69,12 +69,19 @@ def _checkpoint(checkpoints: dict, step: int) -> Path:
 @torch.no_grad()
 def greedy_accuracy(model: SequenceModel, tokens: torch.Tensor, loss_mask: torch.Tensor, chunk: int = 512,
                     model_inputs: Callable[[torch.Tensor], torch.Tensor] | None = None) -> float:
-    """Fraction of scored tokens whose greedy prediction is correct (as the run's eval/accuracy);
-    ``model_inputs`` is the task's (default ``tokens[:, :-1]``)."""
+    """Fraction of scored tokens whose greedy prediction is correct (as the run's eval/accuracy):
+    ``loss_mask`` [L] the rows scored in every sequence, or [B, L] each sequence's own (the task's
+    ``scored_mask(tokens)``); ``model_inputs`` is the task's (default ``tokens[:, :-1]``)."""
     from emergence_bench.engine.training import scored
 
-    rows = loss_mask.nonzero().squeeze(1)
     correct = total = 0
+    if loss_mask.dim() == 2:
+        for part, mask in zip(tokens.split(chunk), loss_mask.split(chunk)):
+            logits = model(part[:, :-1] if model_inputs is None else model_inputs(part))
+            correct += int((logits.argmax(-1) == part[:, 1:])[mask].sum())
+            total += int(mask.sum())
+        return correct / total
+    rows = loss_mask.nonzero().squeeze(1)
     for part in tokens.split(chunk):
         logits, targets = scored(model(part[:, :-1] if model_inputs is None else model_inputs(part)), part[:, 1:], rows)
         correct += int((logits.argmax(-1) == targets).sum())
@@ -102,7 +109,7 @@ def emergence(run_dir: str | Path, probe_batches: int | None = None, threshold: 
                                         settings.get("relative", True), task)
     batches = config.trainer.eval_batches if probe_batches is None else probe_batches
     tokens = probe_tokens(task, batches).to(dev)
-    mask = task.loss_mask.to(dev)
+    mask = (task.scored_mask(tokens) if task.per_sequence_scoring else task.loss_mask).to(dev)
     accuracy: dict[int, float] = {}
 
     def solves(step: int) -> bool:
@@ -153,7 +160,8 @@ def patch(run_dir: str | Path, old: int, new: int, top_k: int = 4, ground_truth:
         "probe_batches": probe_batches,
         "probe_sequences": int(tokens.shape[0]),
         "top_k_requested": top_k,
-        **patch_models(old_model, new_model, tokens, task.loss_mask, top_k, pattern, task.model_inputs),
+        **patch_models(old_model, new_model, tokens, task.scored_mask(tokens) if task.per_sequence_scoring
+                       else task.loss_mask, top_k, pattern, task.model_inputs),
     }
     name = f"patch_{old}_{new}" + ("_ground_truth" if ground_truth else "") + ".json"
     write_json(run_dir / ANALYSIS_DIR / name, report)

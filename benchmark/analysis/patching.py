@@ -93,9 +93,14 @@ def attention_layers(model: SequenceModel) -> list[int]:
 def p_correct(model: SequenceModel, tokens: torch.Tensor, loss_mask: torch.Tensor,
               ctx: MixerContext | None = None,
               model_inputs: Callable[[torch.Tensor], torch.Tensor] | None = None) -> torch.Tensor:
-    """tokens [B, L+1] -> probability of the correct next token on the scored rows [B, N].
-    ``model_inputs`` is the task's (tokens -> [B, L] model input; default ``tokens[:, :-1]``)."""
+    """tokens [B, L+1] -> probability of the correct next token on the scored rows: [B, N] for a
+    ``loss_mask`` [L] (the same rows in every sequence), [M] for a per-sequence mask [B, L] (the task's
+    ``scored_mask(tokens)``: the M rows it marks, in order). ``model_inputs`` is the task's (tokens ->
+    [B, L] model input; default ``tokens[:, :-1]``)."""
     inputs = tokens[:, :-1] if model_inputs is None else model_inputs(tokens)
+    if loss_mask.dim() == 2:
+        logits, targets = model(inputs, ctx), tokens[:, 1:]
+        return logits.float().softmax(-1).gather(-1, targets.unsqueeze(-1)).squeeze(-1)[loss_mask]
     logits, targets = scored(model(inputs, ctx), tokens[:, 1:], loss_mask.nonzero().squeeze(1))
     return logits.float().softmax(-1).gather(-1, targets.unsqueeze(-1)).squeeze(-1)
 
@@ -104,7 +109,8 @@ def p_correct(model: SequenceModel, tokens: torch.Tensor, loss_mask: torch.Tenso
 def capture(model: SequenceModel, tokens: torch.Tensor, loss_mask: torch.Tensor,
             model_inputs: Callable[[torch.Tensor], torch.Tensor] | None = None,
             ) -> tuple[torch.Tensor, dict[int, torch.Tensor]]:
-    """(p(correct) [B, N], {layer: probs [B, H, L, L]}) from one forward with attention captured.
+    """(p(correct) [B, N] (or [M], ``p_correct``), {layer: probs [B, H, L, L]}) from one forward with
+    attention captured.
 
     The baseline goes through the same explicit-attention path as the patched forwards, so patching a
     head with its own map changes nothing, bit for bit."""
@@ -127,7 +133,8 @@ def patch_models(old: SequenceModel, new: SequenceModel, tokens: torch.Tensor, l
                  top_k: int = 4, ground_truth: torch.Tensor | None = None,
                  model_inputs: Callable[[torch.Tensor], torch.Tensor] | None = None) -> dict:
     """Head patching of ``new`` (or the ground-truth ``pattern`` [L, L]) into ``old`` on ``tokens``
-    [B, L+1]; returns ``rank_heads``'s report plus which source was patched in."""
+    [B, L+1], scored on ``loss_mask`` [L] or on each sequence's own rows [B, L]; returns
+    ``rank_heads``'s report plus which source was patched in."""
     layers = attention_layers(old)
     old.eval(), new.eval()
     loss_mask = loss_mask.to(tokens.device)

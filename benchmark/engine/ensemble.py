@@ -98,7 +98,8 @@ class EnsembleModule(L.LightningModule):
 
     def _seed_losses(self, weights: dict, tokens: torch.Tensor, bias: dict) -> tuple[torch.Tensor, torch.Tensor]:
         """-> (scored loss, every-row loss), scalars of one seed."""
-        return train_losses(self._seed_logits(weights, tokens, bias), tokens[:, 1:], self.rows, self.train_on)
+        return train_losses(self._seed_logits(weights, tokens, bias), tokens[:, 1:], self.rows, self.train_on,
+                            training.sequence_mask(self.task, tokens))
 
     def losses(self, tokens: torch.Tensor,
                bias: dict[int, torch.Tensor] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -197,7 +198,7 @@ class EnsembleModule(L.LightningModule):
 
     def validation_step(self, tokens: torch.Tensor, batch_idx: int) -> None:
         """tokens [B, L+1], the same for every seed."""
-        self._tally.add(self.logits(tokens), tokens[:, 1:])
+        self._tally.add(self.logits(tokens), tokens[:, 1:], training.sequence_mask(self.task, tokens))
 
     def on_validation_epoch_end(self) -> None:
         if self.on_eval is not None:

@@ -14,7 +14,7 @@ from emergence_bench.engine.batching import vmapped
 from emergence_bench.engine.ensemble import EnsembleModule
 from emergence_bench.engine.module import EmergenceModule
 from emergence_bench.engine.run import build_model, build_task
-from emergence_bench.engine.training import StepLoop, train_losses
+from emergence_bench.engine.training import StepLoop, sequence_mask, train_losses
 from emergence_bench.machine.devices import accelerator_device
 from emergence_bench.mixers.base import MixerContext
 from emergence_bench.tasks.base import seeded_generator
@@ -71,7 +71,8 @@ def _trial(config: RunConfig, device: torch.device) -> str | None:
             ctx = lambda: MixerContext(bias={i: b[k] for i, b in bias.items()})  # noqa: E731  (fresh per forward)
             model.train()
             own_scored, own_full = train_losses(model(task.model_inputs(tokens[k]), ctx()), tokens[k, :, 1:],
-                                                ensemble.rows, config.trainer.train_on)
+                                                ensemble.rows, config.trainer.train_on,
+                                                sequence_mask(task, tokens[k]))
             loss = own_full if config.trainer.train_on == "all" else own_scored
             model.zero_grad(set_to_none=True)
             loss.backward()

@@ -33,12 +33,14 @@ MAX_LOGGED_CELLS = 64  # beyond this many output cells, per-cell scalars drown t
 class EvalTally:
     """One eval pass for K seeds (K = 1 for a single run): torchmetrics per seed, and sums per output cell.
 
-    ``add(logits [K, B, L, V], targets [B, L])`` once per eval batch; ``results(step)`` gives one
-    EvalResult per seed. Each headline metric is a torchmetrics metric wrapped per seed
-    (``MultioutputWrapper``: one metric per seed, slice k of the inputs to seed k's): greedy accuracy
-    (``MulticlassAccuracy``, micro: correct scored tokens over scored tokens), the scored rows' mean loss
-    and mean probability of the correct token and every row's mean loss (``MeanMetric``, in float64,
-    so the order of batches does not matter).
+    ``add(logits [K, B, L, V], targets [B, L], mask)`` once per eval batch, ``mask`` [B, L] bool the
+    rows scored in each sequence (``training.sequence_mask``), or None for the task's ``scored_rows`` in
+    every sequence; ``results(step)`` gives one EvalResult per seed. Each headline metric is a
+    torchmetrics metric wrapped per seed (``MultioutputWrapper``: one metric per seed, slice k of the
+    inputs to seed k's): greedy accuracy (``MulticlassAccuracy``, micro: correct scored tokens over
+    scored tokens) of the scored rows and of every row, the scored rows' mean loss and mean
+    probability of the correct token and every row's mean loss (``MeanMetric``, in float64, so the
+    order of batches does not matter).
     """
 
     def __init__(self, task: SyntheticTask, seeds: int, device: torch.device) -> None:
@@ -54,7 +56,9 @@ class EvalTally:
             return wrapper
 
         mean = lambda: per_seed(MeanMetric(nan_strategy="disable"), torch.float64)  # noqa: E731
-        self.accuracy = per_seed(MulticlassAccuracy(task.vocab_size, average="micro", validate_args=False))
+        accuracy = lambda: per_seed(MulticlassAccuracy(task.vocab_size, average="micro", validate_args=False))  # noqa: E731
+        self.accuracy, self.full_accuracy = accuracy(), accuracy()
+        self.output_cell = task.output_cell.to(device)  # [L]
         self.loss, self.p_correct, self.full_sequence = mean(), mean(), mean()
         # Per output cell, a hand count: torchmetrics has no grouped reduction, and one MeanMetric per seed
         # and cell took 1.2-2.5 s per eval pass (K = 16 seeds, 32 cells, 4 batches of 64; 2 loaded CPU
@@ -62,35 +66,44 @@ class EvalTally:
         zeros = lambda: torch.zeros(seeds, task.num_cells, dtype=torch.float64, device=device)  # noqa: E731
         self.cell_sums = {"loss": zeros(), "correct": zeros(), "count": zeros()}
 
-    def add(self, logits: torch.Tensor, targets: torch.Tensor) -> None:
+    def add(self, logits: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor | None = None) -> None:
         every_row = F.cross_entropy(logits.flatten(0, 2), targets.expand(logits.shape[:-1]).flatten(),
                                     reduction="none").view(logits.shape[:-1])  # [K, B, L]
         self.full_sequence.update(every_row.flatten(1))
-        (loss, _), (logits, targets) = scored(every_row.unsqueeze(-1), targets, self.rows), scored(logits, targets, self.rows)
-        loss = loss.squeeze(-1).flatten(1)  # [K, B·N]
-        predicted, targets = logits.argmax(-1).flatten(1), targets.expand(len(loss), -1, -1).flatten(1)  # [K, B·N]
+        every_prediction = logits.argmax(-1)  # [K, B, L]
+        self.full_accuracy.update(every_prediction.flatten(1), targets.expand(every_prediction.shape).flatten(1))
+        if mask is None:  # the task's rows in every sequence
+            (loss, _), (logits, targets) = scored(every_row.unsqueeze(-1), targets, self.rows), scored(logits, targets, self.rows)
+            loss = loss.squeeze(-1).flatten(1)  # [K, B·N]
+            predicted, targets = logits.argmax(-1).flatten(1), targets.expand(len(loss), -1, -1).flatten(1)  # [K, B·N]
+            index = self.cells.expand(logits.shape[1], -1).flatten()  # [B·N]
+        else:  # each sequence's own rows: M of the B·L in all
+            loss, predicted = every_row[:, mask], every_prediction[:, mask]  # [K, M]
+            targets = targets[mask].expand(len(loss), -1)  # [K, M]
+            index = self.output_cell.expand(mask.shape)[mask]  # [M]
         self.accuracy.update(predicted, targets)
         self.loss.update(loss)
         self.p_correct.update((-loss).exp())
-        index = self.cells.expand(logits.shape[1], -1).flatten()  # [B·N]
         per_token = {"loss": loss, "correct": predicted == targets, "count": torch.ones_like(loss)}
         for key, value in per_token.items():
             self.cell_sums[key].index_add_(1, index, value.double())
 
     def results(self, step: int) -> list[EvalResult]:
-        accuracy, loss, p_correct, full = (m.compute().cpu().tolist()
-                                           for m in (self.accuracy, self.loss, self.p_correct, self.full_sequence))
+        accuracy, loss, p_correct, full, full_accuracy = (
+            m.compute().cpu().tolist()
+            for m in (self.accuracy, self.loss, self.p_correct, self.full_sequence, self.full_accuracy))
         s = self.cell_sums
         cell_accuracy, cell_loss = (s["correct"] / s["count"]).float().cpu(), (s["loss"] / s["count"]).float().cpu()
         return [EvalResult(step=step, loss=loss[k], accuracy=accuracy[k], p_correct=p_correct[k],
-                           full_sequence_loss=full[k], cell_accuracy=cell_accuracy[k], cell_loss=cell_loss[k])
+                           full_sequence_loss=full[k], full_sequence_accuracy=full_accuracy[k],
+                           cell_accuracy=cell_accuracy[k], cell_loss=cell_loss[k])
                 for k in range(len(loss))]
 
 
 def eval_metrics(e: EvalResult) -> dict[str, float]:
     """The TensorBoard scalars of one eval."""
     metrics = {"eval/loss": e.loss, "eval/accuracy": e.accuracy, "eval/p_correct": e.p_correct,
-               "eval/full_sequence_loss": e.full_sequence_loss}
+               "eval/full_sequence_loss": e.full_sequence_loss, "eval/full_sequence_accuracy": e.full_sequence_accuracy}
     if len(e.cell_accuracy) <= MAX_LOGGED_CELLS:
         metrics.update({f"eval_cell_accuracy/{i}": float(a) for i, a in enumerate(e.cell_accuracy)})
         metrics.update({f"eval_cell_loss/{i}": float(v) for i, v in enumerate(e.cell_loss)})
@@ -103,8 +116,10 @@ class EmergenceModule(RunLosses, L.LightningModule):
 
     Logs ``train/loss`` (scored rows), ``train/full_sequence_loss`` (every row: the paper's scale)
     and, at each eval, ``eval/loss``, ``eval/accuracy`` (greedy, scored tokens), ``eval/p_correct``
-    (mean probability of the correct token), ``eval/full_sequence_loss`` and per output cell
-    accuracy and loss. It is the ``MeasuredModule`` callbacks read (callbacks/contract.py).
+    (mean probability of the correct token), ``eval/full_sequence_loss`` and
+    ``eval/full_sequence_accuracy`` (every row) and per output cell accuracy and loss. A task whose
+    scored rows differ per sequence (``per_sequence_scoring``) is scored on each sequence's own
+    (``task.scored_mask``). It is the ``MeasuredModule`` callbacks read (callbacks/contract.py).
 
     ``attention_bias`` (layer -> logits bias) is applied to training and eval forwards; interventions
     set it. ``initial_optimizer_state`` carries AdamW's moments in from a curriculum stage.
@@ -142,7 +157,7 @@ class EmergenceModule(RunLosses, L.LightningModule):
     def losses(self, tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """tokens [B, L+1] -> (the scored rows' loss, every row's loss), scalars."""
         logits, targets = self.all_rows(tokens, MixerContext(bias=self.attention_bias))
-        return training.train_losses(logits, targets, self.rows, self.train_on)
+        return training.train_losses(logits, targets, self.rows, self.train_on, training.sequence_mask(self.task, tokens))
 
     def training_step(self, tokens: torch.Tensor, batch_idx: int) -> torch.Tensor:
         return training.step(self, tokens, batch_idx)
@@ -171,7 +186,7 @@ class EmergenceModule(RunLosses, L.LightningModule):
 
     def validation_step(self, tokens: torch.Tensor, batch_idx: int) -> None:
         logits, targets = self.all_rows(tokens, MixerContext(bias=self.attention_bias))
-        self._tally.add(logits.unsqueeze(0), targets)
+        self._tally.add(logits.unsqueeze(0), targets, training.sequence_mask(self.task, tokens))
 
     def on_validation_epoch_end(self) -> None:
         self.last_eval = self._tally.results(self.global_step)[0]

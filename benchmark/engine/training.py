@@ -39,11 +39,24 @@ def scored(logits: torch.Tensor, targets: torch.Tensor, rows: torch.Tensor) -> t
     return logits.index_select(-2, rows), targets.index_select(-1, rows)
 
 
+def sequence_mask(task: SyntheticTask, tokens: torch.Tensor) -> torch.Tensor | None:
+    """tokens [B, L+1] -> the rows scored in each sequence [B, L] bool when the task's scored rows
+    differ per sequence (``per_sequence_scoring``), else None: its ``scored_rows`` serve every sequence."""
+    return task.scored_mask(tokens) if task.per_sequence_scoring else None
+
+
 def train_losses(logits: torch.Tensor, targets: torch.Tensor, rows: torch.Tensor,
-                 train_on: str = "scored") -> tuple[torch.Tensor, torch.Tensor]:
+                 train_on: str = "scored", mask: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """logits [B, L, V], targets [B, L], rows [N] (``scored_rows``) -> (the scored rows' loss,
-    every row's loss), both scalars. Only the one ``train_on`` names keeps its autograd graph."""
+    every row's loss), both scalars. Only the one ``train_on`` names keeps its autograd graph.
+    With ``mask`` [B, L] bool (``sequence_mask``), the scored loss is the mean over the rows it
+    marks, each sequence its own, instead of over ``rows``."""
     full = F.cross_entropy((logits if train_on == "all" else logits.detach()).flatten(0, 1), targets.flatten())
+    if mask is not None:
+        source = logits.detach() if train_on == "all" else logits
+        per_row = F.cross_entropy(source.flatten(0, 1), targets.flatten(), reduction="none")  # [B·L]
+        mask = mask.flatten()
+        return torch.where(mask, per_row, 0.0).sum() / mask.sum(), full
     logits, targets = scored(logits, targets, rows)
     return F.cross_entropy(logits.flatten(0, 1), targets.flatten()), full
 

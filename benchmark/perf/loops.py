@@ -62,6 +62,8 @@ class RandomBits:
     """``step_seconds``' data, in the part of the task interface the training step reads: one batch
     of random bits [B, L+1], every row scored (a mixer's cost does not depend on what it reads)."""
 
+    per_sequence_scoring = False  # the same rows in every sequence: loss_mask's
+
     def __init__(self, length: int, batch: int) -> None:
         self.loss_mask = torch.ones(length, dtype=torch.bool)  # [L]
         self.tokens = torch.randint(0, 2, (batch, length + 1))
