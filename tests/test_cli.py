@@ -47,7 +47,7 @@ def test_list_shows_mixers_tasks_parameters_and_presets(cli):
     assert "plateau" in out and "emergence" in out and "quick" in out
 
 
-COMMAND_NAMES = ["list", "run", "sweep", "leaderboard", "rank", "report", "claims", "analyze", "forecast", "speed",
+COMMAND_NAMES = ["list", "run", "sweep", "leaderboard", "rank", "report", "claims", "analyze", "lm-family", "forecast", "speed",
                  "check-mixer"]
 
 
@@ -219,6 +219,7 @@ def test_a_warning_prints_as_one_line_like_an_error():
     ("report", ["DIR/report.html", "report_figures/", "DIR  "]),
     ("speed", ["(default: speed.json)", "(default 100)", "2 interleaved repeats"]),
     ("forecast", ["DIR  a results folder"]),
+    ("lm-family", ["lm-family train OUT", "resume", "OUT/analysis/family.json"]),
 ])
 def test_each_help_says_what_the_command_takes_and_writes(command, words, capsys):
     from emergence_bench.cli import main

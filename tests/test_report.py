@@ -143,7 +143,7 @@ def test_every_figure_is_registered_with_its_reason_when_absent_and_the_cli_offe
     from emergence_bench.cli import parser
 
     assert FIGURES == ("curves", "staircase", "seeds", "ranking", "axes", "thresholds", "heatmap", "filmstrip",
-                       "maps", "claims")
+                       "maps", "claims", "language")
     for figure in REGISTRY.values():
         assert figure.name and figure.title and figure.absent, figure
         assert figure.part_of in (None, *FIGURES), figure
