@@ -41,6 +41,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from emergence_bench.result_row import Row, section, step_budget
+from emergence_bench.stats import kaplan_meier_median
 
 BAND = 0.05  # of chance − floor: the loss is held while its running minimum stays within this band
 LEVEL_SHARE = 0.2  # of chance − floor: a plateau's level lies at least this far above the floor
@@ -141,3 +142,12 @@ def plateau_time(row: Row) -> tuple[float, bool] | None:
     if found.end is None:
         return float(step_budget(row)), True
     return float(found.end), False
+
+
+def held_plateaus(runs: Sequence[Row]) -> dict[str, Any]:
+    """Over ``runs``: the Kaplan–Meier median held-plateau end (None where not reached or no run has a
+    curve), the runs whose plateau is worth the name, and the runs with a curve to read."""
+    times = [t for r in runs if (t := plateau_time(r)) is not None]
+    median = kaplan_meier_median([t for t, _ in times], [c for _, c in times]) if times else None
+    return {"median_held_plateau_end": median, "runs_with_curves": len(times),
+            "held_plateaus": sum(1 for r in runs if (p := run_plateau(r)) is not None and p.worth)}

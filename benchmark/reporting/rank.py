@@ -4,11 +4,8 @@ sparse pattern, and one overall score per mixer.
 A *family* is a task (``task.name``); its *ladder* is the one numeric task key that varies among the
 family's runs (state size, sparsity, pairs, depth), its values the rungs, harder as they rise. A
 *cell* is one (mixer, family, rung): its seeds' success rate (emerged within the budget) with a 95%
-Wilson interval; Kaplan–Meier medians of the first loss drop (the Plateau callback's end step: the
-first fall below a threshold just under chance, tens of steps in), of the held plateau's end (the loss
-held at one level up to its last sharp drop, read off the recorded train-loss curve:
-``emergence_bench.held_plateau``) and of the emergence step, runs that never got there censored at the
-budget; and how many runs held a plateau worth the name.
+Wilson interval; Kaplan–Meier medians of the first loss drop (``plateau_score``), the held plateau's
+end (``emergence_bench.held_plateau``) and the emergence step, runs that never got there censored.
 
 Per mixer and family:
   - frontier: the hardest rung whose success rate is ≥ 50%, with an interval: the hardest rung whose
@@ -34,12 +31,11 @@ from typing import Any
 import pandas as pd
 
 from emergence_bench.config import ConfigError, hashed_config
-from emergence_bench.held_plateau import plateau_time, run_plateau
+from emergence_bench.held_plateau import held_plateaus
 from emergence_bench.measurement import measurement
 from emergence_bench.reporting import plateau_score, reference
 from emergence_bench.reporting.ladder import ladders
 from emergence_bench.reporting.leaderboard import flatten
-from emergence_bench.reporting.plateau_score import first_drop
 from emergence_bench.reporting.table import Table
 from emergence_bench.result_row import ResultRow, emergence_step
 from emergence_bench.results import RANK_STEM, TUNING_DIR, load_records, none_works, read_tables, write_json, write_text
@@ -89,8 +85,7 @@ def cells(records: list[ResultRow], axes: dict[str, str] | None = None) -> tuple
         # The median step and budget as the leaderboard declares them; the success rate is the rank's own
         # (over every trained run: a run a forecast stopped counts as not emerged).
         declared = {**emergence.aggregate(members), **budget.aggregate(members), **abrupt.aggregate(members)}
-        ends = [first_drop(r) for r in measured]
-        held = [t for r in measured if (t := plateau_time(r)) is not None]
+        ends = [plateau_score.first_drop(r) for r in measured]
         params = [r["parameters"] for r in members if r.get("parameters")]
         states = [size for r in members if (size := r.get("state_size"))]
         rows.append({"mixer": mixer, "family": family, "axis": ladder[family]["axis"], "rung": json.loads(rung),
@@ -99,10 +94,7 @@ def cells(records: list[ResultRow], axes: dict[str, str] | None = None) -> tuple
                      "success_rate": emerged / len(measured) if measured else None,
                      "success_low": low, "success_high": high,
                      "median_first_drop": kaplan_meier_median([t for t, _ in ends], [c for _, c in ends]),
-                     "median_held_plateau_end": kaplan_meier_median([t for t, _ in held], [c for _, c in held])
-                     if held else None,
-                     "held_plateaus": sum(1 for r in measured if (p := run_plateau(r)) is not None and p.worth),
-                     "runs_with_curves": len(held),
+                     **held_plateaus(measured),
                      "median_emergence_step": declared["median_emergence_step"],
                      "budget": declared["budget"], "parameters": max(params) if params else None,
                      "abrupt_cells": declared["abrupt_cells"], "cells_with_transition": declared["cells_with_transition"],
@@ -228,22 +220,14 @@ def _ratio(ratio: float | None, low: float | None, high: float | None, bound: st
 def ranking_note(baseline: str | None) -> str:
     """What the ranking table's two scores mean (the caption above it)."""
     return ("Success score: the mean over task families of the area under success vs rung (0 to 1); equal ranks "
-            "are ties (within the 95% margin of that rank's first mixer). First-drop ratio: the geometric mean "
-            "over cells of the Kaplan–Meier median first loss drop (the first step the smoothed loss falls just "
-            f"under chance, tens of steps in: not the plateau before emergence) over {baseline or 'the baseline'}'s, "
-            "with a 95% bootstrap interval (below 1: leaves chance sooner). The held plateau is per cell, below.")
+            "are ties (within the 95% margin of that rank's first mixer). First-drop ratio: the geometric mean over "
+            "cells of the Kaplan–Meier median first loss drop (the first step the smoothed loss falls just under "
+            f"chance, tens of steps in: not the plateau before emergence) over {baseline or 'the baseline'}'s, 95% "
+            "bootstrap interval (below 1: leaves chance sooner). The held plateau is per cell, below.")
 
 
 FRONTIER_NOTE = ("The hardest rung with success ≥ 50%, [interval]: the hardest rung whose Wilson interval lies "
                  "above 50%, and the hardest whose interval reaches it.")
-
-
-def _held(row: Any) -> str:  # a row of the cells table (pandas itertuples)
-    """``420 (3/4)``: the median held-plateau end and the runs whose plateau is worth the name, of those
-    with a recorded curve; ``-`` where no run recorded one."""
-    if not getattr(row, "runs_with_curves", 0):
-        return "-"
-    return f"{_median(row.median_held_plateau_end, row.budget)} ({int(row.held_plateaus)}/{int(row.runs_with_curves)})"
 
 
 def _abrupt(row: Any) -> str:  # a row of the cells table (pandas itertuples)
@@ -254,16 +238,13 @@ def _abrupt(row: Any) -> str:  # a row of the cells table (pandas itertuples)
 
 
 def cells_note(baseline: str | None) -> str:
-    return ("Median first drop: the first step the smoothed loss falls just under chance (or the shortcut). "
-            f"First-drop ratio: the cell's median first drop over {baseline or 'the baseline'}'s on the same rung, "
-            "[95% bootstrap interval]; `>` where this mixer's median was not reached within the budget (a lower "
-            "bound), `<` where the baseline's was not. Held plateau: the median step where the loss held at one "
-            "level (the shortcut's, or chance) starts its last sharp drop, read off the recorded train-loss curve "
-            "(`>budget`: still held), with the runs whose plateau is worth the name (held at least half the time "
-            "to its end and at least twice as long as the drop that ended it) of those with a curve "
-            "(docs/ranking.md: what the plateau score measures). Abrupt cells: over the cell's runs, the output cells whose "
-            "loss drop took at most a quarter of the time to its end (docs/ranking.md: which families show a "
-            "phase change), with the median share.")
+    return ("Median first drop: the first step the smoothed loss falls just under chance (or the shortcut). First-drop "
+            f"ratio: the cell's median first drop over {baseline or 'the baseline'}'s on the same rung, [95% bootstrap "
+            "interval]; `>`: this mixer's median not reached within the budget (a lower bound), `<`: the baseline's. "
+            "Held plateau: the median step where the loss, held at one level, starts its last sharp drop (`>budget`: "
+            "still held), with the runs whose plateau is worth the name (held at least half the time to its end and "
+            "twice as long as its drop) of those with a recorded curve. Abrupt cells: the output cells whose loss drop "
+            "took at most a quarter of the time to its end, with the median share (docs/ranking.md says both).")
 
 
 def tables(ranked: dict) -> dict[str, Table]:
@@ -300,9 +281,11 @@ def tables(ranked: dict) -> dict[str, Table]:
         cell = plateau_cells.get((row.mixer, row.family, json.dumps(row.rung)), {})
         ratio = "-" if row.mixer == baseline else _ratio(cell.get("ratio"), cell.get("low"), cell.get("high"),
                                                            cell.get("bound", ""))
+        held = (f"{_median(row.median_held_plateau_end, row.budget)} ({row.held_plateaus}/{row.runs_with_curves})"
+                if row.runs_with_curves else "-")  # median held-plateau end (worth the name / with a curve)
         rung_rows.append([row.family, f"{row.axis or '-'}={_value(row.rung)}", row.mixer, str(row.seeds), success,
                           _median(row.median_first_drop, row.budget), ratio,
-                          _median(row.median_emergence_step, row.budget), _held(row), _abrupt(row)])
+                          _median(row.median_emergence_step, row.budget), held, _abrupt(row)])
     return {
         "ranking": Table(["rank", "mixer", f"lr ({' / '.join(families)})" if len(families) > 1 else "lr", "parameters", "state (numbers/seq)", "success score ± se",
                           "first-drop ratio [95%]", *(f"{f} area" for f in families)], overall_rows),
