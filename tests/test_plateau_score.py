@@ -35,10 +35,10 @@ def test_batched_kaplan_meier_medians_equal_the_scalar_one_row_by_row():
         assert (m == np.inf) if expected is None else m == expected
 
 
-def test_plateau_end_uses_emergence_when_the_smoothed_loss_lagged():
-    assert plateau_score.plateau_end(run(120, 150)) == (120, False)
-    assert plateau_score.plateau_end(run(None, 150, steps=150)) == (150, False)  # left it by then
-    assert plateau_score.plateau_end(run(None, None, steps=700)) == (700, True)  # censored where it stopped
+def test_first_drop_uses_emergence_when_the_smoothed_loss_lagged():
+    assert plateau_score.first_drop(run(120, 150)) == (120, False)
+    assert plateau_score.first_drop(run(None, 150, steps=150)) == (150, False)  # left it by then
+    assert plateau_score.first_drop(run(None, None, steps=700)) == (700, True)  # censored where it stopped
 
 
 def test_constant_cells_give_exact_ratios_and_a_point_interval():
@@ -49,8 +49,8 @@ def test_constant_cells_give_exact_ratios_and_a_point_interval():
     assert lru.loc["4", "ratio"] == 3 and lru.loc["4", "low"] == pytest.approx(3)
     assert lru.loc["4", "high"] == pytest.approx(3) and lru.loc["8", "ratio"] == 4
     geometric = summary.set_index("mixer").loc["lru"]
-    assert geometric.plateau_ratio == pytest.approx(math.sqrt(12)) and geometric.plateau_cells == 2
-    assert geometric.plateau_low == pytest.approx(math.sqrt(12)) == geometric.plateau_high
+    assert geometric.first_drop_ratio == pytest.approx(math.sqrt(12)) and geometric.first_drop_cells == 2
+    assert geometric.first_drop_low == pytest.approx(math.sqrt(12)) == geometric.first_drop_high
 
 
 def test_censored_cells_are_bounds_not_dropped():
@@ -66,7 +66,7 @@ def test_censored_cells_are_bounds_not_dropped():
     cells[("transformer", "dyck", "4")] = cell([None] * 5)
     cells[("lru", "dyck", "4")] = cell([None] * 5)
     table, summary = plateau_score.score(cells, "transformer")
-    assert summary.set_index("mixer").loc["lru", "plateau_cells"] == 1
+    assert summary.set_index("mixer").loc["lru", "first_drop_cells"] == 1
 
 
 def test_interval_matches_the_exact_bootstrap_distribution_by_enumeration():

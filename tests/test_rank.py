@@ -109,8 +109,8 @@ def test_write_puts_markdown_csv_and_json_next_to_the_results(tmp_path):
     assert (tmp_path / "rank.md").read_text().startswith("## Ranking")
     assert (tmp_path / "rank.csv").read_text().splitlines()[0].startswith("rank,mixer,score")
     data = json.loads((tmp_path / "rank.json").read_text())
-    assert set(data) == {"ladders", "baseline", "ranking", "families", "cells", "plateau", "lr", "tuning", "reference"}
-    assert len(data["cells"]) == 6 and data["baseline"] is None  # no transformer among a, b: no plateau score
+    assert set(data) == {"ladders", "baseline", "ranking", "families", "cells", "first_drop", "lr", "tuning", "reference"}
+    assert len(data["cells"]) == 6 and data["baseline"] is None  # no transformer among a, b: no first-drop score
 
 
 def test_rank_command_prints_the_ranking_and_refuses_a_bad_rung(tmp_path, capsys):
@@ -133,6 +133,46 @@ def test_rank_command_prints_the_ranking_and_refuses_a_bad_rung(tmp_path, capsys
     assert "FAMILY=KEY" in capsys.readouterr().err
     assert main(["rank", str(tmp_path), "--rung", "linear_map=state_size"]) == 2
     assert "does not vary" in capsys.readouterr().err
+
+
+def with_curve(record: dict, held_until: int | None) -> dict:
+    """``record`` with a recorded train-loss curve: ln 2 → 0.4 by step 50, held there, then a sharp
+    drop at ``held_until`` (None: held to the budget)."""
+    curve = [[t, 0.69 if t < 50 else 0.4 if held_until is None or t < held_until else 0.01]
+             for t in range(9, BUDGET, 10)]
+    return {**record, "curves": {"train_loss": curve}, "task_facts": {"chance_loss": 0.693, "floor_loss": 0.0}}
+
+
+def test_rank_prints_the_first_drop_and_the_held_plateau_under_their_names(tmp_path, capsys):
+    """The score the ranking calls a ratio is the first loss drop (named so, in rank.md, rank.json and
+    the printed tables); the held plateau, from the recorded curves, has its own column per cell."""
+    from emergence_bench.cli import main
+
+    records = ladder_records()
+    records = [with_curve(r, 700) if (r["config"]["mixer"]["name"], r["config"]["task"]["sparsity"]) == ("a", 1)
+               else r for r in records]
+    for r in records:
+        (tmp_path / r["run_id"]).mkdir()
+        (tmp_path / r["run_id"] / "result.json").write_text(json.dumps(r))
+    assert main(["rank", str(tmp_path), "--baseline", "a"]) == 0
+    out = capsys.readouterr().out
+    assert "first-drop ratio [95%]" in out and "| median first drop | first-drop ratio | median emergence |" in out
+    assert "plateau ratio" not in out and "median plateau end" not in out
+    assert "| linear_map | task.sparsity=1 | a | 3 | 3/3 (0.44–1.00) | 120 | - | 120 | 699 (3/3) |" in out
+    assert "| linear_map | task.sparsity=2 | a | 3 | 3/3 (0.44–1.00) | 400 | - | 400 | - |" in out  # no curves
+    data = json.loads((tmp_path / "rank.json").read_text())
+    assert "first_drop" in data and "plateau" not in data and "first_drop_ratio" in data["ranking"][0]
+
+
+def test_a_rank_json_written_before_the_rename_reads_under_the_new_names(tmp_path):
+    from emergence_bench.reporting.ranked import saved_rank
+
+    old = {"ladders": {}, "ranking": [{"mixer": "a", "plateau_ratio": 1.5, "plateau_low": 1.0}],
+           "cells": [{"mixer": "a", "median_plateau_end": 40}], "plateau": [{"mixer": "a", "ratio": 1.5}]}
+    (tmp_path / "rank.json").write_text(json.dumps(old))
+    data = saved_rank(tmp_path)
+    assert data["ranking"] == [{"mixer": "a", "first_drop_ratio": 1.5, "first_drop_low": 1.0}]
+    assert data["cells"] == [{"mixer": "a", "median_first_drop": 40}] and data["first_drop"] == old["plateau"]
 
 
 def test_the_report_gets_a_ranking_section_only_for_a_ladder():
@@ -220,7 +260,7 @@ def test_the_report_compares_mixers_against_the_transformer_with_survival_forest
     page = Page()
     assert ranking_section(records, page)
     titles = [title for _, title in page.sections]
-    assert titles == ["Ranking", "Survival by rung", "Plateau ratio", "State size and quality"]
+    assert titles == ["Ranking", "Survival by rung", "First-drop ratio", "State size and quality"]
     ranked = rank.build(records)
     assert ranked["baseline"] == "transformer" and list(ranked["ranking"]["state_size"]) == [40, 8]
     # The survival figure: one panel per (family, rung) and kind; each mixer's curve starts at 1 and

@@ -1,10 +1,15 @@
-"""The plateau score: how long each mixer stays on the loss plateau, against a baseline mixer.
+"""The first-drop score: how soon each mixer's loss first leaves chance, against a baseline mixer.
 
-A run's *plateau end* is the Plateau callback's end step. A run that emerged without one (it stopped
-at emergence while its smoothed loss still lagged above the threshold) had left the plateau by its
-emergence step, which is used; a run that did neither is censored at the steps it ran.
+It was called the plateau score; it does not measure the paper's plateau. A run's *first loss drop*
+is the Plateau callback's end step: the first step whose smoothed train loss is below a threshold
+just under chance (or the task's shortcut). On the ranking's ladders that step comes tens of steps in,
+long before emergence: it times the fall from chance to the shortcut's level, not the hold there
+(``emergence_bench.held_plateau`` measures the hold and its end; `rank` shows it per cell, and
+docs/ranking.md says which families have one). A run that emerged without a first drop (it stopped at
+emergence while its smoothed loss still lagged above the threshold) had dropped by its emergence
+step, which is used; a run that did neither is censored at the steps it ran.
 
-Per cell (mixer, family, rung): the Kaplan–Meier median plateau end m, and its ratio m / m_base to
+Per cell (mixer, family, rung): the Kaplan–Meier median first drop m, and its ratio m / m_base to
 the baseline mixer's median in the same family and rung. A median that is not reached counts as the
 cell's budget: the estimand is the median of min(T, budget), which every run measures, so a ratio
 whose own median is not reached is a lower bound (``>``) and one whose baseline's is not reached an
@@ -16,6 +21,10 @@ Per mixer: the geometric mean of its cell ratios over the cells it shares with t
 out those where neither median is reached (they say nothing about the ratio), with the interval from
 the same draws (the baseline's resample is shared by every mixer within a draw). A bound cell enters
 at its bound, which pulls the mean toward 1; where every cell is a bound of one kind, so is the mean.
+
+The keys: cells ``median_first_drop``; mixers ``first_drop_ratio``, ``first_drop_low``,
+``first_drop_high``, ``first_drop_cells``, ``first_drop_bound`` (``plateau_*`` in rank.json files
+written before the rename: ``OLD_KEYS`` maps them).
 """
 
 from __future__ import annotations
@@ -34,8 +43,24 @@ DRAWS = 2000
 SEED = 0
 
 
-def plateau_end(record: ResultRow) -> tuple[float, bool]:
-    """(time, censored) of one run's plateau end (see the module docstring)."""
+# rank.json's keys before the score was named for what it measures -> their names now.
+OLD_KEYS = {"median_plateau_end": "median_first_drop", "plateau_ratio": "first_drop_ratio",
+            "plateau_low": "first_drop_low", "plateau_high": "first_drop_high", "plateau_cells": "first_drop_cells",
+            "plateau_bound": "first_drop_bound", "plateau": "first_drop"}
+
+
+def renamed(data: dict) -> dict:
+    """A rank.json written before the rename, with its first-drop keys (its ``plateau`` part and the
+    ranking's and cells' ``plateau_*`` columns) under their names now; a new one unchanged."""
+    def rows(part: object) -> object:
+        return [{OLD_KEYS.get(k, k): v for k, v in row.items()} if isinstance(row, dict) else row
+                for row in part] if isinstance(part, list) else part
+    return {OLD_KEYS.get(k, k) if k == "plateau" else k: rows(v) if k in ("ranking", "cells", "plateau") else v
+            for k, v in data.items()}
+
+
+def first_drop(record: ResultRow) -> tuple[float, bool]:
+    """(time, censored) of one run's first loss drop (see the module docstring)."""
     end = PLATEAU.read(record).get("end_step")
     if end is not None:
         return float(end), False
@@ -47,7 +72,7 @@ def plateau_end(record: ResultRow) -> tuple[float, bool]:
 
 def _sample(members: list[ResultRow]) -> tuple[np.ndarray, np.ndarray, float]:
     """A cell's measured runs as (times [n], censored [n], budget)."""
-    ends = [plateau_end(r) for r in members if r["status"] in ("ok", "diverged")]
+    ends = [first_drop(r) for r in members if r["status"] in ("ok", "diverged")]
     times = np.array([t for t, _ in ends], dtype=float)
     budget = max(max(step_budget(r) for r in members),
                  float(times.max(initial=0)))
@@ -61,7 +86,7 @@ def _medians(times: np.ndarray, censored: np.ndarray, budget: float, rows: np.nd
 
 def score(cells: dict[tuple[str, str, str], list[ResultRow]], baseline: str, draws: int = DRAWS,
           seed: int = SEED) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Per cell and per mixer plateau ratios to ``baseline`` with bootstrap intervals.
+    """Per cell and per mixer first-drop ratios to ``baseline`` with bootstrap intervals.
 
     cells: (mixer, family, rung) -> the cell's result records. Returns (cell table, mixer table):
     cell rows hold median, reached, ratio, low, high, bound ('>', '<' or ''); mixer rows hold the
@@ -83,7 +108,7 @@ def score(cells: dict[tuple[str, str, str], list[ResultRow]], baseline: str, dra
     logs: dict[str, list[np.ndarray]] = {}
     for (mixer, family, rung) in sorted(point):
         base = (baseline, family, rung)
-        row = {"mixer": mixer, "family": family, "rung": rung, "median_plateau_end": point[mixer, family, rung],
+        row = {"mixer": mixer, "family": family, "rung": rung, "median_first_drop": point[mixer, family, rung],
                "reached": reached[mixer, family, rung], "ratio": None, "low": None, "high": None, "bound": "",
                "informative": False}
         if base in point:
@@ -101,18 +126,18 @@ def score(cells: dict[tuple[str, str, str], list[ResultRow]], baseline: str, dra
     summary = []
     for mixer in mixers:
         if mixer == baseline:
-            summary.append({"mixer": mixer, "plateau_ratio": 1.0, "plateau_low": 1.0, "plateau_high": 1.0,
-                            "plateau_cells": int((cell_table["mixer"] == mixer).sum()), "plateau_bound": ""})
+            summary.append({"mixer": mixer, "first_drop_ratio": 1.0, "first_drop_low": 1.0, "first_drop_high": 1.0,
+                            "first_drop_cells": int((cell_table["mixer"] == mixer).sum()), "first_drop_bound": ""})
             continue
         mine = cell_table[(cell_table["mixer"] == mixer) & cell_table["informative"]]
         if not len(mine):
-            summary.append({"mixer": mixer, "plateau_ratio": None, "plateau_low": None, "plateau_high": None,
-                            "plateau_cells": 0, "plateau_bound": ""})
+            summary.append({"mixer": mixer, "first_drop_ratio": None, "first_drop_low": None, "first_drop_high": None,
+                            "first_drop_cells": 0, "first_drop_bound": ""})
             continue
         mean_logs = np.mean(logs[mixer], axis=0)
         bounds = set(mine["bound"])
-        summary.append({"mixer": mixer, "plateau_ratio": math.exp(float(np.log(mine["ratio"].astype(float)).mean())),
-                        "plateau_low": float(np.exp(np.quantile(mean_logs, 0.025))),
-                        "plateau_high": float(np.exp(np.quantile(mean_logs, 0.975))),
-                        "plateau_cells": len(mine), "plateau_bound": bounds.pop() if len(bounds) == 1 else ""})
+        summary.append({"mixer": mixer, "first_drop_ratio": math.exp(float(np.log(mine["ratio"].astype(float)).mean())),
+                        "first_drop_low": float(np.exp(np.quantile(mean_logs, 0.025))),
+                        "first_drop_high": float(np.exp(np.quantile(mean_logs, 0.975))),
+                        "first_drop_cells": len(mine), "first_drop_bound": bounds.pop() if len(bounds) == 1 else ""})
     return cell_table, pd.DataFrame(summary)

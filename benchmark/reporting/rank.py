@@ -4,8 +4,8 @@ sparse pattern, and one overall score per mixer.
 A *family* is a task (``task.name``); its *ladder* is the one numeric task key that varies among the
 family's runs (state size, sparsity, pairs, depth), its values the rungs, harder as they rise. A
 *cell* is one (mixer, family, rung): its seeds' success rate (emerged within the budget) with a 95%
-Wilson interval, and Kaplan–Meier medians of the plateau end and the emergence step, runs that never
-got there censored at the budget.
+Wilson interval; Kaplan–Meier medians of the first loss drop (``plateau_score``), the held plateau's
+end (``emergence_bench.held_plateau``) and the emergence step, runs that never got there censored.
 
 Per mixer and family:
   - frontier: the hardest rung whose success rate is ≥ 50%, with an interval: the hardest rung whose
@@ -31,11 +31,11 @@ from typing import Any
 import pandas as pd
 
 from emergence_bench.config import ConfigError, hashed_config
+from emergence_bench.held_plateau import held_plateaus
 from emergence_bench.measurement import measurement
 from emergence_bench.reporting import plateau_score, reference
 from emergence_bench.reporting.ladder import ladders
 from emergence_bench.reporting.leaderboard import flatten
-from emergence_bench.reporting.plateau_score import plateau_end
 from emergence_bench.reporting.table import Table
 from emergence_bench.result_row import ResultRow, emergence_step
 from emergence_bench.results import RANK_STEM, TUNING_DIR, load_records, none_works, read_tables, write_json, write_text
@@ -85,7 +85,7 @@ def cells(records: list[ResultRow], axes: dict[str, str] | None = None) -> tuple
         # The median step and budget as the leaderboard declares them; the success rate is the rank's own
         # (over every trained run: a run a forecast stopped counts as not emerged).
         declared = {**emergence.aggregate(members), **budget.aggregate(members), **abrupt.aggregate(members)}
-        ends = [plateau_end(r) for r in measured]
+        ends = [plateau_score.first_drop(r) for r in measured]
         params = [r["parameters"] for r in members if r.get("parameters")]
         states = [size for r in members if (size := r.get("state_size"))]
         rows.append({"mixer": mixer, "family": family, "axis": ladder[family]["axis"], "rung": json.loads(rung),
@@ -93,7 +93,8 @@ def cells(records: list[ResultRow], axes: dict[str, str] | None = None) -> tuple
                      "seeds": len(members), "failed": len(members) - len(measured), "emerged": emerged,
                      "success_rate": emerged / len(measured) if measured else None,
                      "success_low": low, "success_high": high,
-                     "median_plateau_end": kaplan_meier_median([t for t, _ in ends], [c for _, c in ends]),
+                     "median_first_drop": kaplan_meier_median([t for t, _ in ends], [c for _, c in ends]),
+                     **held_plateaus(measured),
                      "median_emergence_step": declared["median_emergence_step"],
                      "budget": declared["budget"], "parameters": max(params) if params else None,
                      "abrupt_cells": declared["abrupt_cells"], "cells_with_transition": declared["cells_with_transition"],
@@ -219,9 +220,10 @@ def _ratio(ratio: float | None, low: float | None, high: float | None, bound: st
 def ranking_note(baseline: str | None) -> str:
     """What the ranking table's two scores mean (the caption above it)."""
     return ("Success score: the mean over task families of the area under success vs rung (0 to 1); equal ranks "
-            "are ties (within the 95% margin of that rank's first mixer). Plateau ratio: the geometric mean over "
-            f"cells of the Kaplan–Meier median plateau end over {baseline or 'the baseline'}'s, with a 95% "
-            "bootstrap interval (below 1: leaves the plateau sooner).")
+            "are ties (within the 95% margin of that rank's first mixer). First-drop ratio: the geometric mean over "
+            "cells of the Kaplan–Meier median first loss drop (the first step the smoothed loss falls just under "
+            f"chance, tens of steps in: not the plateau before emergence) over {baseline or 'the baseline'}'s, 95% "
+            "bootstrap interval (below 1: leaves chance sooner). The held plateau is per cell, below.")
 
 
 FRONTIER_NOTE = ("The hardest rung with success ≥ 50%, [interval]: the hardest rung whose Wilson interval lies "
@@ -236,11 +238,13 @@ def _abrupt(row: Any) -> str:  # a row of the cells table (pandas itertuples)
 
 
 def cells_note(baseline: str | None) -> str:
-    return (f"Plateau ratio: the cell's median plateau end over {baseline or 'the baseline'}'s on the same rung, "
-            "[95% bootstrap interval]; `>` where this mixer's median was not reached within the budget (a lower "
-            "bound), `<` where the baseline's was not. Abrupt cells: over the cell's runs, the output cells whose "
-            "loss drop took at most a quarter of the time to its end (docs/ranking.md: which families show a "
-            "phase change), with the median share.")
+    return ("Median first drop: the first step the smoothed loss falls just under chance (or the shortcut). First-drop "
+            f"ratio: the cell's median first drop over {baseline or 'the baseline'}'s on the same rung, [95% bootstrap "
+            "interval]; `>`: this mixer's median not reached within the budget (a lower bound), `<`: the baseline's. "
+            "Held plateau: the median step where the loss, held at one level, starts its last sharp drop (`>budget`: "
+            "still held), with the runs whose plateau is worth the name (held at least half the time to its end and "
+            "twice as long as its drop) of those with a recorded curve. Abrupt cells: the output cells whose loss drop "
+            "took at most a quarter of the time to its end, with the median share (docs/ranking.md says both).")
 
 
 def tables(ranked: dict) -> dict[str, Table]:
@@ -255,8 +259,8 @@ def tables(ranked: dict) -> dict[str, Table]:
     overall_rows = []
     for row in ranking.to_dict("records"):
         areas = [_value(row.get(f"area:{f}")) for f in families]
-        plateau = _ratio(row.get("plateau_ratio"), row.get("plateau_low"), row.get("plateau_high"),
-                         row.get("plateau_bound") or "")
+        plateau = _ratio(row.get("first_drop_ratio"), row.get("first_drop_low"), row.get("first_drop_high"),
+                         row.get("first_drop_bound") or "")
         if row["mixer"] == baseline:
             plateau = "1 (baseline)"
         overall_rows.append([f"{row['rank']}{' (tie)' if row['tied_with'] else ''}", row["mixer"],
@@ -269,7 +273,7 @@ def tables(ranked: dict) -> dict[str, Table]:
         by_family = {row.family: row for row in group.itertuples()}
         frontier_rows.append([mixer, *(_frontier(by_family[f]) if f in by_family else "-" for f in families)])
     plateau_cells = {(r["mixer"], r["family"], json.dumps(r["rung"])): r
-                     for r in ranked.get("plateau", pd.DataFrame()).to_dict("records")}
+                     for r in ranked.get("first_drop", pd.DataFrame()).to_dict("records")}
     rung_rows = []
     for row in cell_rows.itertuples():
         success = "-" if pd.isna(row.success_rate) else \
@@ -277,15 +281,18 @@ def tables(ranked: dict) -> dict[str, Table]:
         cell = plateau_cells.get((row.mixer, row.family, json.dumps(row.rung)), {})
         ratio = "-" if row.mixer == baseline else _ratio(cell.get("ratio"), cell.get("low"), cell.get("high"),
                                                            cell.get("bound", ""))
+        held = (f"{_median(row.median_held_plateau_end, row.budget)} ({row.held_plateaus}/{row.runs_with_curves})"
+                if row.runs_with_curves else "-")  # median held-plateau end (worth the name / with a curve)
         rung_rows.append([row.family, f"{row.axis or '-'}={_value(row.rung)}", row.mixer, str(row.seeds), success,
-                          _median(row.median_plateau_end, row.budget), ratio,
-                          _median(row.median_emergence_step, row.budget), _abrupt(row)])
+                          _median(row.median_first_drop, row.budget), ratio,
+                          _median(row.median_emergence_step, row.budget), held, _abrupt(row)])
     return {
         "ranking": Table(["rank", "mixer", f"lr ({' / '.join(families)})" if len(families) > 1 else "lr", "parameters", "state (numbers/seq)", "success score ± se",
-                          "plateau ratio [95%]", *(f"{f} area" for f in families)], overall_rows),
+                          "first-drop ratio [95%]", *(f"{f} area" for f in families)], overall_rows),
         "frontier": Table(["mixer", *(f"{f} ({ladder[f]['axis'] or '-'})" for f in families)], frontier_rows),
-        "cells": Table(["family", "rung", "mixer", "seeds", "success (95% interval)", "median plateau end",
-                        "plateau ratio", "median emergence", "abrupt cells (median share)"], rung_rows),
+        "cells": Table(["family", "rung", "mixer", "seeds", "success (95% interval)", "median first drop",
+                        "first-drop ratio", "median emergence", "held plateau: median end (worth the name)",
+                        "abrupt cells (median share)"], rung_rows),
     }
 
 
@@ -311,8 +318,8 @@ DEFAULT_BASELINE = "transformer"
 
 
 def build(records: list[ResultRow], axes: dict[str, str] | None = None, baseline: str | None = None) -> dict:
-    """Everything the ranking holds: ladders, cells, per-family scores, the plateau ratios to
-    ``baseline`` (a mixer label; default the Transformer where it ran, else no plateau score) and the
+    """Everything the ranking holds: ladders, cells, per-family scores, the first-drop ratios to
+    ``baseline`` (a mixer label; default the Transformer where it ran, else no first-drop score) and the
     overall ranking with both scores."""
     if not records:
         raise ConfigError("no results to rank")
@@ -321,12 +328,12 @@ def build(records: list[ResultRow], axes: dict[str, str] | None = None, baseline
     ranking = overall(scores, cell_rows)
     if baseline is None and DEFAULT_BASELINE in set(ranking["mixer"]):
         baseline = DEFAULT_BASELINE
-    plateau = pd.DataFrame()
+    drops = pd.DataFrame()
     if baseline is not None:
-        plateau, summary = plateau_score.score(cell_members(records, ladder), baseline)
-        plateau["rung"] = plateau["rung"].map(json.loads)
+        drops, summary = plateau_score.score(cell_members(records, ladder), baseline)
+        drops["rung"] = drops["rung"].map(json.loads)
         ranking = ranking.merge(summary, on="mixer", how="left")
-    return {"ladders": ladder, "cells": cell_rows, "families": scores, "ranking": ranking, "plateau": plateau,
+    return {"ladders": ladder, "cells": cell_rows, "families": scores, "ranking": ranking, "first_drop": drops,
             "baseline": baseline, "lr": learning_rates(records)}
 
 
@@ -371,7 +378,7 @@ def write(root: str | Path, axes: dict[str, str] | None = None, strict: bool = F
         "ladders": ranked["ladders"], "baseline": ranked["baseline"], "lr": ranked["lr"],
         "tuning": ranked["tuning"], "reference": ranked["reference"],
         **{part: json.loads(ranked[part].to_json(orient="records"))
-           for part in ("ranking", "families", "cells", "plateau")}})
+           for part in ("ranking", "families", "cells", "first_drop")}})
     return ranked, markdown
 
 

@@ -10,15 +10,17 @@ from pathlib import Path
 
 from emergence_bench.config import ConfigError
 from emergence_bench.reporting import reference
+from emergence_bench.reporting.plateau_score import renamed
 from emergence_bench.result_row import ResultRow
 from emergence_bench.results import RANK_STEM
 
 
 def saved_rank(root: Path | None) -> dict:
-    """DIR/rank.json as `rank` wrote it; {} where there is none (or it cannot be read)."""
+    """DIR/rank.json as `rank` wrote it, its first-drop keys under their current names (one written
+    when the score was the "plateau ratio" too); {} where there is none (or it cannot be read)."""
     path = None if root is None else root / f"{RANK_STEM}.json"
     try:
-        return json.loads(path.read_text()) if path is not None and path.is_file() else {}
+        return renamed(json.loads(path.read_text())) if path is not None and path.is_file() else {}
     except (OSError, ValueError):
         return {}
 
