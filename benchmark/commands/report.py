@@ -30,8 +30,8 @@ def add_parser(subparsers: Subparsers) -> argparse.ArgumentParser:
                         help="open the page in headless Chromium: check every figure loaded and nothing logged an "
                              "error, and save a full-page screenshot beside it (report.png)")
     parser.add_argument("--figures", help="the figures to draw, comma-separated, of: curves, staircase, seeds, "
-                                          "ranking, axes, thresholds, heatmap, filmstrip, maps, claims (default: every one "
-                                          "the results allow)")
+                                          "ranking, axes, thresholds, heatmap, filmstrip, maps, claims, language "
+                                          "(default: every one the results allow)")
     add_strict(parser)
     return parser
 
