@@ -41,13 +41,13 @@ class FamilyConfig:
     """Everything that decides a family's checkpoints (the pilot's choice is the default: docs/results.md)."""
 
     corpus: str = "shakespeare"  # or a folder of .txt files
-    vocab_size: int = 4096
-    context: int = 128
+    vocab_size: int = 2048
+    context: int = 256
     hidden_size: int = 128
     layers: int = 2
     heads: int = 8
-    batch_size: int = 32
-    lr: float = 1e-3
+    batch_size: int = 16
+    lr: float = 3e-3
     warmup: int = 100  # linear warmup steps, then constant (a checkpoint's step means the same at any budget)
     max_steps: int = 3000
     checkpoints_per_octave: int = 4  # log-spaced: step 0 and round(2^(i/4)), then max_steps
