@@ -133,6 +133,7 @@ def test_the_family_trains_each_seed_and_loads_as_pythia_does(family):
 def test_the_analysis_covers_every_seed_probe_and_checkpoint(family):
     summary = json.loads((family / "analysis" / "family.json").read_text())
     assert summary["seeds"] == [0, 1] and set(summary["probes"]) == {"in_context_repetition", "ioi"}
+    assert "Warwick" in summary["split_probe_words"]  # the tiny corpus's 300 tokens split it (and warn)
     rows = [json.loads(p.read_text()) for p in (family / "analysis").glob("*/result.json")]
     assert len(rows) == 4 and {r["seed"] for r in rows} == {0, 1}
     for row in rows:

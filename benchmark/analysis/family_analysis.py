@@ -16,10 +16,11 @@ from __future__ import annotations
 
 import json
 import statistics
+import warnings
 from pathlib import Path
 
 from emergence_bench.analysis import pythia
-from emergence_bench.analysis.language_probes import PROBES
+from emergence_bench.analysis.language_probes import PROBES, SHAKESPEARE
 from emergence_bench.analysis.lm_family import FamilyConfig, model_folder, trained_seeds
 from emergence_bench.results import write_json
 
@@ -40,6 +41,17 @@ def heads_for_most(patching: dict) -> int | None:
         if row["fraction_recovered"] is not None and row["fraction_recovered"] >= MOST:
             return int(row["k"])
     return None
+
+
+def split_words(out: Path) -> list[str]:
+    """The probe words (all but the number words) that the family's tokenizer splits into several
+    tokens: a probe then scores only the first piece of such an answer."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(out / "tokenizer"))
+    lexicon = SHAKESPEARE
+    words = lexicon.symbols + lexicon.words + lexicon.names + lexicon.places + lexicon.objects
+    return sorted({w for w in words if len(tokenizer(" " + w, add_special_tokens=False)["input_ids"]) > 1})
 
 
 def probe_summary(rows: dict[int, dict]) -> dict:
@@ -82,6 +94,9 @@ def analyze_family(out: Path, probes: list[str] | None = None, prompts: int = 64
     if not seeds:
         raise ValueError(f"{out} has no seed trained to the end; run `lm-family train {out}` (it resumes)")
     heads = config.layers * config.heads
+    split = split_words(out)
+    if split:
+        warnings.warn(f"the family's tokenizer splits these probe words into several tokens: {', '.join(split)}")
     rows: dict[str, dict[int, dict]] = {probe: {} for probe in probes}
     for seed in seeds:
         for probe in probes:
@@ -91,7 +106,7 @@ def analyze_family(out: Path, probes: list[str] | None = None, prompts: int = 64
             rows[probe][seed] = row
             print(f"seed {seed} {probe}: " + _line(row), flush=True)
     summary = {"family": str(out), "config": json.loads(family_file.read_text())["config"], "seeds": seeds,
-               "threshold": threshold, "prompts": prompts, "heads": heads,
+               "threshold": threshold, "prompts": prompts, "heads": heads, "split_probe_words": split,
                "probes": {probe: probe_summary(by_seed) for probe, by_seed in rows.items()}}
     write_json(out / "analysis" / SUMMARY_FILE, summary)
     return summary

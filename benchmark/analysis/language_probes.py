@@ -10,7 +10,7 @@ sets whose answer is one next token. "Solved" = the greedy next token is the ans
 ``probe_set(name, n, seed, lexicon=...)`` gives ``n`` distinct prompts drawn from ``random.Random``
 seeded by (name, seed), the same on every machine; ``single=True`` gives the paper's single prompt
 instead. A lexicon is the probe set's words: ``modern`` (Pythia's: digits, modern names) or
-``shakespeare`` (the language family's corpus, which has no digits: number words and the plays' names).
+``shakespeare`` (the language family's corpus, which has no digits: words and names from the plays).
 Answers carry their leading space (the way BPE tokenizers such as GPT-NeoX's spell a next word).
 """
 
@@ -75,18 +75,17 @@ MODERN = Lexicon(  # Pythia's: digits and modern names, one token each in GPT-Ne
 _NUMBER_WORDS = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven",
                  "twelve", "thirteen", "fourteen", "fifteen", "sixteen", "seventeen", "eighteen", "nineteen",
                  "twenty")
-SHAKESPEARE = Lexicon(  # the plays' own words: no digits, and names from the plays (lm_family's corpus)
-    symbols=_NUMBER_WORDS[1:11],
-    numbers=_NUMBER_WORDS,
+SHAKESPEARE = Lexicon(  # lm-family's corpus: no digits; words and names one token each in its 2,048-token BPE
+    symbols=("man", "day", "life", "time", "earth", "sea", "fire", "son", "wife", "war"),
+    numbers=_NUMBER_WORDS,  # (one, two, three and ten are one token; the answer's first token is scored)
     words=("king", "queen", "lord", "love", "heart", "sword", "crown", "death", "blood", "gold", "night", "horse",
            "eyes", "friend", "fool", "honour", "heaven", "father", "mother", "brother", "soul", "grace", "hand",
            "world"),
     distractors=("I pray you, sir, be gone.", "What say you to this, my lord?", "Come, let us go in.",
                  "The night is cold and the wind is high."),
-    names=("Romeo", "Juliet", "Hamlet", "Caesar", "Brutus", "Portia", "Antonio", "Othello", "Falstaff", "Helena",
-           "Orlando", "Viola", "Macbeth", "Lear", "Edgar", "Rosalind"),
-    places=("court", "church", "castle", "garden", "forest", "palace"),
-    objects=("ring", "letter", "sword", "crown", "purse", "jewel"),
+    names=("Antony", "Caesar", "Edward", "Henry", "John", "Warwick", "York"),
+    places=("court", "field", "house", "sea", "prison", "land"),
+    objects=("letter", "sword", "crown", "horse", "kiss", "present"),
     ioi_templates=(
         "When {a} and {b} went to the {place}, {b} gave a {object} to",
         "After {a} and {b} came to the {place}, {b} gave the {object} to",
@@ -94,11 +93,11 @@ SHAKESPEARE = Lexicon(  # the plays' own words: no digits, and names from the pl
         "Then {a} and {b} did quarrel at the {place}. Anon {b} gave a {object} to",
     ),
     single={
-        "repetition": Prompt("one seven three one two one two three one seven three one two one two", " three"),
+        "repetition": Prompt("man sea life man day sea day life man sea life man day sea day", " life"),
         "in_context_repetition": Prompt("king queen lord love heart sword. I pray you, sir, be gone. "
                                         "king queen lord love heart", " sword"),
         "pattern_completion": Prompt("two four six eight ten twelve", " fourteen"),
-        "ioi": Prompt("When Romeo and Juliet went to the church, Juliet gave a ring to", " Romeo"),
+        "ioi": Prompt("When Henry and Edward went to the court, Edward gave a letter to", " Henry"),
     },
 )
 LEXICONS = {"modern": MODERN, "shakespeare": SHAKESPEARE}
