@@ -143,6 +143,8 @@ def test_the_analysis_covers_every_seed_probe_and_checkpoint(family):
         assert len(grid) == TINY.layers and len(grid[0]) == TINY.heads
     for probe in summary["probes"].values():
         assert set(probe["seeds"]) == {"0", "1"} and probe["of"] == 2
+    for kind in ("previous_token", "induction"):
+        assert summary["heads"][kind]["of"] == 2 and set(summary["heads"][kind]["seeds"]) == {"0", "1"}
     figure = probe_figure(rows)
     assert figure is not None and len(language_rows(rows)) == 2
     assert len(figure.axes) == 3  # two probes and the induction panel
@@ -194,3 +196,21 @@ def test_pattern_completion_in_words_stays_within_twenty():
         terms = [numbers.index(w) for w in (p.text + p.answer).split()]
         steps = {b - a for a, b in zip(terms, terms[1:])}
         assert len(steps) == 1 and terms[-1] <= 20 and len(terms) >= 5
+
+
+def test_the_head_summary_times_each_seeds_best_head_and_its_rise():
+    from emergence_bench.analysis.family_analysis import head_summary
+
+    def row(jump_at):  # one layer, two heads; head 1 jumps to 0.6 at jump_at (None: never)
+        history = [[s, {"previous_token": [[0.05, 0.6 if jump_at is not None and s >= jump_at else 0.05]],
+                        "induction": [[0.02, 0.02]]}] for s in range(0, 1001, 100)]
+        first = next((s for s, _ in history if jump_at is not None and s >= jump_at), None)
+        return {"status": "ok", "head_scores": {"history": history,
+                                                "previous_token_jump": {"step": first}, "induction_jump": {"step": None}}}
+
+    found = head_summary({0: row(900), 1: row(300), 2: row(None)})
+    prev = found["previous_token"]
+    assert prev["formed"] == 2 and prev["of"] == 3 and prev["spread"]["min"] == 300 and prev["spread"]["max"] == 900
+    assert prev["seeds"][0]["transition"]["share"] <= 0.25  # held at 0.05 for 800 steps, then up in one interval
+    assert prev["seeds"][1]["transition"]["share"] > 0.25  # up after 200 steps: a third of its time
+    assert prev["seeds"][2]["transition"] is None and found["induction"]["formed"] == 0

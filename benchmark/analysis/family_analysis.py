@@ -19,7 +19,9 @@ import statistics
 import warnings
 from pathlib import Path
 
+from emergence_bench.abruptness import transition
 from emergence_bench.analysis import pythia
+from emergence_bench.analysis.head_scores import JUMP
 from emergence_bench.analysis.language_probes import PROBES, SHAKESPEARE
 from emergence_bench.analysis.lm_family import FamilyConfig, model_folder, trained_seeds
 from emergence_bench.results import write_json
@@ -71,11 +73,36 @@ def probe_summary(rows: dict[int, dict]) -> dict:
             "top_heads": [[t["layer"], t["head"]] for t in p.get("top_heads", [])[:4]],
         }
     steps = [s["step"] for s in seeds.values() if s.get("emerged")]
-    spread = None
-    if steps:
-        spread = {"min": min(steps), "median": statistics.median(steps), "max": max(steps),
-                  "max_over_min": max(steps) / min(steps) if min(steps) > 0 else None}
-    return {"seeds": seeds, "emerged": len(steps), "of": len(seeds), "spread": spread}
+    return {"seeds": seeds, "emerged": len(steps), "of": len(seeds), "spread": spread(steps)}
+
+
+def spread(steps: list[int]) -> dict | None:
+    """min, median, max of the steps and max/min (None when there are none)."""
+    if not steps:
+        return None
+    return {"min": min(steps), "median": statistics.median(steps), "max": max(steps),
+            "max_over_min": max(steps) / min(steps) if min(steps) > 0 else None}
+
+
+def head_summary(rows: dict[int, dict]) -> dict:
+    """Per head pattern (previous-token, induction), across seeds: the step its best head reached the
+    jump score, that step's spread, and how abrupt the best head's rise was (abruptness.transition on
+    the best score against step: its share of the time to its end; ≤ 0.25 reads abrupt)."""
+    found = {}
+    for kind in ("previous_token", "induction"):
+        seeds = {}
+        for seed, row in sorted(rows.items()):
+            h = row.get("head_scores")
+            if row["status"] != "ok" or not h:
+                continue
+            steps = [s for s, _ in h["history"]]
+            best = [max(max(layer) for layer in grid[kind]) for _, grid in h["history"]]
+            rise = transition(steps, [-b for b in best], min_drop=0.1)
+            seeds[seed] = {"jump": h[f"{kind}_jump"]["step"], "best_final": best[-1], "best_max": max(best),
+                           "transition": None if rise is None else rise.to_dict()}
+        jumps = [s["jump"] for s in seeds.values() if s["jump"] is not None]
+        found[kind] = {"seeds": seeds, "formed": len(jumps), "of": len(seeds), "spread": spread(jumps)}
+    return found
 
 
 def analyze_family(out: Path, probes: list[str] | None = None, prompts: int = 64, threshold: float = 0.5,
@@ -106,8 +133,9 @@ def analyze_family(out: Path, probes: list[str] | None = None, prompts: int = 64
             rows[probe][seed] = row
             print(f"seed {seed} {probe}: " + _line(row), flush=True)
     summary = {"family": str(out), "config": json.loads(family_file.read_text())["config"], "seeds": seeds,
-               "threshold": threshold, "prompts": prompts, "heads": heads, "split_probe_words": split,
-               "probes": {probe: probe_summary(by_seed) for probe, by_seed in rows.items()}}
+               "threshold": threshold, "prompts": prompts, "heads_per_model": heads, "split_probe_words": split,
+               "probes": {probe: probe_summary(by_seed) for probe, by_seed in rows.items()},
+               "heads": head_summary(rows[probes[0]])}  # the same models and repeats under every probe
     write_json(out / "analysis" / SUMMARY_FILE, summary)
     return summary
 
@@ -121,7 +149,17 @@ def _line(row: dict) -> str:
 
 
 def print_summary(summary: dict) -> None:
-    """The three claims' numbers, a block per probe."""
+    """The heads' patterns across seeds, then the three claims' numbers, a block per probe."""
+    for kind, k in summary["heads"].items():
+        name = kind.replace("_", "-")
+        print(f"{name} heads (score ≥ {JUMP}): formed in {k['formed']} of {k['of']} seeds"
+              + (f", steps min {k['spread']['min']}, median {k['spread']['median']:g}, max {k['spread']['max']}"
+                 if k["spread"] else ""))
+        for seed, r in k["seeds"].items():
+            t = r["transition"]
+            rise = "no rise" if t is None else (f"rose over steps {t['start']}–{t['end']} (share {t['share']:.2f}"
+                                                f"{', abrupt' if t['share'] <= 0.25 else ''})")
+            print(f"  seed {seed}: first at {_step(r['jump'])}, best {r['best_max']:.2f}; {rise}")
     for probe, s in summary["probes"].items():
         print(f"\n{probe}: emerged in {s['emerged']} of {s['of']} seeds (accuracy ≥ {summary['threshold']})")
         if s["spread"]:
