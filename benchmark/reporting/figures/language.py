@@ -27,22 +27,35 @@ def language_rows(records: Sequence[Row]) -> dict[tuple[str, str], dict[int, Row
     return dict(sorted(found.items()))
 
 
-def induction_curve(row: Any) -> tuple[list[int], list[float]]:
-    """(steps, the best head's induction score at each) from a row's head scores (empty without)."""
+HEAD_PATTERNS = {"previous_token": "best previous-token head", "induction": "best induction head"}
+
+
+def best_head_curve(row: Any, kind: str) -> tuple[list[int], list[float]]:
+    """(steps, the best head's ``kind`` score at each) from a row's head scores (empty without)."""
     history = row.get("head_scores", {}).get("history", [])
-    return [s for s, _ in history], [max(max(layer) for layer in grid["induction"]) for _, grid in history]
+    return [s for s, _ in history], [max(max(layer) for layer in grid[kind]) for _, grid in history]
+
+
+def step_axis(ax: Any) -> None:
+    """Checkpoint steps on a symlog axis (step 0 at the left edge, log beyond 1)."""
+    ax.set_xscale("symlog", linthresh=1)
+    ax.set_xlim(left=0)
+    ax.set_xlabel("checkpoint step (log; 0 at the left)")
+    ax.set_ylim(-0.03, 1.03)
+    ax.grid(alpha=0.3)
 
 
 def probe_figure(records: Sequence[Row]) -> Figure | None:
     """A panel per (model, probe): accuracy against step (symlog: step 0 at the left), a line per seed,
-    the threshold dashed, a dot where the bisection found the emergence; then a panel with each seed's
-    best induction score. None without language rows."""
+    the threshold dashed, a dot where the bisection found the emergence; then a panel per head pattern
+    with each seed's best head's score. None without language rows."""
     rows = language_rows(records)
     if not rows:
         return None
     models = {model for model, _ in rows}
-    scored: dict[int, Any] = {seed: row for by_seed in rows.values() for seed, row in by_seed.items() if induction_curve(row)[0]}
-    figure, axes = panels(len(rows) + (1 if scored else 0), columns=3, height=3.0)
+    scored: dict[int, Any] = {seed: row for by_seed in rows.values() for seed, row in by_seed.items()
+                              if best_head_curve(row, "induction")[0]}
+    figure, axes = panels(len(rows) + (len(HEAD_PATTERNS) if scored else 0), columns=3, height=3.0)
     seeds = sorted({seed for by_seed in rows.values() for seed in by_seed})
     colour = {seed: f"C{i % 10}" for i, seed in enumerate(seeds)}
     for ax, ((model, probe), by_seed) in zip(axes, rows.items()):
@@ -57,28 +70,24 @@ def probe_figure(records: Sequence[Row]) -> Figure | None:
             ax.axhline(threshold, color="grey", linestyle="--", linewidth=0.9)
         name = probe.replace("_", " ")
         panel_title(ax, name if len(models) == 1 else f"{name} · {model.rstrip('/').rsplit('/', 1)[-1]}")
-        ax.set_xscale("symlog", linthresh=1)
-        ax.set_ylim(-0.03, 1.03)
-        ax.set_xlabel("checkpoint step (log; 0 at the left)")
+        step_axis(ax)
         ax.set_ylabel("greedy accuracy")
-        ax.grid(alpha=0.3)
-    if scored:
-        ax = axes[len(rows)]
+    for ax, (kind, title) in zip(axes[len(rows):] if scored else [], HEAD_PATTERNS.items()):
         for seed, row in sorted(scored.items()):
-            draw_line(ax, *induction_curve(row), color=colour[seed], linewidth=1.3)
+            draw_line(ax, *best_head_curve(row, kind), color=colour[seed], linewidth=1.3)
         jump = next(iter(scored.values()))["head_scores"]["jump_threshold"]
         ax.axhline(jump, color="grey", linestyle=":", linewidth=0.9)
-        panel_title(ax, "best induction head")
-        ax.set_xscale("symlog", linthresh=1)
-        ax.set_ylim(-0.03, 1.03)
-        ax.set_xlabel("checkpoint step (log; 0 at the left)")
-        ax.set_ylabel("induction score (attention mass)")
-        ax.grid(alpha=0.3)
+        panel_title(ax, title)
+        step_axis(ax)
+        ax.set_ylabel("score (attention mass)")
     figure.tight_layout()
     handles = [ax.plot([], [], color=colour[s])[0] for s in seeds]
     labels = [f"seed {s}" for s in seeds]
     handles += [axes[0].plot([], [], color="grey", linestyle="--")[0], axes[0].plot([], [], "o", color="grey")[0]]
     labels += ["solved threshold", "emergence (bisection)"]
+    if scored:
+        handles.append(axes[0].plot([], [], color="grey", linestyle=":")[0])
+        labels.append("a head has the pattern")
     legend_above(figure, handles, labels, columns=min(len(labels), 6))
     return figure
 
@@ -92,7 +101,8 @@ register_figure("language", "Language probes across checkpoints",
                 "One panel per probe: the share of its prompts answered greedily right at each checkpoint, one "
                 "line per seed (the model's init seed), the step axis logarithmic with step 0 at the left; dashed, "
                 "the accuracy that counts as solved; a dot, the first solved checkpoint the bisection found. The "
-                "last panel: at each checkpoint, the highest induction score of any head (its attention mass on "
-                "the token after the current token's earlier copy, on a repeated random string); dotted, the "
-                "score from which a head counts as an induction head.",
+                "last two panels, on a repeated random string: at each checkpoint, the highest previous-token "
+                "score of any head (its attention mass on the position before the query) and the highest "
+                "induction score (its mass on the token after the query's token's earlier copy); dotted, the "
+                "score from which a head counts as having the pattern.",
                 "no language-model rows (analyze pythia or lm-family analyze)")(draw)
