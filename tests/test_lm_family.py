@@ -147,7 +147,7 @@ def test_the_analysis_covers_every_seed_probe_and_checkpoint(family):
         assert summary["heads"][kind]["of"] == 2 and set(summary["heads"][kind]["seeds"]) == {"0", "1"}
     figure = probe_figure(rows)
     assert figure is not None and len(language_rows(rows)) == 2
-    assert len(figure.axes) == 4  # two probes and the two head patterns
+    assert len([a for a in figure.axes if a.axison]) == 4  # two probes and the two head patterns
 
 
 def test_patching_summary_reads_k_and_the_heads_that_carry_most():
