@@ -88,7 +88,7 @@ def probe_figure(records: Sequence[Row]) -> Figure | None:
     if scored:
         handles.append(axes[0].plot([], [], color="grey", linestyle=":")[0])
         labels.append("a head has the pattern")
-    legend_above(figure, handles, labels, columns=min(len(labels), 6))
+    legend_above(figure, handles, labels, columns=min(len(labels), 8))
     return figure
 
 
