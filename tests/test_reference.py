@@ -113,6 +113,7 @@ def test_an_unknown_reference_name_lists_what_there_is():
         reference.load("nope")
 
 
+@pytest.mark.slow  # ~11 s: resolves the whole tuned preset (make test stays under 4 minutes)
 def test_the_builtin_reference_is_of_the_frozen_tuned_ladder():
     from emergence_bench.execution.sweep_spec import load_sweep
 

@@ -12,6 +12,7 @@ from emergence_bench.config import load_yaml_text, parse_value, resolve
 from emergence_bench.execution.sweep_spec import load_sweep
 
 
+@pytest.mark.slow  # ~12 s: two runs through the CLI (make test stays under 4 minutes)
 def test_print_config_fed_back_gives_the_same_run_id(tmp_path, cli, tiny_config):
     config = tmp_path / "c.yaml"
     config.write_text(yaml.safe_dump(tiny_config()))
