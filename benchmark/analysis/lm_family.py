@@ -156,7 +156,7 @@ def windows(tokens: torch.Tensor, count: int, length: int, generator: torch.Gene
     import torch
 
     starts = torch.randint(0, len(tokens) - length + 1, (count,), generator=generator)
-    return torch.stack([tokens[s:s + length] for s in starts.tolist()]).long()
+    return tokens[starts[:, None] + torch.arange(length)].long()
 
 
 def eval_loss(model: Any, tokens: torch.Tensor, config: FamilyConfig, batches: int = 4) -> float:
@@ -207,11 +207,11 @@ def train_seed(out: Path, config: FamilyConfig, seed: int, threads: int = 1) -> 
     saves = set(checkpoint_steps(config.max_steps, config.checkpoints_per_octave))
     model.train()
     began, trained_at_start = time.perf_counter(), record.get("seconds", 0.0)
-    recent: list[float] = []
+    recent: list[torch.Tensor] = []  # the last 20 losses, left on the device: read at a print or a checkpoint
     for step in range(start, config.max_steps + 1):
         if step in saves and not (folder / f"step{step}" / "config.json").is_file():
             model.save_pretrained(folder / f"step{step}")
-            record["curve"].append([step, sum(recent) / len(recent) if recent else None,
+            record["curve"].append([step, torch.stack(recent).mean().item() if recent else None,
                                     eval_loss(model, data["eval"], config)])
             temporary = state_path.with_suffix(".part")
             torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(),
@@ -229,11 +229,11 @@ def train_seed(out: Path, config: FamilyConfig, seed: int, threads: int = 1) -> 
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
         schedule.step()
-        recent = (recent + [loss.item()])[-20:]
+        recent = (recent + [loss.detach()])[-20:]
         if (step + 1) % 100 == 0:
             seconds = time.perf_counter() - began
             rate = (step + 1 - start) / seconds
-            print(f"seed {seed}: step {step + 1}/{config.max_steps} loss {sum(recent) / len(recent):.3f} "
+            print(f"seed {seed}: step {step + 1}/{config.max_steps} loss {torch.stack(recent).mean().item():.3f} "
                   f"{rate:.1f} steps/s, {(config.max_steps - step - 1) / rate / 60:.1f} min left", flush=True)
     record.update(status="ok", seconds=trained_at_start + time.perf_counter() - began,
                   final_eval_loss=record["curve"][-1][2], checkpoints=sorted(saves))
@@ -306,11 +306,6 @@ def trained_seeds(out: Path) -> list[int]:
         if path.is_file() and json.loads(path.read_text()).get("status") == "ok":
             seeds.append(int(folder.name.removeprefix("lm-seed")))
     return sorted(seeds)
-
-
-def steps_per_second(record: dict) -> float | None:
-    steps = record.get("curve", [[0]])[-1][0]
-    return steps / record["seconds"] if record.get("seconds") else None
 
 
 def describe(config: FamilyConfig) -> str:
