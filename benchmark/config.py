@@ -39,6 +39,10 @@ class ConfigError(ValueError):
 Schedule = Literal["constant", "cosine", "linear"]  # the lr after warmup: constant, or decayed to 0 at max_steps
 Accelerator = Literal["auto", "cpu", "gpu", "cuda"]  # cuda: the same as gpu
 TrainOn = Literal["scored", "all"]  # the rows the training loss covers: the task's scored ones, or every row
+# The order of a batch's sequences in the step: as drawn, or reversed. The same losses and gradients
+# summed in another float order (docs/ranking.md's float-order comparison): another draw of the
+# last bits that training amplifies, not another experiment.
+BatchOrder = Literal["drawn", "reversed"]
 Logger = Literal["tensorboard", "csv", "wandb"]  # Lightning's own loggers (emergence_bench.engine.trainer.build_logger)
 # The named weight inits (mixers/init.py applies them); declared here, with the schema, so that the
 # config is checked without importing torch.
@@ -98,6 +102,7 @@ class TrainerConfig(Section):
     accelerator: Accelerator = "auto"
     compile: bool = False  # torch.compile the model's forward (see `emergence-bench speed` for its effect)
     train_on: TrainOn = "scored"  # the paper: all
+    batch_order: BatchOrder = "drawn"  # reversed: the same batches summed in another float order
     threads: int | Literal["auto"] = "auto"  # torch intra-op threads: auto (see choose_threads) or N; not in the run id
     logger: Logger = "tensorboard"  # where Lightning logs the curves; not in the run id
     keep_freed_memory: bool = True  # the allocator policy (emergence_bench.machine.allocator); not in the run id
@@ -180,28 +185,40 @@ class RunConfig:
 NOT_HASHED = {"trainer": ("threads", "logger", "keep_freed_memory")}
 
 
-# A task's keys added after runs were recorded, left out of the run id while they hold the default
-# that computes what those runs computed (so no earlier run id changed when they came), and hashed
-# once set to anything else: task name -> {key: that default}. In the run's task and in each
-# curriculum stage's.
+# Keys added after runs were recorded, left out of the run id while they hold the value that computes
+# what those runs computed (so no earlier run id changed when they came), and hashed once set to
+# anything else. A task's (in the run's task and each curriculum stage's) and a mixer's by its name:
+# name -> {key: that value}; the trainer's: {key: that value}. The value is not always today's
+# default: Gated DeltaNet defaults to a faster chunking than ladder v2 ran (a new float order, so a
+# new run id), and ladder v2's presets name the old one.
 ADDED_TASK_KEYS: dict[str, dict[str, Any]] = {"dyck": {"score": "all"}}
+ADDED_MIXER_KEYS: dict[str, dict[str, Any]] = {"mlstm": {"quadratic_up_to": 64}, "gated_deltanet": {"chunk_size": 32}}
+ADDED_TRAINER_KEYS: dict[str, Any] = {"batch_order": "drawn"}
 
 
 def hashed_config(data: dict) -> dict:
     """A copy of a config dict (``RunConfig.to_dict()``, or a result's ``config``) without the keys of
-    NOT_HASHED, nor those of ADDED_TASK_KEYS at their default: what the run id hashes, and what rows
-    of the same run should be compared by."""
+    NOT_HASHED, nor the added keys (ADDED_*_KEYS) at their earlier value: what the run id hashes,
+    and what rows of the same run should be compared by."""
     data = copy.deepcopy(data)
     for section, keys in NOT_HASHED.items():
         for key in keys:
             (data.get(section) or {}).pop(key, None)
-    tasks = [data.get("task")] + [stage.get("task") for stage in data.get("curriculum") or []]
-    for task in tasks:
-        if isinstance(task, dict):
-            for key, default in ADDED_TASK_KEYS.get(str(task.get("name")), {}).items():
-                if key in task and task[key] == default:
-                    del task[key]
+    stages = [data] + list(data.get("curriculum") or [])
+    components = [(stage.get("task"), ADDED_TASK_KEYS) for stage in stages] + [(data.get("mixer"), ADDED_MIXER_KEYS)]
+    for component, added in components:
+        if isinstance(component, dict):
+            _drop_earlier(component, added.get(str(component.get("name")), {}))
+    if isinstance(data.get("trainer"), dict):
+        _drop_earlier(data["trainer"], ADDED_TRAINER_KEYS)
     return data
+
+
+def _drop_earlier(section: dict, earlier: dict[str, Any]) -> None:
+    """Remove from ``section`` the keys that hold the value ``earlier`` gives them."""
+    for key, value in earlier.items():
+        if key in section and section[key] == value:
+            del section[key]
 
 
 SECTIONS = {"model": ModelConfig, "optim": OptimConfig, "trainer": TrainerConfig, "checkpoints": CheckpointConfig}

@@ -9,7 +9,7 @@ g_t ≤ 0, the state S_t [V, K] and output o_t [V] are::
 
 The core op (``mixers/ops/gated_delta_rule.py``) has two backends over the same tensors, so a
 checkpoint moves between them: flash-linear-attention's Triton kernel on CUDA, and the pure-PyTorch
-chunked form (WY/UT form inside chunks, a recurrence across chunks).
+chunked form (WY/UT form inside chunks of ``chunk_size`` positions, a recurrence across chunks).
 """
 
 from __future__ import annotations
@@ -31,6 +31,14 @@ from emergence_bench.mixers.ops.gated_delta_rule import (
 )
 from emergence_bench.registry import register_mixer
 
+# The reference's chunking: a float order, not a model choice (any chunk computes the same function).
+# Chosen by measuring the ranking's whole training step (8 seeds batched, 1 thread; docs/speed.md):
+# chunks of 16 take 0.91x the time of chunks of 32 at 64 and 128 positions, but 1.32x at 20 (two
+# chunks where one did), so a sequence of at most ONE_CHUNK_UP_TO positions is one chunk. Ladder
+# v2's shipped rows ran chunks of 32 (the same single chunk up to 32): its presets say
+# ``chunk_size: 32``, which reproduces them bit for bit.
+CHUNK_SIZE, ONE_CHUNK_UP_TO = 16, 32
+
 
 @register_mixer("gated_deltanet")
 class GatedDeltaNet(TokenMixer):
@@ -51,7 +59,7 @@ class GatedDeltaNet(TokenMixer):
     width_matched = {"n_heads": 4, "head_dim": 16}
 
     def __init__(self, d_model: int, max_len: int, layer_idx: int, n_heads: int = 4, head_dim: int = 16,
-                 expand_v: float = 2, conv_size: int = 4) -> None:
+                 expand_v: float = 2, conv_size: int = 4, chunk_size: int = CHUNK_SIZE) -> None:
         super().__init__(d_model, max_len, layer_idx)
         if n_heads < 1 or head_dim < 1:
             raise ValueError(f"n_heads and head_dim must be ≥ 1, got n_heads={n_heads}, head_dim={head_dim}")
@@ -61,8 +69,10 @@ class GatedDeltaNet(TokenMixer):
                              f"expand_v={expand_v} (head_dim={head_dim})")
         if conv_size < 1:
             raise ValueError(f"conv_size must be ≥ 1, got {conv_size}")
+        if not (isinstance(chunk_size, int) and chunk_size >= 1):
+            raise ValueError(f"chunk_size must be an integer ≥ 1, got {chunk_size!r}")
         self.n_heads, self.head_dim, self.head_v_dim = n_heads, head_dim, int(head_v_dim)
-        self.conv_size = conv_size
+        self.conv_size, self.chunk_size = conv_size, chunk_size
         key_dim, value_dim = n_heads * head_dim, n_heads * self.head_v_dim
 
         self.q_proj = nn.Linear(d_model, key_dim, bias=False)
@@ -128,8 +138,11 @@ class GatedDeltaNet(TokenMixer):
         g = -self.A_log.exp() * F.softplus(self.a_proj(x) + self.dt_bias)  # log-decay ≤ 0  [B, L, H]
 
         self.last_backend = choose(x, KERNEL_MODULE)
-        core = gated_delta_rule_kernel if self.last_backend == KERNEL else gated_delta_rule_chunked
-        o = core(q, k, v, g, beta, scale=K ** -0.5)  # [B, L, H, V]
+        if self.last_backend == KERNEL:
+            o = gated_delta_rule_kernel(q, k, v, g, beta, scale=K ** -0.5)  # [B, L, H, V]
+        else:
+            chunk = L if L <= max(ONE_CHUNK_UP_TO, self.chunk_size) else self.chunk_size
+            o = gated_delta_rule_chunked(q, k, v, g, beta, scale=K ** -0.5, chunk_size=chunk)
 
         # Gated RMSNorm per head: normalise, scale, then gate.
         o = o * torch.rsqrt(o.square().mean(-1, keepdim=True) + self.o_norm_eps) * self.o_norm_weight

@@ -16,7 +16,7 @@ through ``eps``, a guard added to the stabilised denominator (as xLSTM and mlstm
 
 The core op (``mixers/ops/mlstm.py``) has two backends over the same tensors: mlstm-kernels'
 chunkwise Triton kernel on CUDA, sigmoid forget gate only, and the pure-PyTorch reference: the
-stabilised quadratic form (as xLSTM trains) up to ``PARALLEL_UP_TO`` steps, the stabilised
+stabilised quadratic form (as xLSTM trains) up to ``quadratic_up_to`` steps, the stabilised
 chunkwise form (chunks of ``CHUNK``) above: the same numbers up to summation order, at a cost linear
 in the length. mlstm-kernels ships under the NXAI Community License (not an OSI licence), so it is
 only ever an optional extra: the ``dev`` oracle and the ``kernels`` GPU path.
@@ -34,12 +34,11 @@ from emergence_bench.mixers.init import WeightInit
 from emergence_bench.mixers.ops.mlstm import KERNEL_MODULE, mlstm_chunkwise, mlstm_kernel, mlstm_parallel
 from emergence_bench.registry import register_mixer
 
-# The reference's quadratic form up to PARALLEL_UP_TO steps (the ranking's rungs are all within it,
-# so its shipped rows are the quadratic form's), chunkwise in chunks of CHUNK above: at the ranking's
-# width and 8 seeds, forward and backward, 13x faster than the quadratic form at 256 steps and 8x at
-# 128, 16 the fastest chunk at 256 (docs/speed.md).
-PARALLEL_UP_TO = 64
-CHUNK = 16
+# The reference runs its quadratic form up to ``quadratic_up_to`` steps and chunks of CHUNK above: a
+# float order, not a model choice. The ranking's whole training step (8 seeds batched, 1 thread) is
+# 1.19x, 1.09x and 1.03x slower chunked at 20, 32 and 64 steps, while the core op alone is 8x
+# faster chunked at 128 and 13x at 256 (docs/speed.md): so quadratic up to 64.
+QUADRATIC_UP_TO, CHUNK = 64, 16
 
 FORGET_GATES = ("sigmoid", "exp")
 NORM_EPS = 1e-5  # the per-head LayerNorm on the cell output
@@ -77,7 +76,8 @@ class MLSTM(TokenMixer):
     forms = {"exp": {**small, "forget_gate": "exp"}}
 
     def __init__(self, d_model: int, max_len: int, layer_idx: int, n_heads: int = 4, proj_factor: float = 2,
-                 conv_size: int = 4, qkv_blocksize: int = 4, forget_gate: str = "sigmoid") -> None:
+                 conv_size: int = 4, qkv_blocksize: int = 4, forget_gate: str = "sigmoid",
+                 quadratic_up_to: int = QUADRATIC_UP_TO) -> None:
         super().__init__(d_model, max_len, layer_idx)
         if not (isinstance(n_heads, int) and n_heads >= 1):
             raise ValueError(f"n_heads must be an integer ≥ 1, got {n_heads!r}")
@@ -93,8 +93,11 @@ class MLSTM(TokenMixer):
             raise ValueError(f"conv_size must be an integer ≥ 1, got {conv_size!r}")
         if forget_gate not in FORGET_GATES:
             raise ValueError(f"forget_gate must be one of {', '.join(FORGET_GATES)}, got {forget_gate!r}")
+        if not (isinstance(quadratic_up_to, int) and quadratic_up_to >= 0):
+            raise ValueError(f"quadratic_up_to must be an integer ≥ 0 (0: always chunkwise), got {quadratic_up_to!r}")
         self.n_heads, self.proj_factor, self.inner_dim, self.head_dim = n_heads, proj_factor, E, E // n_heads
         self.conv_size, self.qkv_blocksize, self.forget_gate = conv_size, qkv_blocksize, forget_gate
+        self.quadratic_up_to = quadratic_up_to  # the longest sequence the quadratic form runs (a float order)
 
         self.up_proj = nn.Linear(d_model, 2 * E, bias=False)
         self.conv1d = nn.Conv1d(E, E, conv_size, groups=E, bias=True)  # left-padded in forward: causal
@@ -161,7 +164,7 @@ class MLSTM(TokenMixer):
             h = mlstm_kernel(q, k, v, i_pre, f_pre)
         else:
             log_f = F.logsigmoid(f_pre) if self.forget_gate == "sigmoid" else f_pre
-            if L <= PARALLEL_UP_TO:
+            if L <= self.quadratic_up_to:
                 h = mlstm_parallel(q, k, v, i_pre, log_f)  # [B, L, H, K]
             else:
                 h = mlstm_chunkwise(q, k, v, i_pre, log_f, chunk_size=CHUNK)

@@ -60,14 +60,23 @@ def test_gradients_reach_every_parameter():
         assert p.grad is not None and p.grad.abs().sum() > 0, name
 
 
-def test_mixer_with_chunked_core_matches_mixer_with_step_by_step_core(monkeypatch):
-    """The whole layer in float64 over 40 positions (two chunks of 32): swapping the core op for
-    the loop changes nothing, so the chunked path is wired as the recurrence says."""
-    mixer = make().double()
-    x = torch.randn(2, 40, 16, dtype=torch.float64)
+@pytest.mark.parametrize("L, chunk, expected", [(40, {}, 16), (40, {"chunk_size": 32}, 32), (24, {}, 24)])
+def test_mixer_with_chunked_core_matches_mixer_with_step_by_step_core(monkeypatch, L, chunk, expected):
+    """The whole layer in float64 (chunks of 16 by default, of 32 as ladder v2; one chunk up to 32
+    positions): swapping the core op for the loop changes nothing, so the chunked path is wired as
+    the recurrence says, in the chunks asked."""
+    mixer = make(max_len=L, **chunk).double()
+    x = torch.randn(2, L, 16, dtype=torch.float64)
     chunked = mixer(x, MixerContext())
-    monkeypatch.setattr(emergence_bench.mixers.gated_deltanet, "gated_delta_rule_chunked", gated_delta_rule_recurrent)
+    calls = []
+
+    def step_by_step(*args, chunk_size, **kwargs):
+        calls.append(chunk_size)
+        return gated_delta_rule_recurrent(*args, **kwargs)
+
+    monkeypatch.setattr(emergence_bench.mixers.gated_deltanet, "gated_delta_rule_chunked", step_by_step)
     torch.testing.assert_close(chunked, mixer(x, MixerContext()), atol=1e-12, rtol=1e-10)
+    assert calls == [expected]
 
 
 def test_backend_choice_on_cpu(monkeypatch):
@@ -87,7 +96,7 @@ def test_backend_choice_on_cpu(monkeypatch):
 
 @pytest.mark.parametrize("hparams, name", [
     ({"n_heads": 0}, "n_heads"), ({"head_dim": 0}, "head_dim"), ({"expand_v": 0}, "expand_v"),
-    ({"head_dim": 3, "expand_v": 0.5}, "expand_v"), ({"conv_size": 0}, "conv_size"),
+    ({"head_dim": 3, "expand_v": 0.5}, "expand_v"), ({"conv_size": 0}, "conv_size"), ({"chunk_size": 0}, "chunk_size"),
 ])
 def test_invalid_hparams_name_the_parameter(hparams, name):
     with pytest.raises(ValueError, match=name):
@@ -96,7 +105,7 @@ def test_invalid_hparams_name_the_parameter(hparams, name):
 
 def test_trains_end_to_end(tmp_path, monkeypatch, tiny_config):
     monkeypatch.delenv(ENV, raising=False)
-    mixer = {"name": "gated_deltanet", "n_heads": 2, "head_dim": 4, "expand_v": 2, "conv_size": 3}
+    mixer = {"name": "gated_deltanet", "n_heads": 2, "head_dim": 4, "expand_v": 2, "conv_size": 3, "chunk_size": 16}
     record = run(tiny_config(mixer=mixer), tmp_path)
     assert record["status"] == "ok", record["error"]
     assert record["config"]["mixer"] == mixer

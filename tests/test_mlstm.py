@@ -77,12 +77,13 @@ def test_gradients_reach_every_parameter(forget_gate):
 
 
 @pytest.mark.parametrize("forget_gate", ["sigmoid", "exp"])
-@pytest.mark.parametrize("L, core", [(30, "mlstm_parallel"), (90, "mlstm_chunkwise")])
-def test_mixer_with_its_core_matches_mixer_with_step_by_step_core(monkeypatch, forget_gate, L, core):
+@pytest.mark.parametrize("L, up_to, core", [(30, {}, "mlstm_parallel"), (90, {}, "mlstm_chunkwise"),
+                                            (30, {"quadratic_up_to": 16}, "mlstm_chunkwise")])
+def test_mixer_with_its_core_matches_mixer_with_step_by_step_core(monkeypatch, forget_gate, L, up_to, core):
     """The whole block in float64, with trained-looking (non-zero) gate weights: swapping the core it
-    runs at this length (quadratic up to PARALLEL_UP_TO, chunkwise above) for the loop changes
-    nothing, so the block feeds the recurrence what it says."""
-    mixer = make(forget_gate=forget_gate, max_len=L).double()
+    runs at this length (quadratic up to ``quadratic_up_to``, 64 by default, chunkwise above) for the
+    loop changes nothing, so the block feeds the recurrence what it says."""
+    mixer = make(forget_gate=forget_gate, max_len=L, **up_to).double()
     with torch.no_grad():
         for gate in (mixer.igate, mixer.fgate):
             gate.weight.normal_(0, 0.3)

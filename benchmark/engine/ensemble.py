@@ -69,6 +69,7 @@ class EnsembleModule(L.LightningModule):
             self.register_buffer(f"seed_buffer{i}", torch.stack([b[name] for b in buffers]), persistent=False)
         self.register_buffer("rows", scored_rows(task), persistent=False)  # [N]
         self.task, self.optim, self.max_steps, self.train_on, self.log_every = task, optim, max_steps, train_on, log_every
+        self.batch_order = "drawn"  # trainer.batch_order: set by the group's dispatch
         self.live = [True] * self.K
         self.slots = list(range(self.K))  # the seeds in the forward and backward, in order
         self.slot_index: torch.Tensor | None = None  # slots as an index tensor; None while it is all K

@@ -143,6 +143,7 @@ class EmergenceModule(RunLosses, L.LightningModule):
         self.optim = optim
         self.max_steps = max_steps
         self.train_on = train_on
+        self.batch_order = "drawn"  # trainer.batch_order: set by run()
         self.initial_optimizer_state = initial_optimizer_state
         self.register_buffer("rows", scored_rows(task), persistent=False)  # [N]
         self.attention_bias: dict[int, torch.Tensor] = {}

@@ -151,6 +151,7 @@ def run(config: dict | RunConfig | RunPlan, out: str | Path, progress: bool = Fa
             carried, folder.record["curriculum"] = pretrain(config, model, task, folder.path)
         module = EmergenceModule(model, task, config.optim, config.trainer.max_steps, config.trainer.train_on,
                                  initial_optimizer_state=carried, read_every=config.trainer.log_every)
+        module.batch_order = config.trainer.batch_order
         trainer = build_trainer(config, folder.callbacks(build_callbacks(config, task), progress), folder.logger(),
                                 folder.path)
         trainer.fit(module, task)

@@ -113,6 +113,7 @@ class Trainable(Protocol):
 
     losses(tokens) -> (scored, full): the scored rows' and every row's loss of a batch
     train_on:        "scored" or "all", which of the two is trained on
+    batch_order:     "drawn" or "reversed": the batch's sequences as drawn, or in reverse order
     loss_buffer:     where the detached losses wait for the next read
     read_losses(at_step): read the buffer back (and hand the losses to the callbacks)
     The rest is a LightningModule's: ``training_step`` (which calls ``step``), ``backward``,
@@ -120,6 +121,7 @@ class Trainable(Protocol):
     """
 
     train_on: str
+    batch_order: str
     loss_buffer: LossBuffer
 
     def losses(self, tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]: ...
@@ -142,6 +144,8 @@ def step(module: Trainable, tokens: torch.Tensor, batch_idx: int) -> torch.Tenso
     """One training step of ``module`` on ``tokens`` (its batch: [B, L+1], or [K, B, L+1] for K seeds):
     the losses kept in its buffer, read back when due, and the loss to train on returned (a scalar,
     or [K]: per ``module.train_on``, the scored rows' or every row's)."""
+    if module.batch_order == "reversed":
+        tokens = tokens.flip(-2)  # the same sequences: their losses and gradients summed in another order
     scored_loss, full = module.losses(tokens)
     module.loss_buffer.append(batch_idx, torch.stack([scored_loss.detach(), full.detach()]))
     if module.loss_buffer.due(batch_idx):
