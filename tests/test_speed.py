@@ -213,3 +213,26 @@ def test_the_transformer_reads_one_in_the_mixer_tables():
     cells = mixers.render_cells([{"family": "mqar", "mixer": "transformer", "seconds": 10.0, "vs_transformer": 1.0},
                                  {"family": "mqar", "mixer": "lru", "seconds": 15.0, "vs_transformer": 1.5}])
     assert "| transformer | 1 (10.0 s) |" in cells and "| lru | 1.50 (15.0 s) |" in cells
+
+
+def test_the_forms_table_times_each_form_of_the_rankings_run_against_ladder_v2s(monkeypatch):
+    """Each row is the ranking's run at that length with the form's key set, and ladder v2's form
+    (the first value) is the one every other is divided by."""
+    from emergence_bench.perf import forms
+
+    built = []
+
+    def loop(config, K):
+        built.append((config.mixer.name, dict(config.mixer.params), config.task.params["length"], K))
+        return type("Loop", (), {"run": lambda self, steps: None})()
+
+    monkeypatch.setattr(forms, "ensemble_loop", loop)
+    rows = forms.form_ratios(lengths=(20, 64), repeats=2, steps=1)
+    for mixer, (key, values) in forms.FORMS.items():
+        for length in (20, 64):
+            timed = [params[key] for name, params, at, K in built if name == mixer and at == length]
+            assert timed == values and all(K == 8 for *_, K in built)
+    assert {(r["mixer"], r["value"], r["length"]) for r in rows} == \
+        {(m, v, n) for m, (_, values) in forms.FORMS.items() for v in values for n in (20, 64)}
+    table = forms.render_forms(rows)
+    assert "| gated_deltanet | chunk_size=32 | 20 |" in table and "1 (ladder v2's)" in table

@@ -29,6 +29,9 @@ def add_parser(subparsers: Subparsers) -> argparse.ArgumentParser:
     parser.add_argument("--steps", type=int, default=100,
                         help="timed training steps per suite measurement (default 100)")
     parser.add_argument("--seeds", default="1,4,16", help="seed-parallel group sizes K (comma-separated; default 1,4,16)")
+    parser.add_argument("--forms", action="store_true",
+                        help="only the forms table: each float-order form of Gated DeltaNet and mLSTM against the "
+                             "one ladder v2 ran, at the ranking's lengths (a few minutes)")
     parser.add_argument("--quick", action="store_true",
                         help="a smoke run of the same code, in seconds: 2 interleaved repeats of 2-step blocks, K 1 and 2, "
                              "length 16, no spread to read (timings not to quote)")
@@ -45,6 +48,10 @@ def main(args: argparse.Namespace, extra: list[str]) -> int:
         raise ValueError(f"--lengths and --seeds take comma-separated whole numbers, got {args.lengths!r} and "
                          f"{args.seeds!r}") from None
     mixers = [m.strip() for m in args.mixers.split(",")] if args.mixers else None
+    if args.forms:
+        speed.forms_main(args.out, lengths=lengths, repeats=args.repeats)
+        print(f"wrote {args.out}", file=sys.stderr)
+        return 0
     speed.main(args.out, lengths=lengths, repeats=args.repeats, quick=args.quick, steps=args.steps, seeds=seeds,
                mixers=mixers, cells=not args.no_cells, cell_steps=args.cell_steps)
     print(f"wrote {args.out}", file=sys.stderr)

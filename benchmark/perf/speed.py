@@ -44,6 +44,8 @@ from emergence_bench.engine.training import StepLoop
 from emergence_bench.execution.sweep_spec import load_sweep
 from emergence_bench.machine.allocator import keep_freed_memory
 from emergence_bench.machine.devices import resolve_device
+from emergence_bench.perf.forms import LENGTHS as FORM_LENGTHS
+from emergence_bench.perf.forms import form_ratios, render_forms
 from emergence_bench.perf.loops import ensemble_loop, single_loop
 from emergence_bench.perf.mixers import (
     RANKING,
@@ -362,6 +364,22 @@ MIN_REPEATS = 5  # fewer interleaved repeats give no usable spread
 LENGTHS = (16, 64, 256)  # the mixer table's sequence lengths (issue: the ranking's and beyond)
 MIXER_STEPS = 10  # steps per block of the mixer table (K = 8 seeds at length 256 is slow)
 CELL_STEPS = 100  # steps of each ranking cell the cell clock times
+
+
+def forms_main(out: str | Path, lengths: Sequence[int] | None = None, repeats: int = 5) -> dict:
+    """Print the forms table (``perf.forms``) and write it as JSON to ``out``."""
+    if repeats < MIN_REPEATS:
+        raise ValueError(f"--repeats must be at least {MIN_REPEATS} for a median with a spread, got {repeats}")
+    keep_freed_memory()
+    start = machine()
+    print(f"machine: {start['cores']} cores, torch {start['torch']} with {start['threads']} threads; load average "
+          f"at start {start['load_1m']} (1 min); each form's training step ({SEEDS} seeds batched) over ladder v2's, "
+          f"{repeats} interleaved repeats\n")
+    rows = form_ratios(tuple(lengths or FORM_LENGTHS), repeats)
+    print(render_forms(rows), end="")
+    report = {"machine": {"start": start, "end": machine()}, "repeats": repeats, "forms": rows}
+    write_json(Path(out), report)
+    return report
 
 
 def main(out: str | Path, lengths: Sequence[int] | None = None, repeats: int = 5, quick: bool = False,
