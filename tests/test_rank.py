@@ -63,6 +63,17 @@ def test_markdown_names_the_frontier_and_censored_medians():
     assert "| linear_map | task.sparsity=1 | b | 3 | 1/3 (0.06–0.79) | >1000 | - | >1000 |" in text
 
 
+def test_abruptness_per_family_pools_the_rungs_cells():
+    cell_rows = pd.DataFrame([
+        {"mixer": "a", "family": "mqar", "abrupt_cells": 3, "cells_with_transition": 4, "median_transition_share": 0.1},
+        {"mixer": "a", "family": "mqar", "abrupt_cells": 0, "cells_with_transition": 2, "median_transition_share": 0.7},
+        {"mixer": "a", "family": "mqar", "abrupt_cells": 1, "cells_with_transition": 2, "median_transition_share": 0.2},
+        {"mixer": "a", "family": "dyck", "abrupt_cells": None, "cells_with_transition": None,
+         "median_transition_share": None}])
+    assert rank.family_abruptness(cell_rows) == {("a", "dyck"): "-", ("a", "mqar"): "4/8 (0.20)"}
+    assert "## Abruptness per task family" in rank.to_markdown(rank.build(ladder_records()))
+
+
 def test_ties_within_the_margin_and_a_clear_winner():
     # Equal success with 3 seeds: a tie. 20 seeds each, 20/20 against 2/20: not a tie.
     tied = seeds("a", "mqar", 4, [10, 10, None]) + seeds("b", "mqar", 4, [None, 10, 10])

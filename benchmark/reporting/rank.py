@@ -237,6 +237,27 @@ def _abrupt(row: Any) -> str:  # a row of the cells table (pandas itertuples)
     return f"{int(row.abrupt_cells)}/{int(row.cells_with_transition)} ({share:.2f})"
 
 
+ABRUPTNESS_NOTE = ("Per mixer and family, over its rungs: the output cells whose loss drop took at most a quarter of "
+                   "the time to its end (abrupt), of those with a drop, and the median of the rungs' median shares "
+                   "(small: a plateau then a sharp drop; near 1: a smooth descent). As fine as the evals: a drop "
+                   "between two evals reads as one interval wide (docs/ranking.md, \"What each family measures\").")
+
+
+def family_abruptness(cell_rows: pd.DataFrame) -> dict[tuple[str, str], str]:
+    """(mixer, family) -> "abrupt/with a drop (median share)" over the family's rungs, "-" where no
+    rung recorded a drop."""
+    found = {}
+    for (mixer, family), group in cell_rows.groupby(["mixer", "family"], sort=True):
+        shares = [s for s in group["median_transition_share"] if s is not None and not pd.isna(s)]
+        with_drop = int(pd.to_numeric(group["cells_with_transition"], errors="coerce").fillna(0).sum())
+        if not shares or not with_drop:
+            found[(mixer, family)] = "-"
+            continue
+        abrupt = int(pd.to_numeric(group["abrupt_cells"], errors="coerce").fillna(0).sum())
+        found[(mixer, family)] = f"{abrupt}/{with_drop} ({float(pd.Series(shares).median()):.2f})"
+    return found
+
+
 def cells_note(baseline: str | None) -> str:
     return ("Median first drop: the first step the smoothed loss falls just under chance (or the shortcut). First-drop "
             f"ratio: the cell's median first drop over {baseline or 'the baseline'}'s on the same rung, [95% bootstrap "
@@ -248,8 +269,8 @@ def cells_note(baseline: str | None) -> str:
 
 
 def tables(ranked: dict) -> dict[str, Table]:
-    """The ranking's three tables: ``ranking`` (both scores, the area per family), ``frontier`` (per
-    mixer and family) and ``cells`` (every mixer, family and rung)."""
+    """The ranking's tables: ``ranking`` (both scores, the area per family), ``frontier`` and
+    ``abruptness`` (per mixer and family) and ``cells`` (every mixer, family and rung)."""
     ranking, scores, cell_rows, ladder = ranked["ranking"], ranked["families"], ranked["cells"], ranked["ladders"]
     families, baseline = sorted(ladder), ranked.get("baseline")
     none_work: dict[str, set[str]] = {}  # mixer -> the families where no tuned value made a run emerge
@@ -268,10 +289,12 @@ def tables(ranked: dict) -> dict[str, Table]:
                                       none_work.get(row["mixer"], set())),
                              _value(row["parameters"]), _value(row.get("state_size")),
                              f"{row['score']:.2f} ± {row['score_se']:.2f}", plateau, *areas])
-    frontier_rows = []
+    frontier_rows, abrupt_rows = [], []
+    abruptness = family_abruptness(cell_rows) if len(cell_rows) else {}
     for mixer, group in scores.groupby("mixer", sort=True):
         by_family = {row.family: row for row in group.itertuples()}
         frontier_rows.append([mixer, *(_frontier(by_family[f]) if f in by_family else "-" for f in families)])
+        abrupt_rows.append([mixer, *(abruptness.get((mixer, f), "-") for f in families)])
     plateau_cells = {(r["mixer"], r["family"], json.dumps(r["rung"])): r
                      for r in ranked.get("first_drop", pd.DataFrame()).to_dict("records")}
     rung_rows = []
@@ -290,6 +313,7 @@ def tables(ranked: dict) -> dict[str, Table]:
         "ranking": Table(["rank", "mixer", f"lr ({' / '.join(families)})" if len(families) > 1 else "lr", "parameters", "state (numbers/seq)", "success score ± se",
                           "first-drop ratio [95%]", *(f"{f} area" for f in families)], overall_rows),
         "frontier": Table(["mixer", *(f"{f} ({ladder[f]['axis'] or '-'})" for f in families)], frontier_rows),
+        "abruptness": Table(["mixer", *families], abrupt_rows),
         "cells": Table(["family", "rung", "mixer", "seeds", "success (95% interval)", "median first drop",
                         "first-drop ratio", "median emergence", "held plateau: median end (worth the name)",
                         "abrupt cells (median share)"], rung_rows),
@@ -301,6 +325,7 @@ def to_markdown(ranked: dict) -> str:
     baseline, parts = ranked.get("baseline"), tables(ranked)
     return "\n".join(["## Ranking", "", ranking_note(baseline), "", parts["ranking"].markdown(),
                       "", "## Frontier per task family", "", FRONTIER_NOTE, "", parts["frontier"].markdown(),
+                      "", "## Abruptness per task family", "", ABRUPTNESS_NOTE, "", parts["abruptness"].markdown(),
                       "", "## Cells", "", cells_note(baseline), "", parts["cells"].markdown()]) + "\n"
 
 
