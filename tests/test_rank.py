@@ -6,7 +6,7 @@ import pandas as pd
 import pytest
 
 from emergence_bench.config import ConfigError
-from emergence_bench.reporting import rank
+from emergence_bench.reporting import rank, rank_tables
 from emergence_bench.stats import wilson_interval
 
 BUDGET = 1000
@@ -58,7 +58,7 @@ def test_frontier_area_and_cells_on_known_answers():
 
 def test_markdown_names_the_frontier_and_censored_medians():
     ranked = rank.build(ladder_records())
-    text = rank.to_markdown(ranked)
+    text = rank_tables.to_markdown(ranked)
     assert "| a | 2 [<first, 3] |" in text and "| b | <first [<first, 3] |" in text
     assert "| linear_map | task.sparsity=1 | b | 3 | 1/3 (0.06–0.79) | >1000 | - | >1000 |" in text
 
@@ -70,8 +70,8 @@ def test_abruptness_per_family_pools_the_rungs_cells():
         {"mixer": "a", "family": "mqar", "abrupt_cells": 1, "cells_with_transition": 2, "median_transition_share": 0.2},
         {"mixer": "a", "family": "dyck", "abrupt_cells": None, "cells_with_transition": None,
          "median_transition_share": None}])
-    assert rank.family_abruptness(cell_rows) == {("a", "dyck"): "-", ("a", "mqar"): "4/8 (0.20)"}
-    assert "## Abruptness per task family" in rank.to_markdown(rank.build(ladder_records()))
+    assert rank_tables.family_abruptness(cell_rows) == {("a", "dyck"): "-", ("a", "mqar"): "4/8 (0.20)"}
+    assert "## Abruptness per task family" in rank_tables.to_markdown(rank.build(ladder_records()))
 
 
 def test_ties_within_the_margin_and_a_clear_winner():
@@ -301,6 +301,6 @@ def test_two_rankings_disagree_only_where_one_puts_a_strictly_above_b_and_the_ot
 
 def test_a_count_beside_a_missing_value_prints_as_a_count():
     # A plugin that does not state its state size makes the column float (pandas): 2816 stays 2816.
-    from emergence_bench.reporting.rank import _value
+    from emergence_bench.reporting.rank_tables import _value
 
     assert [_value(v) for v in (2816.0, 37036, 0.708, None, float("nan"))] == ["2816", "37036", "0.708", "-", "-"]

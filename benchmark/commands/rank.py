@@ -16,7 +16,11 @@ def add_parser(subparsers: Subparsers) -> argparse.ArgumentParser:
                                                "family's ladder (docs/ranking.md), print the tables, and write them "
                                                "as DIR/rank.md, .csv and .json, replacing those of an earlier call. "
                                                "A read that fails (no readable result, no run finished ok, an "
-                                               "unknown --rung family) writes nothing.")
+                                               "unknown --rung family) writes nothing. With --against OTHER, "
+                                               "then compare DIR's results with OTHER's, cell by cell and tier by "
+                                               "tier, print it and write it as DIR/reproduction.md and .json "
+                                               "(a comparison that fails, e.g. no cell in common, is named in one "
+                                               "line after the ranking and writes no reproduction file).")
     add_results_dir(parser)
     parser.add_argument("--rung", action="append", metavar="FAMILY=KEY",
                         help="the ladder's task key of a family where several vary (repeatable)")
@@ -24,6 +28,11 @@ def add_parser(subparsers: Subparsers) -> argparse.ArgumentParser:
     parser.add_argument("--reference", metavar="builtin|FILE",
                         help="rank against shipped reference results for the mixers DIR lacks: `builtin` (the "
                              "built-in mixers on the standard CPU ladder) or a reference file")
+    parser.add_argument("--against", metavar="OTHER",
+                        help="a results folder of the same ladder (other seeds, or the same seeds with "
+                             "trainer.batch_order: reversed): compare DIR with it (per cell: success counts, "
+                             "Fisher's p, the median emergence step; the tiers), written as DIR/reproduction.md "
+                             "and .json; only the two folders' own results are compared, never --reference's")
     add_strict(parser)
     return parser
 
@@ -32,6 +41,7 @@ def main(args: argparse.Namespace, extra: list[str]) -> int:
     from emergence_bench.reporting import rank
 
     folder = results_in(args.dir)
+    other = results_in(args.against) if args.against is not None else None
     axes = {}
     for spec in args.rung or []:
         family, _, key = spec.partition("=")
@@ -43,6 +53,13 @@ def main(args: argparse.Namespace, extra: list[str]) -> int:
     print(markdown, end="")
     print(f"\nwrote {folder / 'rank.md'}, rank.csv and rank.json ({len(ranked['ranking'])} mixers, "
           f"{len(ranked['cells'])} cells)", file=sys.stderr)
+    if other is not None:
+        from emergence_bench.reporting import reproduction
+
+        comparison, text = reproduction.write(folder, other, axes, strict=args.strict, quiet=True)
+        print("\n" + text, end="")
+        print(f"\nwrote {folder / (reproduction.STEM + '.md')} and {reproduction.STEM}.json "
+              f"({comparison['summary']['cells']} cells compared)", file=sys.stderr)
     return 0
 
 

@@ -24,9 +24,7 @@ from __future__ import annotations
 import json
 import math
 from collections import Counter
-from collections.abc import Collection
 from pathlib import Path
-from typing import Any
 
 import pandas as pd
 
@@ -36,9 +34,9 @@ from emergence_bench.measurement import measurement
 from emergence_bench.reporting import plateau_score, reference
 from emergence_bench.reporting.ladder import ladders
 from emergence_bench.reporting.leaderboard import flatten
-from emergence_bench.reporting.table import Table
+from emergence_bench.reporting.rank_tables import to_markdown
 from emergence_bench.result_row import ResultRow, emergence_step
-from emergence_bench.results import RANK_STEM, TUNING_DIR, load_records, none_works, read_tables, write_json, write_text
+from emergence_bench.results import RANK_STEM, TUNING_DIR, load_records, read_tables, write_json, write_text
 from emergence_bench.stats import kaplan_meier_median, wilson_interval
 
 Z = 1.96  # 95%
@@ -181,152 +179,6 @@ def learning_rates(records: list[ResultRow]) -> dict[str, dict[str, list[float]]
         if (lr := r["config"].get("optim", {}).get("lr")) is not None:
             lrs.add(lr)
     return {m: {f: sorted(v) for f, v in sorted(by.items())} for m, by in sorted(found.items())}
-
-
-def _lr_cell(by_family: dict[str, list[float]], families: list[str], none_work: Collection[str] = ()) -> str:
-    """``1e-3`` where every family used one rate, else each family's, in the table's family order; a
-    family whose tuning found no rate that works says so ("1e-4 none works")."""
-    values = [(",".join(f"{v:.0e}".replace("e-0", "e-") for v in by_family.get(f, [])) or "-")
-              + (" none works" if f in none_work else "") for f in families]
-    return values[0] if len(set(values)) == 1 else " / ".join(values)
-
-
-def _value(value: object) -> str:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return "-"
-    if isinstance(value, float) and value.is_integer():
-        return str(int(value))  # a count in a column that also holds a missing value (pandas made it float)
-    return f"{value:.3g}" if isinstance(value, float) else str(value)
-
-
-def _frontier(row: Any) -> str:  # a row of the frontier table (pandas itertuples)
-    """``8 [4, 16]``: the frontier and its interval; ``<first`` when even the first rung fails."""
-    point, low, high = ("<first" if pd.isna(v) else _value(v) for v in (row.frontier, row.frontier_low,
-                                                                          row.frontier_high))
-    return f"{point} [{low}, {high}]"
-
-
-def _median(value: float | None, budget: float) -> str:
-    return f">{budget:g}" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:g}"
-
-
-def _ratio(ratio: float | None, low: float | None, high: float | None, bound: str = "") -> str:
-    """``1.8× [1.2, 2.6]``; ``-`` when there is none."""
-    if ratio is None or (isinstance(ratio, float) and math.isnan(ratio)):
-        return "-"
-    return f"{bound}{ratio:.2g}× [{low:.2g}, {high:.2g}]"
-
-
-def ranking_note(baseline: str | None) -> str:
-    """What the ranking table's two scores mean (the caption above it)."""
-    return ("Success score: the mean over task families of the area under success vs rung (0 to 1); equal ranks "
-            "are ties (within the 95% margin of that rank's first mixer). First-drop ratio: the geometric mean over "
-            "cells of the Kaplan–Meier median first loss drop (the first step the smoothed loss falls just under "
-            f"chance, tens of steps in: not the plateau before emergence) over {baseline or 'the baseline'}'s, 95% "
-            "bootstrap interval (below 1: leaves chance sooner). The held plateau is per cell, below.")
-
-
-FRONTIER_NOTE = ("The hardest rung with success ≥ 50%, [interval]: the hardest rung whose Wilson interval lies "
-                 "above 50%, and the hardest whose interval reaches it.")
-
-
-def _abrupt(row: Any) -> str:  # a row of the cells table (pandas itertuples)
-    share = getattr(row, "median_transition_share", None)
-    if share is None or pd.isna(share):
-        return "-"
-    return f"{int(row.abrupt_cells)}/{int(row.cells_with_transition)} ({share:.2f})"
-
-
-ABRUPTNESS_NOTE = ("Per mixer and family, over its rungs: the output cells whose loss drop took at most a quarter of "
-                   "the time to its end (abrupt), of those with a drop, and the median of the rungs' median shares "
-                   "(small: a plateau then a sharp drop; near 1: a smooth descent). As fine as the evals: a drop "
-                   "between two evals reads as one interval wide (docs/ranking.md, \"What each family measures\").")
-
-
-def family_abruptness(cell_rows: pd.DataFrame) -> dict[tuple[str, str], str]:
-    """(mixer, family) -> "abrupt/with a drop (median share)" over the family's rungs, "-" where no
-    rung recorded a drop."""
-    found = {}
-    for (mixer, family), group in cell_rows.groupby(["mixer", "family"], sort=True):
-        shares = [s for s in group["median_transition_share"] if s is not None and not pd.isna(s)]
-        with_drop = int(pd.to_numeric(group["cells_with_transition"], errors="coerce").fillna(0).sum())
-        if not shares or not with_drop:
-            found[(mixer, family)] = "-"
-            continue
-        abrupt = int(pd.to_numeric(group["abrupt_cells"], errors="coerce").fillna(0).sum())
-        found[(mixer, family)] = f"{abrupt}/{with_drop} ({float(pd.Series(shares).median()):.2f})"
-    return found
-
-
-def cells_note(baseline: str | None) -> str:
-    return ("Median first drop: the first step the smoothed loss falls just under chance (or the shortcut). First-drop "
-            f"ratio: the cell's median first drop over {baseline or 'the baseline'}'s on the same rung, [95% bootstrap "
-            "interval]; `>`: this mixer's median not reached within the budget (a lower bound), `<`: the baseline's. "
-            "Held plateau: the median step where the loss, held at one level, starts its last sharp drop (`>budget`: "
-            "still held), with the runs whose plateau is worth the name (held at least half the time to its end and "
-            "twice as long as its drop) of those with a recorded curve. Abrupt cells: the output cells whose loss drop "
-            "took at most a quarter of the time to its end, with the median share (docs/ranking.md says both).")
-
-
-def tables(ranked: dict) -> dict[str, Table]:
-    """The ranking's tables: ``ranking`` (both scores, the area per family), ``frontier`` and
-    ``abruptness`` (per mixer and family) and ``cells`` (every mixer, family and rung)."""
-    ranking, scores, cell_rows, ladder = ranked["ranking"], ranked["families"], ranked["cells"], ranked["ladders"]
-    families, baseline = sorted(ladder), ranked.get("baseline")
-    none_work: dict[str, set[str]] = {}  # mixer -> the families where no tuned value made a run emerge
-    for table in ranked.get("tuning", []):
-        if none_works(table):
-            none_work.setdefault(table["mixer"], set()).add(table["family"])
-    overall_rows = []
-    for row in ranking.to_dict("records"):
-        areas = [_value(row.get(f"area:{f}")) for f in families]
-        plateau = _ratio(row.get("first_drop_ratio"), row.get("first_drop_low"), row.get("first_drop_high"),
-                         row.get("first_drop_bound") or "")
-        if row["mixer"] == baseline:
-            plateau = "1 (baseline)"
-        overall_rows.append([f"{row['rank']}{' (tie)' if row['tied_with'] else ''}", row["mixer"],
-                             _lr_cell(ranked.get("lr", {}).get(row["mixer"], {}), families,
-                                      none_work.get(row["mixer"], set())),
-                             _value(row["parameters"]), _value(row.get("state_size")),
-                             f"{row['score']:.2f} ± {row['score_se']:.2f}", plateau, *areas])
-    frontier_rows, abrupt_rows = [], []
-    abruptness = family_abruptness(cell_rows) if len(cell_rows) else {}
-    for mixer, group in scores.groupby("mixer", sort=True):
-        by_family = {row.family: row for row in group.itertuples()}
-        frontier_rows.append([mixer, *(_frontier(by_family[f]) if f in by_family else "-" for f in families)])
-        abrupt_rows.append([mixer, *(abruptness.get((mixer, f), "-") for f in families)])
-    plateau_cells = {(r["mixer"], r["family"], json.dumps(r["rung"])): r
-                     for r in ranked.get("first_drop", pd.DataFrame()).to_dict("records")}
-    rung_rows = []
-    for row in cell_rows.itertuples():
-        success = "-" if pd.isna(row.success_rate) else \
-            f"{row.emerged}/{row.seeds - row.failed} ({row.success_low:.2f}–{row.success_high:.2f})"
-        cell = plateau_cells.get((row.mixer, row.family, json.dumps(row.rung)), {})
-        ratio = "-" if row.mixer == baseline else _ratio(cell.get("ratio"), cell.get("low"), cell.get("high"),
-                                                           cell.get("bound", ""))
-        held = (f"{_median(row.median_held_plateau_end, row.budget)} ({row.held_plateaus}/{row.runs_with_curves})"
-                if row.runs_with_curves else "-")  # median held-plateau end (worth the name / with a curve)
-        rung_rows.append([row.family, f"{row.axis or '-'}={_value(row.rung)}", row.mixer, str(row.seeds), success,
-                          _median(row.median_first_drop, row.budget), ratio,
-                          _median(row.median_emergence_step, row.budget), held, _abrupt(row)])
-    return {
-        "ranking": Table(["rank", "mixer", f"lr ({' / '.join(families)})" if len(families) > 1 else "lr", "parameters", "state (numbers/seq)", "success score ± se",
-                          "first-drop ratio [95%]", *(f"{f} area" for f in families)], overall_rows),
-        "frontier": Table(["mixer", *(f"{f} ({ladder[f]['axis'] or '-'})" for f in families)], frontier_rows),
-        "abruptness": Table(["mixer", *families], abrupt_rows),
-        "cells": Table(["family", "rung", "mixer", "seeds", "success (95% interval)", "median first drop",
-                        "first-drop ratio", "median emergence", "held plateau: median end (worth the name)",
-                        "abrupt cells (median share)"], rung_rows),
-    }
-
-
-def to_markdown(ranked: dict) -> str:
-    """The overall ranking (both scores), each family's frontier and area per mixer, and every cell."""
-    baseline, parts = ranked.get("baseline"), tables(ranked)
-    return "\n".join(["## Ranking", "", ranking_note(baseline), "", parts["ranking"].markdown(),
-                      "", "## Frontier per task family", "", FRONTIER_NOTE, "", parts["frontier"].markdown(),
-                      "", "## Abruptness per task family", "", ABRUPTNESS_NOTE, "", parts["abruptness"].markdown(),
-                      "", "## Cells", "", cells_note(baseline), "", parts["cells"].markdown()]) + "\n"
 
 
 def disagreements(first: pd.DataFrame, second: pd.DataFrame) -> list[tuple[str, str]]:

@@ -8,7 +8,7 @@ import html
 from matplotlib.figure import Figure
 
 from emergence_bench.config import ConfigError
-from emergence_bench.reporting import rank
+from emergence_bench.reporting import rank, rank_tables
 from emergence_bench.reporting.figure import Drawn, Results, register_figure
 from emergence_bench.reporting.figures import comparison
 from emergence_bench.reporting.figures.tuning_curves import tuning_figure
@@ -72,8 +72,8 @@ def _ranking(results: Results) -> list[Drawn]:
             plt.close(figure)
         return []
     results.ranked, results.ranked_rows = ranked, rows
-    tables = rank.tables(ranked)
-    return [Drawn(figure, "ranking", caption=html.escape(rank.ranking_note(ranked["baseline"])),
+    tables = rank_tables.tables(ranked)
+    return [Drawn(figure, "ranking", caption=html.escape(rank_tables.ranking_note(ranked["baseline"])),
                   alt="success and first loss drop vs rung",
                   html=(tables["ranking"].html(), "<h3>Frontier per task family</h3>", tables["frontier"].html(),
                         "<p>Top: success rate per rung with 95% Wilson intervals, one line per mixer. Bottom: the "
