@@ -31,7 +31,7 @@ from emergence_bench.perf.loops import ensemble_loop, single_loop, step_seconds
 from emergence_bench.perf.timing import bracketed, interleave, summary
 
 RANKING = "standard-cpu"
-LENGTH_GROUP = "dyck"  # its rung key is the sequence length (task.length)
+LENGTH_GROUP = "dyck"  # a task whose sequence length is a key (task.length)
 BASELINE = "transformer"
 SEEDS = 8  # the ranking's seed_parallel
 
@@ -71,9 +71,8 @@ def ranking_sweep(mixers: Sequence[str], group: str) -> Sweep:
 def length_config(mixer: str, length: int, seed: int = 0) -> dict:
     """The ranking's run of ``mixer`` at sequence length ``length`` (raw config)."""
     sweep = ranking_sweep([mixer], LENGTH_GROUP)
-    rung = next(key for key in sweep.groups[0].grid if key.startswith("task."))
-    sweep.override({rung: length, "seed": seed})
-    return sweep.raw_runs()[0][1]
+    sweep.override({"task.length": length, "seed": seed})
+    return sweep.raw_runs()[0][1]  # the group's first rung
 
 
 def _block(mixer: str, length: int, seeds: int) -> Callable[[int], None]:
