@@ -212,6 +212,9 @@ TASKS_V2 = {"linear_map": {"state_size": 10, "trajectory_length": 2, "batch_size
             "cellular_automata": {"state_size": 8, "colors": 2, "radius": 1, "trajectory_length": 4, "batch_size": 32},
             "mqar": {"vocab_size": 16, "queries": 1, "batch_size": 32},
             "dyck": {"bracket_types": 2, "max_depth": 8, "batch_size": 32}}
+# Ladder v3: v2's but for Dyck, whose rung is the number of bracket types at length 32, scored on closers.
+LADDER_V3 = {**LADDER_V2, "dyck": ("task.bracket_types", [2, 4, 8])}
+TASKS_V3 = {**TASKS_V2, "dyck": {"length": 32, "max_depth": 8, "batch_size": 32, "score": "closers"}}
 BUILT_IN = {"transformer", "mlp_mixer", "mamba", "gated_deltanet", "rwkv7", "mlstm", "lru"}
 
 
@@ -238,17 +241,22 @@ def test_v1_presets_hold_ladder_v1_for_every_mixer_and_seed(preset):
     assert len(cells) == len(LADDER_V1) * 3 * len(MIXERS_V1)
 
 
-@pytest.mark.parametrize("preset", ["standard-cpu", "standard-cpu-v2", "standard-v2"])
-def test_standard_presets_hold_ladder_v2_for_all_seven_mixers_and_eight_seeds(preset):
+@pytest.mark.parametrize("preset, ladder, tasks, eval_every", [
+    ("standard-cpu-v2-tuned", LADDER_V2, TASKS_V2, 50), ("standard-cpu-v2", LADDER_V2, TASKS_V2, 50),
+    ("standard-v2", LADDER_V2, TASKS_V2, 50), ("standard-cpu", LADDER_V3, TASKS_V3, 25)])
+def test_standard_presets_hold_their_ladder_for_all_seven_mixers_and_eight_seeds(preset, ladder, tasks, eval_every):
     from emergence_bench.execution.sweep_spec import load_sweep
 
-    cells, raw = ladder_cells(preset, LADDER_V2)
+    cells, raw = ladder_cells(preset, ladder)
     assert {c["mixer"]["name"] for c in raw} == BUILT_IN
-    assert len(cells) == len(LADDER_V2) * 3 * len(BUILT_IN)
+    assert len(cells) == len(ladder) * 3 * len(BUILT_IN)
     assert {len(s) for s in cells.values()} == {16 if preset == "standard-v2" else 8}
     for c in raw:
         family = c["task"]["name"]
-        assert {k: c["task"][k] for k in TASKS_V2[family]} == TASKS_V2[family], family
+        assert {k: c["task"][k] for k in tasks[family]} == tasks[family], family
+        assert c["trainer"]["eval_every"] == eval_every
+        if c["mixer"]["name"] == "gated_deltanet":  # v2's rows ran chunks of 32; v3 runs today's default
+            assert c["mixer"].get("chunk_size") == (None if preset == "standard-cpu" else 32)
     sweep = load_sweep(preset)
     assert sweep.seed_parallel == len(next(iter(cells.values())))  # a cell's seeds train as one batched model
 

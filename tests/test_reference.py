@@ -127,6 +127,27 @@ def test_the_builtin_reference_is_of_the_frozen_tuned_ladder():
     assert all(t["chosen"] == sweep.tuned[t["mixer"]][t["group"]] for t in ref["tuning"])
 
 
+def test_tuned_v2_runs_are_refused_against_the_builtin_v3_reference_in_one_line(tmp_path, capsys):
+    """The shipped tuned-v2 rows of one built-in mixer, as a user's runs: the builtin reference is
+    ladder v3's, so rank refuses them in one line naming what differs; against their own ladder's
+    shipped reference they rank."""
+    v2, v3 = reference.load("standard-cpu-v2-tuned"), reference.load(reference.BUILTIN)
+    assert v2["ladder"] == "v2-tuned" and v3["ladder"] == "v3-tuned"
+    builtin = {"transformer", "mlp_mixer", "mamba", "gated_deltanet", "rwkv7", "mlstm", "lru"}
+    ours = reference.rows(v2, without=builtin - {"lru"})
+    assert {r["config"]["mixer"]["name"] for r in ours} == {"lru"} and len(ours) == 96
+    says = reference.refusal(v3, ours)
+    assert says is not None and ("another ladder version" in says or "ladder varies" in says)
+    assert reference.refusal(v2, ours) is None
+    folder = tmp_path / "runs"
+    for r in ours:
+        (folder / r["run_id"]).mkdir(parents=True)
+        (folder / r["run_id"] / "result.json").write_text(json.dumps(r))
+    assert main(["rank", str(folder), "--reference", "builtin"]) != 0
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "ladder v3-tuned" in err and not (folder / "rank.md").exists()
+
+
 def tuning_table(mixer, lr, areas):
     """A tuning table over optim.lr ∈ {1e-3, 3e-3} on the linear map, its choice at ``lr``."""
     points = [{"values": {"optim.lr": x}, "area": a, "area_low": max(0.0, a - 0.2), "area_high": min(1.0, a + 0.2)}

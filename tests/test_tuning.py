@@ -78,8 +78,8 @@ def test_widening_continues_the_grid_at_its_own_spacing():
     assert widened([1e-4, 2e-4, 4e-4], "high") == 8e-4
 
 
-def test_the_tuned_ladder_is_ladder_v2_with_each_mixers_tuned_lr():
-    tuned, shared = load_sweep("standard-cpu"), load_sweep("standard-cpu-v2")
+def test_tuned_ladder_v2_is_ladder_v2_with_each_mixers_tuned_lr():
+    tuned, shared = load_sweep("standard-cpu-v2-tuned"), load_sweep("standard-cpu-v2")
     assert tuned.ladder == "v2-tuned" and tuned.tuning is not None and shared.tuning is None
     assert tuned.tuning.seeds == [100, 101, 102, 103] and tuned.tuning.rung == "middle"
     assert len(tuned.tuning.grid["optim.lr"]) >= 4
@@ -97,6 +97,28 @@ def test_the_tuned_ladder_is_ladder_v2_with_each_mixers_tuned_lr():
     assert {c["optim"]["lr"] for _, c in shared_runs} == {1e-3}
     # The tuning seeds are disjoint from the ranking's and its reproduction's (0-15).
     assert not set(tuned.tuning.seeds) & set(range(16))
+
+
+# Tuned ladder v3's frozen choices (docs/ranking.md's tuning tables): a change is a new ladder version.
+TUNED_V3 = {
+    "transformer": {"linear-map": 1e-3, "cellular-automata": 3e-3, "mqar": 3e-4, "dyck": 1e-2},
+    "mlp_mixer": {"linear-map": 1e-3, "cellular-automata": 3e-3, "mqar": 3e-4, "dyck": 3e-3},
+    "mamba": {"linear-map": 3e-4, "cellular-automata": 3e-3, "mqar": 1e-2, "dyck": 1e-2},
+    "gated_deltanet": {"linear-map": 1e-3, "cellular-automata": 1e-2, "mqar": 1e-2, "dyck": 3e-3},
+    "rwkv7": {"linear-map": 3e-4, "cellular-automata": 3e-3, "mqar": 1e-3, "dyck": 3e-3},
+    "mlstm": {"linear-map": 1e-3, "cellular-automata": 3e-3, "mqar": 3e-3, "dyck": 3e-3},
+    "lru": {"linear-map": 1e-3, "cellular-automata": 3e-3, "mqar": 1e-3, "dyck": 1e-2},
+}
+
+
+def test_tuned_ladder_v3_freezes_every_mixers_lr_by_v2s_protocol():
+    v3, v2 = load_sweep("standard-cpu"), load_sweep("standard-cpu-v2-tuned")
+    assert v3.ladder == "v3-tuned" and v3.tuning == v2.tuning  # the same protocol, seeds and grid
+    assert {m: {g: values["optim.lr"] for g, values in groups.items()} for m, groups in v3.tuned.items()} == TUNED_V3
+    assert tuning.jobs_for(v3) == []  # every built-in mixer frozen for every family: nothing to tune
+    runs = v3.raw_runs()
+    assert len(runs) == v3.advertised == 672
+    assert all(c["optim"]["lr"] == TUNED_V3[c["mixer"]["name"]][group] for group, c in runs)
 
 
 def test_the_gpu_twin_has_the_same_protocol():
