@@ -86,7 +86,7 @@ def _mamba_reference(*args):
     return y, [h]
 
 
-def _gated_deltanet_reference(*args, scale):
+def _gated_deltanet_reference(*args, scale, chunk_size=None):  # chunk_size: the chunked form's, unused here
     o, S = gated_delta_rule.gated_delta_rule_recurrent(*args, scale=scale, return_state=True)
     return o, [S]
 
