@@ -68,3 +68,19 @@ def test_added_keys_at_their_earlier_values_keep_earlier_run_ids():
     assert config["mixer"]["chunk_size"] == 32 and config["trainer"]["batch_order"] == "drawn"  # saved all the same
     hashed = hashed_config(config)
     assert "chunk_size" not in hashed["mixer"] and "batch_order" not in hashed["trainer"]
+
+
+def test_a_seed_parallel_group_steps_in_the_order_its_config_names(tmp_path, tiny_config):
+    """The batched group applies trainer.batch_order as a single run does: reversed, its numbers
+    leave the drawn group's (the order was applied) and stay within rounding of each seed's own
+    reversed run."""
+    from emergence_bench.execution.seed_parallel import run_seed_parallel
+
+    reversed_ = [tiny_config(seed=s, trainer={"batch_order": "reversed"}) for s in (0, 1)]
+    grouped = run_seed_parallel(reversed_, tmp_path / "reversed")
+    drawn = run_seed_parallel([tiny_config(seed=s) for s in (0, 1)], tmp_path / "drawn")
+    alone = [run(c, tmp_path / f"alone{k}") for k, c in enumerate(reversed_)]
+    for g, d, a in zip(grouped, drawn, alone):
+        assert g["seed_parallel"]["k"] == 2
+        assert g["metrics"]["final_eval_loss"] != d["metrics"]["final_eval_loss"]
+        assert math.isclose(g["metrics"]["final_eval_loss"], a["metrics"]["final_eval_loss"], rel_tol=1e-4)

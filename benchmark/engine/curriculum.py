@@ -47,7 +47,7 @@ def pretrain(config: RunConfig, model: SequenceModel, final: SyntheticTask,
     following = tasks[1:] + [final]
     for k, (stage, task, after) in enumerate(zip(config.curriculum, tasks, following)):
         module = EmergenceModule(model, task, config.optim, stage.steps, initial_optimizer_state=carried,
-                                 read_every=config.trainer.log_every)
+                                 read_every=config.trainer.log_every, batch_order=config.trainer.batch_order)
         logger = build_logger(config, run_dir, stage=k)
         trainer = build_trainer(config, [], logger, run_dir, max_steps=stage.steps, evaluate=False)
         started = time.perf_counter()

@@ -54,7 +54,7 @@ class EnsembleModule(L.LightningModule):
     compacts = True  # ended seeds leave the forward and backward (False: computed to the group's end)
 
     def __init__(self, models: list[SequenceModel], task: SyntheticTask, optim: OptimConfig, max_steps: int,
-                 train_on: str = "scored", log_every: int = 1) -> None:
+                 train_on: str = "scored", log_every: int = 1, batch_order: str = "drawn") -> None:
         super().__init__()
         self.K = len(models)
         self.template = copy.deepcopy(models[0]).requires_grad_(False)
@@ -69,7 +69,7 @@ class EnsembleModule(L.LightningModule):
             self.register_buffer(f"seed_buffer{i}", torch.stack([b[name] for b in buffers]), persistent=False)
         self.register_buffer("rows", scored_rows(task), persistent=False)  # [N]
         self.task, self.optim, self.max_steps, self.train_on, self.log_every = task, optim, max_steps, train_on, log_every
-        self.batch_order = "drawn"  # trainer.batch_order: set by the group's dispatch
+        self.batch_order = batch_order  # trainer.batch_order: the step reverses each batch's sequences
         self.live = [True] * self.K
         self.slots = list(range(self.K))  # the seeds in the forward and backward, in order
         self.slot_index: torch.Tensor | None = None  # slots as an index tensor; None while it is all K

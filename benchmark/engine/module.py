@@ -134,7 +134,8 @@ class EmergenceModule(RunLosses, L.LightningModule):
     rows: torch.Tensor  # a buffer: the scored rows [N]
 
     def __init__(self, model: SequenceModel, task: SyntheticTask, optim: OptimConfig, max_steps: int,
-                 train_on: str = "scored", initial_optimizer_state: dict | None = None, read_every: int = 1) -> None:
+                 train_on: str = "scored", initial_optimizer_state: dict | None = None, read_every: int = 1,
+                 batch_order: str = "drawn") -> None:
         super().__init__()
         if train_on not in TRAIN_ON:
             raise ValueError(f"trainer.train_on must be one of {', '.join(TRAIN_ON)}, got {train_on!r}")
@@ -143,7 +144,7 @@ class EmergenceModule(RunLosses, L.LightningModule):
         self.optim = optim
         self.max_steps = max_steps
         self.train_on = train_on
-        self.batch_order = "drawn"  # trainer.batch_order: set by run()
+        self.batch_order = batch_order  # trainer.batch_order: the step reverses each batch's sequences
         self.initial_optimizer_state = initial_optimizer_state
         self.register_buffer("rows", scored_rows(task), persistent=False)  # [N]
         self.attention_bias: dict[int, torch.Tensor] = {}

@@ -150,8 +150,8 @@ def run(config: dict | RunConfig | RunPlan, out: str | Path, progress: bool = Fa
         if config.curriculum:
             carried, folder.record["curriculum"] = pretrain(config, model, task, folder.path)
         module = EmergenceModule(model, task, config.optim, config.trainer.max_steps, config.trainer.train_on,
-                                 initial_optimizer_state=carried, read_every=config.trainer.log_every)
-        module.batch_order = config.trainer.batch_order
+                                 initial_optimizer_state=carried, read_every=config.trainer.log_every,
+                                 batch_order=config.trainer.batch_order)
         trainer = build_trainer(config, folder.callbacks(build_callbacks(config, task), progress), folder.logger(),
                                 folder.path)
         trainer.fit(module, task)

@@ -121,8 +121,7 @@ def _train(seeds: list[Seed], config: RunConfig, out: Path) -> None:
     try:
         tasks, models = zip(*(s.built for s in seeds))
         ensemble = EnsembleModule(list(models), tasks[0], config.optim, config.trainer.max_steps,
-                                  config.trainer.train_on, config.trainer.log_every)
-        ensemble.batch_order = config.trainer.batch_order
+                                  config.trainer.train_on, config.trainer.log_every, config.trainer.batch_order)
         for k, seed in enumerate(seeds):
             seed.join(ensemble, k)
         trainer = build_trainer(config, [SeedCallbacks(ensemble, seeds)], logger=False, root_dir=out)

@@ -35,7 +35,8 @@ def single_loop(config: RunConfig, compile_model: bool = False, device: str | to
     if compile_model:
         model.compile()  # as `trainer.compile: true` does in the suite
     t = config.trainer
-    module = EmergenceModule(model, task, config.optim, t.max_steps, t.train_on, read_every=t.log_every).to(device)
+    module = EmergenceModule(model, task, config.optim, t.max_steps, t.train_on, read_every=t.log_every,
+                             batch_order=t.batch_order).to(device)
     return StepLoop(module, lambda i: task.batch("train", i), config.optim.grad_clip, device)
 
 
@@ -53,7 +54,8 @@ def ensemble_loop(config: RunConfig, K: int, device: str | torch.device = "cpu")
         tasks.append(build_task(seed))
         models.append(build_model(seed, tasks[-1]))
     t = config.trainer
-    ensemble = EnsembleModule(models, tasks[0], config.optim, t.max_steps, t.train_on, t.log_every).to(device)
+    ensemble = EnsembleModule(models, tasks[0], config.optim, t.max_steps, t.train_on, t.log_every,
+                              t.batch_order).to(device)
     return StepLoop(ensemble, lambda i: torch.stack([task.batch("train", i) for task in tasks]),
                     config.optim.grad_clip, device)
 
