@@ -68,11 +68,16 @@ class Emergence(L.Callback):
         if self.stop and e.accuracy >= self.threshold:
             trainer.should_stop = True
 
+    @property
+    def emerged_at(self) -> int | None:
+        """The first eval step with accuracy ≥ τ so far; None while it has not come."""
+        return self._first((s, a) for s, a, _ in self.history)
+
     def _first(self, accuracies: Iterable[tuple[int, float]]) -> int | None:
         return next((step for step, acc in accuracies if acc >= self.threshold), None)
 
     def report(self) -> dict:
-        step = self._first((s, a) for s, a, _ in self.history)
+        step = self.emerged_at
         cells = len(self.history[0][2]) if self.history else 0
         per_position = [self._first((s, c[i]) for s, _, c in self.history) for i in range(cells)]
         return {

@@ -33,6 +33,7 @@ import torch
 from lightning.pytorch.loggers import Logger
 
 from emergence_bench.callbacks.contract import EvalResult
+from emergence_bench.callbacks.emergence import Emergence
 from emergence_bench.engine.ensemble import EnsembleModule, stack_bias
 from emergence_bench.engine.model import SequenceModel
 from emergence_bench.engine.module import eval_metrics
@@ -40,7 +41,7 @@ from emergence_bench.engine.run import RunPlan, build_callbacks, build_model
 from emergence_bench.engine.run_folder import RunFolder, failure
 from emergence_bench.engine.run_losses import RunLosses
 from emergence_bench.engine.training import Diverged
-from emergence_bench.result_row import ResultRow
+from emergence_bench.result_row import ResultRow, emergence_step
 from emergence_bench.tasks.base import SyntheticTask
 
 
@@ -246,6 +247,26 @@ class Seed:
         return self.folder.finish(status, error, self.trainer, self.view, model, self.note)
 
 
+# A seed's state at an eval: ("emerged", step), ("live", None), ("ended", None) (diverged, or ended
+# without emerging) or ("failed", None).
+Outcome = tuple[str, int | None]
+# Asked after each eval of the whole group: (the step, each seed's Outcome) -> a section that ends
+# every live seed, recorded in their rows under "pruned" (execution/pruning.py), or None.
+GroupStop = Callable[[int, list[Outcome]], dict | None]
+
+
+def outcome(seed: Seed) -> Outcome:
+    """Where ``seed`` stands: its row once it has one, else its Emergence callback's record."""
+    if seed.folder.done:
+        record = seed.folder.record
+        if record["status"] == "failed":
+            return "failed", None
+        step = emergence_step(record)
+        return ("emerged", step) if step is not None else ("ended", None)
+    step = next((c.emerged_at for c in seed.callbacks if isinstance(c, Emergence)), None)
+    return ("emerged", step) if step is not None else ("live", None)
+
+
 # Every hook of Lightning's Callback; SeedCallbacks forwards each to every live seed.
 HOOKS = [name for name, value in vars(L.Callback).items()
          if callable(value) and (name.startswith("on_") or name in ("setup", "teardown"))]
@@ -279,12 +300,14 @@ class SeedCallbacks(L.Callback):
     Lightning runs when a stop is asked at the end of a step (the step's scheduled eval, or else one
     given to the asking seeds only), or after the eval in which it asked; its end-of-fit hooks fire
     before the next step. When every
-    live seed has asked, the Trainer itself stops.
+    live seed has asked, the Trainer itself stops. ``stop_group`` (optional) is asked after every eval
+    of the whole group; a section it returns stops every live seed and goes into their rows.
     """
 
-    def __init__(self, ensemble: EnsembleModule, seeds: list[Seed]) -> None:
+    def __init__(self, ensemble: EnsembleModule, seeds: list[Seed], stop_group: GroupStop | None = None) -> None:
         self.ensemble, self.seeds = ensemble, seeds  # seed k in slot k
         self.eval_for: list[Seed] | None = None  # an eval for these seeds only
+        self.stop_group = stop_group
         ensemble.on_losses, ensemble.on_eval = self.losses_read, self.evaluated
 
     def losses_read(self, steps: list[int], scored: list, full: list, at_step: bool) -> None:
@@ -331,6 +354,9 @@ class SeedCallbacks(L.Callback):
                 seed.hook(name, *_seed_args(name, seed, ensemble, args), **kwargs)
             except Exception as error:
                 seed.fail(error)
+        if (name == "on_validation_end" and self.stop_group is not None and self.eval_for is None
+                and not trainer.sanity_checking):
+            self._ask_stop_group(ensemble.global_step)
         live = [s for s in seeds if s.live]
         stopping = [s for s in live if s.attached.should_stop]
         every = trainer.val_check_batch  # steps between evals (set by the Trainer before training)
@@ -346,6 +372,18 @@ class SeedCallbacks(L.Callback):
             trainer.should_stop = True
         # The forwards that follow see the live seeds' attention biases as the hooks left them.
         ensemble.bias = stack_bias([s.joined.attention_bias if s.live else {} for s in seeds], ensemble.device)
+
+    def _ask_stop_group(self, step: int) -> None:
+        """After an eval of every seed: a section from ``stop_group`` ends every live seed that is not
+        ending already (an emerged one ends as emerged)."""
+        assert self.stop_group is not None
+        section = self.stop_group(step, [outcome(s) for s in self.seeds])
+        if section is None:
+            return
+        for seed in self.seeds:
+            if seed.live and not seed.attached.should_stop:
+                seed.note = {**seed.note, "pruned": section}
+                seed.attached.should_stop = True
 
 
 def _forward(name: str) -> Callable[..., None]:

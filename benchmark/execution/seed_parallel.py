@@ -13,8 +13,9 @@ from emergence_bench.engine.ensemble import EnsembleModule, SeedBatches
 from emergence_bench.engine.ensemble_probe import batching_speedup, seed_parallel_supported
 from emergence_bench.engine.run import apply_threads, plan, run
 from emergence_bench.engine.run_folder import RunBusy, failure
-from emergence_bench.engine.seeds import Seed, SeedCallbacks
+from emergence_bench.engine.seeds import GroupStop, Seed, SeedCallbacks
 from emergence_bench.engine.trainer import build_trainer, quiet_lightning
+from emergence_bench.execution.pruning import Rivals
 from emergence_bench.machine.allocator import keep_freed_memory
 from emergence_bench.registry import Registry
 from emergence_bench.result_row import Row
@@ -55,7 +56,8 @@ BATCHING: tuple[str, ...] = tuple(BATCHING_MODES)  # config.Batching's values, i
 
 
 def run_seed_parallel(given: Sequence[dict | RunConfig], out: str | Path, progress: bool = False,
-                      batching: Batching = "always", unfinished_only: bool = False) -> list[Row]:
+                      batching: Batching = "always", unfinished_only: bool = False,
+                      rivals: Rivals | None = None) -> list[Row]:
     """Train the seeds of ``given`` configs (identical but for ``seed``) together; returns their rows.
 
     Each seed's row is written to ``out/<run_id>/result.json`` with the run id and schema of
@@ -69,6 +71,8 @@ def run_seed_parallel(given: Sequence[dict | RunConfig], out: str | Path, progre
     leaves unfinished seeds without a row, so a resumed sweep reruns them. A seed another process
     holds (``RunBusy``, see emergence_bench.engine.run_folder.RunLock; with ``unfinished_only`` also one it has
     finished) is left to it: its row here is ``busy_row``'s, written nowhere.
+    ``rivals`` (a tuning point's, emergence_bench.execution.pruning) stops the group once the tuning
+    rule can no longer choose it, when the group is batched and holds exactly the point's runs.
     """
     if batching not in BATCHING_MODES:
         raise ValueError(f"seed-parallel batching must be one of {', '.join(BATCHING)}, got {batching!r}")
@@ -111,12 +115,13 @@ def run_seed_parallel(given: Sequence[dict | RunConfig], out: str | Path, progre
             built.append(seed)
         except Exception as error:
             seed.finish("failed", failure(error))
+    whole_point = rivals is not None and {Path(f).name for f in rivals.own} == {c.run_id() for c in configs}
     if built:
-        _train(built, configs[0], Path(out))
+        _train(built, configs[0], Path(out), rivals.check if rivals is not None and whole_point else None)
     return [s.folder.record for s in seeds] + busy
 
 
-def _train(seeds: list[Seed], config: RunConfig, out: Path) -> None:
+def _train(seeds: list[Seed], config: RunConfig, out: Path, stop_group: GroupStop | None = None) -> None:
     """Fit the group with the suite's Trainer; an error in the shared step fails every live seed."""
     try:
         tasks, models = zip(*(s.built for s in seeds))
@@ -124,7 +129,7 @@ def _train(seeds: list[Seed], config: RunConfig, out: Path) -> None:
                                   config.trainer.train_on, config.trainer.log_every, config.trainer.batch_order)
         for k, seed in enumerate(seeds):
             seed.join(ensemble, k)
-        trainer = build_trainer(config, [SeedCallbacks(ensemble, seeds)], logger=False, root_dir=out)
+        trainer = build_trainer(config, [SeedCallbacks(ensemble, seeds, stop_group)], logger=False, root_dir=out)
         trainer.fit(ensemble, SeedBatches(list(tasks)))
     except SystemExit:  # Lightning turns Ctrl-C into exit(1) after a graceful shutdown
         raise KeyboardInterrupt("seed-parallel group interrupted") from None

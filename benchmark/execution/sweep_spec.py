@@ -66,12 +66,14 @@ class Tuning:
     rung: Rung = "middle"
     seed_parallel: int = 1
     widen: int = 2
+    prune: bool = True  # stop a point's runs once the rule can no longer choose it (execution/pruning.py)
 
     @classmethod
     def parse(cls, data: Any, where: str) -> Tuning:
         if not isinstance(data, dict):
-            raise ConfigError(f"{where}tuning must be a mapping (seeds, grid, rung, seed_parallel, widen), got {data!r}")
-        allowed = {"seeds", "grid", "rung", "seed_parallel", "widen"}
+            raise ConfigError(f"{where}tuning must be a mapping (seeds, grid, rung, seed_parallel, widen, prune), "
+                              f"got {data!r}")
+        allowed = {"seeds", "grid", "rung", "seed_parallel", "widen", "prune"}
         if unknown := sorted(set(data) - allowed):
             raise ConfigError(f"{where}unknown tuning key(s) {', '.join(unknown)}; valid: {', '.join(sorted(allowed))}")
         seeds, grid = data.get("seeds"), data.get("grid")
@@ -83,9 +85,12 @@ class Tuning:
         for key, values in grid.items():
             check_distinct(f"{where}tuning.grid.{key}", values)
         tuning = cls(seeds=seeds, grid={k: list(v) for k, v in grid.items()}, rung=data.get("rung", "middle"),
-                     seed_parallel=data.get("seed_parallel", 1), widen=data.get("widen", 2))
+                     seed_parallel=data.get("seed_parallel", 1), widen=data.get("widen", 2),
+                     prune=data.get("prune", True))
         if tuning.rung not in ("middle", "all"):
             raise ConfigError(f"{where}tuning.rung must be middle or all, got {tuning.rung!r}")
+        if not isinstance(tuning.prune, bool):
+            raise ConfigError(f"{where}tuning.prune must be true or false, got {tuning.prune!r}")
         for name in ("seed_parallel", "widen"):
             value = getattr(tuning, name)
             if not isinstance(value, int) or value < (1 if name == "seed_parallel" else 0):

@@ -22,6 +22,12 @@ then the lowest Kaplan–Meier median emergence step (not reached is worst), the
 better than its inner neighbour (area or median, not only the tie-break) says the best may lie
 beyond it: the grid grows one step (the edge's own ratio) that way, up to ``widen`` times, and a
 choice still on an edge after that is flagged ``edge`` in the tuning table.
+
+**Pruning** (``tuning.prune``, on by default): a job's points train one after another, the grid's
+middle first (``middle_first``), and a point's runs stop at the first eval where even their best
+case is strictly worse than a finished point's merit (execution/pruning.py). The choice, its edges
+and the "none works" flag are then what the full budget would give; the tuning table marks each
+pruned point (``pruned``), whose area and median are those it had reached.
 """
 
 from __future__ import annotations
@@ -33,9 +39,10 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from emergence_bench.config import ConfigError
+from emergence_bench.execution.pruning import Rivals
 from emergence_bench.execution.sweep_spec import Group, Sweep
 from emergence_bench.result_row import ResultRow, emergence_step, step_budget
 from emergence_bench.results import TUNING_DIR, is_finished, none_works, read_result, write_tables
@@ -57,6 +64,7 @@ class Point:
     area: float | None = None  # mean success rate over the tuning rungs; None: nothing measured
     median_emergence_step: float | None = None  # Kaplan–Meier, censored at the budget; None: not reached
     rung_rates: list[float] = field(default_factory=list)
+    pruned: dict | None = None  # the ``pruned`` section of its runs that stopped early (execution/pruning.py)
 
     def merit(self) -> tuple[float, float]:
         """What the rule compares before the tie-break, smaller is better: (−area, median step)."""
@@ -71,7 +79,7 @@ class Point:
         low, high = wilson_interval(self.emerged, self.runs) if self.runs else (None, None)
         return {"values": self.values, "runs": self.runs, "failed": self.failed, "emerged": self.emerged,
                 "area": self.area, "area_low": low, "area_high": high,
-                "median_emergence_step": self.median_emergence_step}
+                "median_emergence_step": self.median_emergence_step, "pruned": self.pruned}
 
 
 def _order(value: Any) -> Any:
@@ -93,6 +101,7 @@ def measure(values: dict[str, Any], by_rung: list[list[ResultRow]]) -> Point:
         for record, step in zip(measured, emerged):
             times.append(float(step) if step is not None else float(step_budget(record)))
             censored.append(step is None)
+            point.pruned = point.pruned or cast(dict | None, record.get("pruned"))
     if rates and len(rates) == len(by_rung):
         point.area, point.rung_rates = sum(rates) / len(rates), rates
         point.median_emergence_step = kaplan_meier_median(times, censored)
@@ -191,19 +200,16 @@ def tuning_sweep(sweep: Sweep, jobs: list[TuningJob]) -> Sweep:
 def job_table(sweep: Sweep, job: TuningJob, out: Path) -> dict:
     """The tuning table of one job from the results under ``out`` (DIR/tuning): every point measured,
     the choice and any edge. Runs not finished yet count as missing (the point is unmeasured)."""
-    from emergence_bench.engine.run import check
-
     assert sweep.tuning is not None  # a sweep that tunes (the CLI calls this only then)
     group = next(g for g in sweep.groups if g.name == job.group)
     axis, rungs = rung_axis(group.grid, group.name)
     used = tuning_rungs(rungs, sweep.tuning.rung)
     by_point: dict[str, dict[Any, list[ResultRow]]] = {}
-    for _, raw in tuning_sweep(sweep, [job]).raw_runs():  # the very runs the tuning sweep trains
-        values = {key: _dotted(raw, key) for key in job.grid}
-        record = read_result(out / job.group / check(raw).run_id())
-        if record is not None:
-            rung = _dotted(raw, axis)
-            by_point.setdefault(json.dumps(values, sort_keys=True), {}).setdefault(json.dumps(rung), []).append(record)
+    for key, runs in point_runs(sweep, job).items():
+        for rung, run_id in runs:
+            record = read_result(out / job.group / run_id)
+            if record is not None:
+                by_point.setdefault(key, {}).setdefault(json.dumps(rung), []).append(record)
     points = []
     for point in itertools.product(*job.grid.values()):
         values = dict(zip(job.grid, point))
@@ -216,6 +222,28 @@ def job_table(sweep: Sweep, job: TuningJob, out: Path) -> dict:
              "points": [p.to_dict() for p in points], "chosen": chosen.values, "edge": edge or None,
              "widened": job.widened}
     return {**table, "none_works": none_works(table)}  # (one definition: rank and the figures read the points too)
+
+
+def point_runs(sweep: Sweep, job: TuningJob) -> dict[str, list[tuple[Any, str]]]:
+    """The runs the tuning sweep trains for ``job``, by grid point (its values as sorted JSON):
+    [(rung, run id)]."""
+    from emergence_bench.engine.run import check
+
+    group = next(g for g in sweep.groups if g.name == job.group)
+    axis, _ = rung_axis(group.grid, group.name)
+    runs: dict[str, list[tuple[Any, str]]] = {}
+    for _, raw in tuning_sweep(sweep, [job]).raw_runs():
+        values = {key: _dotted(raw, key) for key in job.grid}
+        runs.setdefault(json.dumps(values, sort_keys=True), []).append((_dotted(raw, axis), check(raw).run_id()))
+    return runs
+
+
+def middle_first(grid: dict[str, list]) -> list[dict[str, Any]]:
+    """The grid's points, those nearest its middle first (the summed distance of each value's place
+    from the middle of its axis), then in the grid's order: the points likeliest to be chosen train
+    first and set the bar the others are pruned against (execution/pruning.py)."""
+    points = [dict(zip(grid, values)) for values in itertools.product(*grid.values())]
+    return sorted(points, key=lambda p: sum(abs(axis.index(p[k]) - (len(axis) - 1) / 2) for k, axis in grid.items()))
 
 
 def _dotted(config: dict, key: str) -> Any:
@@ -266,7 +294,7 @@ class TuneThenRank:
 
     def first(self) -> list[Stage]:
         """The tuning runs of every job, then the ranking runs of every (mixer, group) not tuned here."""
-        stages = [self._tuning(self.jobs)] if self.jobs else []
+        stages = self._tuning(self.jobs)
         tuned_here = {(job.name, job.group) for job in self.jobs}
         for group in self.sweep.groups:
             for entry in group.grid.get("mixer", self.sweep.grid.get("mixer", [self.sweep.base.get("mixer", {})])):
@@ -282,15 +310,41 @@ class TuneThenRank:
         ready = [job for job in self.unresolved if (job.name, job.group) not in waited]
         return [stage for job in ready for stage in self._resolve(job)]
 
-    def _tuning(self, jobs: list[TuningJob], only: dict[str, list] | None = None) -> Stage:
+    def _tuning(self, jobs: list[TuningJob], only: dict[str, list] | None = None) -> list[Stage]:
         """The tuning runs of ``jobs`` (with ``only``, of those grid values alone: a widening's new
-        points); the unfinished ones are waited for."""
-        parts = [TuningJob(job.mixer, job.group, {**job.grid, **(only or {})}) for job in jobs]
-        stage = self.stage(tuning_sweep(self.sweep, parts), self.folder, True)
-        for folder, planned in stage.planned:  # planned once: the sweep reads the same plans
-            if not is_finished(folder / planned.config.run_id()):
-                self.waiting[planned.config.run_id()] = (planned.config.mixer.name, folder.name)
-        return stage
+        points), a stage per place in ``middle_first``'s order, so that every job's likeliest point
+        trains before its others; the unfinished runs are waited for. Each point's runs carry their
+        rivals (``tuning.prune``)."""
+        assert self.sweep.tuning is not None
+        orders = [middle_first({**job.grid, **(only or {})}) for job in jobs]
+        stages = []
+        for place in range(max(map(len, orders), default=0)):
+            parts = [TuningJob(job.mixer, job.group, {k: [v] for k, v in order[place].items()})
+                     for job, order in zip(jobs, orders) if place < len(order)]
+            stage = self.stage(tuning_sweep(self.sweep, parts), self.folder, True)
+            if self.sweep.tuning.prune:
+                stage.rivals = self._rivals([job for job, order in zip(jobs, orders) if place < len(order)], parts)
+            for folder, planned in stage.planned:  # planned once: the sweep reads the same plans
+                if not is_finished(folder / planned.config.run_id()):
+                    self.waiting[planned.config.run_id()] = (planned.config.mixer.name, folder.name)
+            stages.append(stage)
+        return stages
+
+    def _rivals(self, jobs: list[TuningJob], parts: list[TuningJob]) -> dict[str, Rivals]:
+        """Run id -> its point's Rivals, for the runs of ``parts`` (one point of each of ``jobs``):
+        every other point of the job's whole grid."""
+        rivals = {}
+        for job, part in zip(jobs, parts):
+            folder = self.folder / job.group
+            runs = point_runs(self.sweep, job)
+            own_key = json.dumps({k: v[0] for k, v in part.grid.items() if k in job.grid}, sort_keys=True)
+            others = [key for key in runs if key != own_key]
+            point = Rivals(own=[str(folder / run_id) for _, run_id in runs[own_key]],
+                           points=[[str(folder / run_id) for _, run_id in runs[key]] for key in others],
+                           values=[json.loads(key) for key in others])
+            for _, run_id in runs[own_key]:
+                rivals[run_id] = point
+        return rivals
 
     def _resolve(self, job: TuningJob) -> list[Stage]:
         """``job``'s tuning has reported every run: widen its grid, or choose and rank."""
@@ -304,8 +358,8 @@ class TuneThenRank:
             job.widened.append({"key": key, "side": side, "value": value})
             self.say(f"[{self.sweep.name}:tuning] {job.name} on {job.group}: best at the {side} edge of {key}, "
                      f"grid widened to {job.grid[key]}")
-            stage = self._tuning([job], only={key: [value]})
-            return [stage] + (self._resolve(job) if (job.name, job.group) not in self.waiting.values() else [])
+            stages = self._tuning([job], only={key: [value]})
+            return stages + (self._resolve(job) if (job.name, job.group) not in self.waiting.values() else [])
         self.unresolved.remove(job)
         self.tables.append(table)
         write_tables(self.folder, [table])
@@ -314,6 +368,9 @@ class TuneThenRank:
         if table["none_works"]:  # the tie-break's pick, never an optimum
             flag = (" — none works at any value: no tuning run emerged, so this is the tie-break's smallest "
                     "value, not an optimum")
+        pruned = sum(bool(p["pruned"]) for p in table["points"])
+        if pruned:  # each stopped once it could no longer be chosen
+            flag += f" ({pruned} of {len(table['points'])} points pruned)"
         self.say(f"[{self.sweep.name}:tuning] {job.name} on {job.group}: chose "
                  + ", ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in table["chosen"].items())
                  + flag)

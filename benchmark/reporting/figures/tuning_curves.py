@@ -1,7 +1,8 @@
 """The tuning curves: per task family, success area against learning rate, one line per mixer, with
 95% Wilson intervals and the chosen lr marked, from the tuning tables (execution/tuning.py). Where no
 lr made a tuning run emerge, the choice is the tie-break's, not an optimum: it is drawn as a cross and
-the panel says "none works" for that mixer."""
+the panel says "none works" for that mixer. A pruned point (stopped once the rule could no longer
+choose it, execution/pruning.py) is drawn hollow: its area is what it had reached by then."""
 
 from __future__ import annotations
 
@@ -27,6 +28,7 @@ def tuning_figure(tables: list[dict]) -> Figure | None:
     if not tables:
         return None
     groups = sorted({t["group"] for t in tables})
+    pruned_any = False
     mixers = sorted({t["mixer"] for t in tables})
     colours = {m: f"C{i % 10}" for i, m in enumerate(mixers)}  # the ranking figures' colours
     columns = min(4, len(groups))
@@ -50,6 +52,10 @@ def tuning_figure(tables: list[dict]) -> Figure | None:
                                elinewidth=0.8, label=table["mixer"])
             for line in bars[2]:
                 line.set_alpha(0.4)
+            stopped = [(xi, p["area"]) for xi, p in zip(x, points) if p.get("pruned")]
+            if stopped:
+                ax.plot(*zip(*stopped), linestyle="none", marker="o", markersize=4, color=colour, markerfacecolor="white")
+                pruned_any = True
             chosen = next(p for p in points if p["values"] == table["chosen"])
             ax.plot([chosen["values"][KEY] * shift], [chosen["area"]], marker="x" if failing else "o", markersize=8,
                     color=colour, markerfacecolor=colour if not table.get("edge") else "white", markeredgewidth=1.5)
@@ -72,5 +78,8 @@ def tuning_figure(tables: list[dict]) -> Figure | None:
         ax.set_ylabel("success area")
     handles, labels = axes.flat[0].get_legend_handles_labels()
     figure.legend(handles, labels, loc="lower center", ncol=min(len(labels), 7), fontsize=8, frameon=False)
+    if pruned_any:
+        figure.text(0.99, 0.01, "hollow: pruned (stopped once it could not be chosen; its area by then)",
+                    ha="right", va="bottom", fontsize=7, color="0.35")
     figure.tight_layout(rect=(0, 0.08 if rows == 1 else 0.05, 1, 1))
     return figure
