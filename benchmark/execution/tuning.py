@@ -23,8 +23,8 @@ better than its inner neighbour (area or median, not only the tie-break) says th
 beyond it: the grid grows one step (the edge's own ratio) that way, up to ``widen`` times, and a
 choice still on an edge after that is flagged ``edge`` in the tuning table.
 
-**Pruning** (``tuning.prune``, on by default): a job's points train one after another, the grid's
-middle first (``middle_first``), and a point's runs stop at the first eval where even their best
+**Pruning** (``tuning.prune``, on by default): the points train in ``middle_first``'s order (every
+job's middle point before any job's next), and a point's runs stop at the first eval where even their best
 case is strictly worse than a finished point's merit (execution/pruning.py). The choice, its edges
 and the "none works" flag are then what the full budget would give; the tuning table marks each
 pruned point (``pruned``), whose area and median are those it had reached.
@@ -274,6 +274,9 @@ def ranking_part(sweep: Sweep, mixer: str, group: str) -> Sweep:
     return part
 
 
+RANKING_PRIORITY = 1_000  # a ranking stage's: after every place of any tuning grid (a lower is taken first)
+
+
 class TuneThenRank:
     """Tuning and ranking as one stream of runs (``run_stages``'s ``follow``): every job's tuning runs
     first, and each (mixer, group)'s ranking runs as soon as its own tuning has chosen, so no worker
@@ -299,7 +302,7 @@ class TuneThenRank:
         for group in self.sweep.groups:
             for entry in group.grid.get("mixer", self.sweep.grid.get("mixer", [self.sweep.base.get("mixer", {})])):
                 if (entry.get("name"), group.name) not in tuned_here:
-                    stages.append(self.stage(ranking_part(self.sweep, entry.get("name"), group.name), self.out, False))
+                    stages.append(self._ranking(entry.get("name"), group.name))
         return stages
 
     def __call__(self, finished: list[str]) -> list[Stage]:
@@ -312,8 +315,9 @@ class TuneThenRank:
 
     def _tuning(self, jobs: list[TuningJob], only: dict[str, list] | None = None) -> list[Stage]:
         """The tuning runs of ``jobs`` (with ``only``, of those grid values alone: a widening's new
-        points), a stage per place in ``middle_first``'s order, so that every job's likeliest point
-        trains before its others; the unfinished runs are waited for. Each point's runs carry their
+        points), a stage per place in ``middle_first``'s order, taken in that order, so that every
+        job's likeliest point trains before any job's next (a widening's point goes ahead of
+        all); the unfinished runs are waited for. Each point's runs carry their
         rivals (``tuning.prune``)."""
         assert self.sweep.tuning is not None
         orders = [middle_first({**job.grid, **(only or {})}) for job in jobs]
@@ -322,6 +326,7 @@ class TuneThenRank:
             parts = [TuningJob(job.mixer, job.group, {k: [v] for k, v in order[place].items()})
                      for job, order in zip(jobs, orders) if place < len(order)]
             stage = self.stage(tuning_sweep(self.sweep, parts), self.folder, True)
+            stage.priority = place  # every job's likeliest point first, in every family
             if self.sweep.tuning.prune:
                 stage.rivals = self._rivals([job for job, order in zip(jobs, orders) if place < len(order)], parts)
             for folder, planned in stage.planned:  # planned once: the sweep reads the same plans
@@ -374,4 +379,10 @@ class TuneThenRank:
         self.say(f"[{self.sweep.name}:tuning] {job.name} on {job.group}: chose "
                  + ", ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in table["chosen"].items())
                  + flag)
-        return [self.stage(ranking_part(self.sweep, job.name, job.group), self.out, False)]
+        return [self._ranking(job.name, job.group)]
+
+    def _ranking(self, mixer: str, group: str) -> Stage:
+        """The ranking runs of ``mixer`` in ``group``, taken after every tuning run queued."""
+        stage = self.stage(ranking_part(self.sweep, mixer, group), self.out, False)
+        stage.priority = RANKING_PRIORITY
+        return stage
