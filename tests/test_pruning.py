@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from emergence_bench.execution import tuning
+from emergence_bench.execution import choice_rule, tuning
 from emergence_bench.execution.pruning import Rivals, best_case, decode, encode
 from emergence_bench.results import SCHEMA_VERSION, write_json
 
@@ -107,9 +107,9 @@ def prune_in_order(tmp_path: Path, truth: dict[float, list[int | None]], every: 
 
 
 def choice_and_edges(rows: dict[float, list[dict]]) -> tuple[dict, dict]:
-    points = [tuning.measure({"optim.lr": lr}, [runs]) for lr, runs in sorted(rows.items())]
-    chosen = tuning.choose(points)
-    return chosen.values, tuning.edges(points, chosen)
+    points = [choice_rule.measure({"optim.lr": lr}, [runs]) for lr, runs in sorted(rows.items())]
+    chosen = choice_rule.choose(points)
+    return chosen.values, choice_rule.edges(points, chosen)
 
 
 def test_pruning_never_changes_the_choice_or_the_widening(tmp_path):

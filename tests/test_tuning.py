@@ -9,8 +9,8 @@ import pytest
 
 from emergence_bench.config import ConfigError
 from emergence_bench.execution import tuning
+from emergence_bench.execution.choice_rule import Point, choose, edges, measure, widenable, widened
 from emergence_bench.execution.sweep_spec import load_sweep
-from emergence_bench.execution.tuning import Point, choose, edges, measure, widened
 
 
 def row(step, status="ok", budget=600):
@@ -67,8 +67,8 @@ def test_an_edge_is_flagged_only_when_strictly_better_than_its_neighbour():
 
 
 def test_a_non_numeric_or_single_value_axis_is_never_widened():
-    assert not tuning.widenable([0.0, 0.1]) and not tuning.widenable([1e-3]) and not tuning.widenable(["a", "b"])
-    assert tuning.widenable([3e-4, 1e-3])
+    assert not widenable([0.0, 0.1]) and not widenable([1e-3]) and not widenable(["a", "b"])
+    assert widenable([3e-4, 1e-3])
 
 
 def test_widening_continues_the_grid_at_its_own_spacing():

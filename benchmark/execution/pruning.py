@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from emergence_bench.execution.choice_rule import measure
 from emergence_bench.results import read_result
 
 if TYPE_CHECKING:  # the sweep's own process reads rivals without importing the engine
@@ -93,8 +94,6 @@ def best_case(step: int, outcomes: list[Outcome]) -> tuple[float, float]:
 
 
 def _merit(rows: list) -> tuple[float, float]:
-    from emergence_bench.execution.tuning import measure  # (tuning builds Rivals: imported when used)
-
     return measure({}, [rows]).merit()
 
 
