@@ -17,17 +17,18 @@ A mixer the ``tuned`` map lacks (a plugin) is tuned first: its tuning runs go un
 
 **The choice rule** (execution/choice_rule.py), per (mixer, group) over the grid's points: the
 highest success area (the mean success rate over the tuning rungs; a diverged run counts as not
-emerged, a failed one is left out), then the lowest Kaplan–Meier median emergence step (not reached is worst), then the smaller values
-(the grid's keys in order). A point on the edge of a positive, numeric axis that is *strictly*
-better than its inner neighbour (area or median, not only the tie-break) says the best may lie
-beyond it: the grid grows one step (the edge's own ratio) that way, up to ``widen`` times, and a
-choice still on an edge after that is flagged ``edge`` in the tuning table.
+emerged, a failed one is left out), then the lowest Kaplan–Meier median emergence step (not reached
+is worst), then the smaller values (the grid's keys in order). A point on the edge of a positive,
+numeric axis that is *strictly* better than its inner neighbour (area or median, not only the tie-
+break) says the best may lie beyond it: the grid grows one step (the edge's own ratio) that way, up
+to ``widen`` times, and a choice still on an edge after that is flagged ``edge`` in the tuning
+table.
 
 **Pruning** (``tuning.prune``, on by default): the points train in ``middle_first``'s order (every
 job's middle point before any job's next), and a point's runs stop at the first eval where even
-their best case is strictly worse than a finished point's merit (execution/pruning.py). The choice, its edges
-and the "none works" flag are then what the full budget would give; the tuning table marks each
-pruned point (``pruned``), whose area and median are those it had reached.
+their best case is strictly worse than a finished point's merit (execution/pruning.py). The choice,
+its edges and the "none works" flag are then what the full budget would give; the tuning table marks
+each pruned point (``pruned``), whose area and median are those it had reached.
 """
 
 from __future__ import annotations
