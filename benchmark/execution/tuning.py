@@ -19,9 +19,9 @@ A mixer the ``tuned`` map lacks (a plugin) is tuned first: its tuning runs go un
 highest success area (the mean success rate over the tuning rungs; a diverged run counts as not
 emerged, a failed one is left out), then the lowest Kaplan–Meier median emergence step (not reached
 is worst), then the smaller values (the grid's keys in order). A point on the edge of a positive,
-numeric axis that is *strictly* better than its inner neighbour (area or median, not only the tie-
-break) says the best may lie beyond it: the grid grows one step (the edge's own ratio) that way, up
-to ``widen`` times, and a choice still on an edge after that is flagged ``edge`` in the tuning
+numeric axis that is *strictly* better than its inner neighbour (area or median, not only the
+tie-break) says the best may lie beyond it: the grid grows one step (the edge's own ratio) that way,
+up to ``widen`` times, and a choice still on an edge after that is flagged ``edge`` in the tuning
 table.
 
 **Pruning** (``tuning.prune``, on by default): the points train in ``middle_first``'s order (every
