@@ -44,12 +44,14 @@ def test_a_point_is_pruned_only_when_its_best_case_is_strictly_worse(tmp_path):
     assert pruned == {"step": 100, "by": {"optim.lr": 1.0}, "by_area": 1.0, "by_median_emergence_step": 100.0,
                       "best_case_area": 1.0, "best_case_median": 101.0}
     # A lower area is worse at any median; a seed that ended (diverged) caps the area.
-    assert rivals.check(25, [("ended", None), live, live, live]) is not None
+    assert rivals.check(25, [("ended", 20), live, live, live]) is not None
     # Nothing left to train: the group ends by itself.
-    assert rivals.check(200, [("emerged", 300)] * 4) is None
+    assert rivals.check(200, [("emerged", 150)] * 4) is None
+    # A failed seed is retried on resume: its point's merit is not known, so it is never pruned.
+    assert rivals.check(100, [("failed", None), live, live, live]) is None
 
 
-def test_there_is_no_bar_until_a_rival_has_finished_and_a_pruned_rival_is_none(tmp_path):
+def test_there_is_no_bar_until_a_rival_has_finished_and_none_from_a_pruned_or_failed_one(tmp_path):
     unfinished = rivals_of(tmp_path, [100, 100, 100, 100])
     Path(unfinished.points[0][3], "result.json").unlink()
     assert unfinished.bar() is None and unfinished.check(500, [("live", None)] * 4) is None
@@ -57,12 +59,19 @@ def test_there_is_no_bar_until_a_rival_has_finished_and_a_pruned_rival_is_none(t
                           [{"optim.lr": 1.0}])
     assert pruned_rival.bar() is None
     nothing_emerged = rivals_of(tmp_path / "n", [None] * 4)  # area 0: nothing to fall below
-    assert nothing_emerged.check(500, [("ended", None)] * 3 + [("live", None)]) is None
+    assert nothing_emerged.check(500, [("ended", 100)] * 3 + [("live", None)]) is None
+    # A rival with a failed run (retried on resume) sets no bar either.
+    failed = rivals_of(tmp_path / "f", [25, 25, 25, 25])
+    row = json.loads(Path(failed.points[0][0], "result.json").read_text())
+    write_json(Path(failed.points[0][0]) / "result.json", {**row, "status": "failed"})
+    assert failed.bar() is None
 
 
 def test_a_failed_seed_is_left_out_of_the_best_case_as_the_rule_leaves_it():
     assert best_case(100, [("failed", None), ("emerged", 50), ("live", None), ("live", None)]) == (-1.0, 101.0)
-    assert best_case(100, [("ended", None), ("emerged", 50), ("live", None), ("live", None)])[0] == -0.75
+    assert best_case(100, [("ended", 80), ("emerged", 50), ("live", None), ("live", None)])[0] == -0.75
+    # Two seeds diverged early: censored where they ended, the median is the one that emerged (KM).
+    assert best_case(1000, [("ended", 50), ("ended", 50), ("emerged", 100), ("live", None)]) == (-0.5, 100.0)
 
 
 def test_rivals_travel_to_a_worker_as_json(tmp_path):
@@ -78,7 +87,27 @@ def test_the_middle_of_the_grid_trains_first():
     assert two[:2] == [{"a": 2, "b": "x"}, {"a": 2, "b": "y"}] and len(two) == 6
 
 
-def prune_in_order(tmp_path: Path, truth: dict[float, list[int | None]], every: int) -> dict[float, list[dict]]:
+# A seed's whole run: ("emerged", step), ("diverged", step) or ("never", None).
+Truth = tuple[str, "int | None"]
+
+
+def full_row(seed: Truth) -> dict:
+    """The row a seed's run ends with at the full budget."""
+    state, step = seed
+    if state == "diverged":
+        return {"status": "diverged", "emergence": {"step": None}, "timing": {"steps": step}}
+    return {"status": "ok", "emergence": {"step": step}, "timing": {"steps": step or BUDGET}}
+
+
+def at_eval(seed: Truth, t: int) -> tuple[str, int | None]:
+    """Where the seed stands after step ``t``, as the group sees it."""
+    state, step = seed
+    if step is not None and step <= t:
+        return ("emerged", step) if state == "emerged" else ("ended", step)
+    return "live", None
+
+
+def prune_in_order(tmp_path: Path, truth: dict[float, list[Truth]], every: int) -> dict[float, list[dict]]:
     """Each point trained in ``middle_first`` order, stopped at the first eval its Rivals prune it
     at; returns the rows each point would then have."""
     lrs = [p["optim.lr"] for p in tuning.middle_first({"optim.lr": sorted(truth)})]
@@ -87,21 +116,22 @@ def prune_in_order(tmp_path: Path, truth: dict[float, list[int | None]], every: 
     for lr in lrs:
         others = [o for o in lrs if o != lr]
         rivals = Rivals(folders[lr], [folders[o] for o in others], [{"optim.lr": o} for o in others])
-        steps, section = truth[lr], None
+        section = None
         for t in range(every, BUDGET + 1, every):
-            outcomes = [("emerged", s) if s is not None and s <= t else ("live", None) for s in steps]
-            if all(state == "emerged" for state, _ in outcomes):
+            outcomes = [at_eval(seed, t) for seed in truth[lr]]
+            if all(state != "live" for state, _ in outcomes):
                 break
             section = rivals.check(t, outcomes)
             if section is not None:
                 break
         rows[lr] = []
-        for seed, step in enumerate(steps):
-            row = {"status": "ok", "emergence": {"step": step}, "timing": {"steps": step or BUDGET}}
-            if section is not None and (step is None or step > section["step"]):
-                row = {**row, "emergence": {"step": None}, "timing": {"steps": section["step"]}, "pruned": section}
-            write_json(Path(folders[lr][seed]) / "result.json",
-                       {"schema_version": SCHEMA_VERSION, "run_id": f"{lr}-seed{seed}", "config": CONFIG, **row})
+        for index, seed in enumerate(truth[lr]):
+            row = full_row(seed)
+            if section is not None and at_eval(seed, section["step"])[0] == "live":
+                row = {"status": "ok", "emergence": {"step": None}, "timing": {"steps": section["step"]},
+                       "pruned": section}
+            write_json(Path(folders[lr][index]) / "result.json",
+                       {"schema_version": SCHEMA_VERSION, "run_id": f"{lr}-seed{index}", "config": CONFIG, **row})
             rows[lr].append(row)
     return rows
 
@@ -113,16 +143,29 @@ def choice_and_edges(rows: dict[float, list[dict]]) -> tuple[dict, dict]:
 
 
 def test_pruning_never_changes_the_choice_or_the_widening(tmp_path):
-    """Random tunings (4 seeds a point, evals every 5 steps, some seeds never emerging): the rule
-    chooses, and finds edges, on the pruned rows as on the full ones, and pruning does stop points."""
+    """Random tunings (4 seeds a point, evals every 5 steps; seeds that emerge, never do, or diverge):
+    the rule chooses, and finds edges, on the pruned rows as on the full ones, and pruning does stop
+    points."""
     draw = random.Random(7)
+    steps = list(range(5, BUDGET + 1, 5))
+
+    def seed(hard: bool) -> Truth:
+        if draw.random() < 0.15:
+            return "diverged", draw.choice(steps)
+        return ("never", None) if hard or draw.random() < 0.2 else ("emerged", draw.choice(steps))
+
+    # Two seeds of 3e-3 diverge at step 50, so its Kaplan–Meier median is its first emergence (100):
+    # it beats 1e-3, trained first, only because a diverged seed leaves the risk set where it ended.
+    diverging = {3e-4: [("never", None)] * 4, 1e-2: [("never", None)] * 4,
+                 1e-3: [("emerged", 300), ("emerged", 400), ("never", None), ("never", None)],
+                 3e-3: [("diverged", 50), ("diverged", 50), ("emerged", 100), ("emerged", 590)]}
+    pruned = prune_in_order(tmp_path / "diverging", diverging, every=5)
+    assert choice_and_edges(pruned)[0] == {"optim.lr": 3e-3}
     pruned_points = 0
     for trial in range(60):
         grid = [3e-4, 1e-3, 3e-3, 1e-2] + ([3e-2] if trial % 3 == 0 else [])
-        truth = {lr: [draw.choice([None, None] + list(range(5, BUDGET + 1, 5)) if draw.random() < 0.8 else [None])
-                      for _ in range(4)] for lr in grid}
-        full = {lr: [{"status": "ok", "emergence": {"step": s}, "timing": {"steps": s or BUDGET}} for s in steps]
-                for lr, steps in truth.items()}
+        truth = {lr: [seed(hard) for _ in range(4)] for lr in grid for hard in [draw.random() < 0.2]}
+        full = {lr: [full_row(s) for s in seeds] for lr, seeds in truth.items()}
         pruned = prune_in_order(tmp_path / str(trial), truth, every=5)
         assert choice_and_edges(pruned) == choice_and_edges(full), (trial, truth)
         pruned_points += sum(any(r.get("pruned") for r in runs) for runs in pruned.values())
@@ -170,35 +213,41 @@ def test_a_group_that_is_not_the_whole_point_is_never_pruned(tmp_path, tiny_conf
 PRESET = """
 name: pruned
 ladder: pruned-v1
-tuning: {seeds: [100, 101], seed_parallel: 2, grid: {optim.lr: [1.0e-3, 3.0e-3]}, widen: 1}
+tuning: {seeds: [100, 101], seed_parallel: 2, grid: {optim.lr: [1.0e-3, 3.0e-3, 1.0e-2]}, widen: 1}
 base:
   model: {d_model: 16, n_layers: 1, mlp_ratio: 2}
   trainer: {max_steps: 40, eval_every: 20, eval_batches: 1}
 grid:
   seed: [0, 1]
-  mixer: [{name: lru}]
+  mixer: [{name: lru}, {name: transformer, n_heads: 2, head_dim: 8}]
 groups:
   - {name: lm, base: {task: {name: linear_map, state_size: 4, sparsity: 1, trajectory_length: 2, batch_size: 8}},
+     grid: {task.sparsity: [1, 2]}}
+  - {name: wide, base: {task: {name: linear_map, state_size: 8, sparsity: 1, trajectory_length: 2, batch_size: 8}},
      grid: {task.sparsity: [1, 2]}}
 """
 
 
 @pytest.mark.parametrize("prune", [True, False])
-def test_the_tuning_trains_the_middle_first_and_hands_each_point_its_rivals(prune, tmp_path, monkeypatch):
-    """Each tuning group gets its point's Rivals (its own runs, every other point of the grid as it has
-    grown), the widened point too; the ranking's groups none, and none with ``prune: false``."""
+def test_every_jobs_middle_trains_first_and_each_point_gets_its_rivals(prune, tmp_path, monkeypatch):
+    """Two mixers in two families tuned over three lrs: every middle (3e-3) trains before any next
+    point, though one family has more tokens a step (which the queue otherwise takes first), the
+    Transformer's widened points (best on the high edge) as soon as their grids end; each tuning group gets its
+    point's Rivals (its own runs, every other point of its grid as it has grown), the ranking's
+    groups none, and none at all with ``prune: false``."""
     from emergence_bench.config import resolve
     from emergence_bench.execution import sweep as sweeps
     from emergence_bench.execution.pruning import decode
     from emergence_bench.execution.sweep_spec import load_sweep
 
     taken = []
+    emerges = {"lru": {1e-3: 20, 3e-3: 10}, "transformer": {1e-3: 20, 3e-3: 10, 1e-2: 5, 3e-2: 5}}
 
     def fake_group(configs, out, batching="auto", rivals=None):
         resolved = [resolve(c) for c in configs]
-        lr = resolved[0].optim.lr
-        taken.append((Path(out).parent.name == "tuning", lr, decode(rivals), [str(Path(out) / c.run_id()) for c in resolved]))
-        step = {1e-3: 20, 3e-3: 20 if Path(out).parent.name != "tuning" else 10}.get(lr)
+        mixer, lr, tuned = resolved[0].mixer.name, resolved[0].optim.lr, Path(out).parent.name == "tuning"
+        taken.append((tuned, (Path(out).name, mixer), lr, decode(rivals), [str(Path(out) / c.run_id()) for c in resolved]))
+        step = emerges[mixer].get(lr)
         for c in resolved:
             write_json(Path(out) / c.run_id() / "result.json", {
                 "schema_version": SCHEMA_VERSION, "run_id": c.run_id(), "status": "ok", "config": c.to_dict(),
@@ -208,23 +257,23 @@ def test_the_tuning_trains_the_middle_first_and_hands_each_point_its_rivals(prun
     monkeypatch.setattr(sweeps, "_run_group", fake_group)
     (tmp_path / "p.yaml").write_text(PRESET.replace("widen: 1}", f"widen: 1, prune: {str(prune).lower()}}}"))
     sweep = load_sweep(str(tmp_path / "p.yaml"))
-    said: list[str] = []
-    pipeline = tuning.TuneThenRank(sweep, tmp_path / "out", tuning.jobs_for(sweep), said.append,
-                                   lambda this, folder, tunes: sweeps.Stage(this, folder, seed_parallel=2,
-                                                                            priority=0 if tunes else 1))
+    pipeline = tuning.TuneThenRank(sweep, tmp_path / "out", tuning.jobs_for(sweep), lambda line: None,
+                                   lambda this, folder, tunes: sweeps.Stage(this, folder, seed_parallel=2))
     with open(tmp_path / "log", "w") as stream:
-        sweeps.run_stages(pipeline.first(), stream=stream, follow=pipeline, announced={"pruned": 4})
-    tuned = [(lr, rivals, own) for is_tuning, lr, rivals, own in taken if is_tuning]
-    assert [lr for lr, _, _ in tuned] == [1e-3, 3e-3, 9e-3]  # the middle (a tie: grid order), then the widening
-    assert all(rivals is None for is_tuning, _, rivals, _ in taken if not is_tuning) and len(taken) == 5
+        sweeps.run_stages(pipeline.first(), stream=stream, follow=pipeline, announced={"pruned": 16})
+    tuned = [(mixer, lr, rivals, own) for is_tuning, mixer, lr, rivals, own in taken if is_tuning]
+    # (a widening's point goes ahead of the places still queued: 3e-2 as soon as its grid has ended)
+    assert [lr for _, lr, _, _ in tuned] == [3e-3] * 4 + [1e-3] * 4 + [1e-2, 1e-2, 3e-2, 1e-2, 1e-2, 3e-2]
+    assert [is_tuning for is_tuning, *_ in taken] == [True] * 14 + [False] * 8  # then the rankings (2 rungs each)
+    assert all(rivals is None for is_tuning, _, _, rivals, _ in taken if not is_tuning)
     if not prune:
-        assert all(rivals is None for _, rivals, _ in tuned)
+        assert all(rivals is None for _, _, rivals, _ in tuned)
         return
-    folders = {lr: own for lr, _, own in tuned}
-    for lr, rivals, own in tuned:
+    folders = {(job, lr): own for job, lr, _, own in tuned}
+    for job, lr, rivals, own in tuned:
         assert rivals.own == own
-        others = [o for o in folders if o != lr and (o != 9e-3 or lr == 9e-3)]  # 9e-3 joins the grid later
-        assert sorted(map(sorted, rivals.points)) == sorted(sorted(folders[o]) for o in others)
+        others = [o for j, o in folders if j == job and o != lr and (o != 3e-2 or lr == 3e-2)]  # 3e-2 joins later
+        assert sorted(map(sorted, rivals.points)) == sorted(sorted(folders[job, o]) for o in others)
         assert sorted(v["optim.lr"] for v in rivals.values) == sorted(others)
 
 

@@ -41,7 +41,7 @@ from emergence_bench.engine.run import RunPlan, build_callbacks, build_model
 from emergence_bench.engine.run_folder import RunFolder, failure
 from emergence_bench.engine.run_losses import RunLosses
 from emergence_bench.engine.training import Diverged
-from emergence_bench.result_row import ResultRow, emergence_step
+from emergence_bench.result_row import ResultRow, emergence_step, step_budget
 from emergence_bench.tasks.base import SyntheticTask
 
 
@@ -247,8 +247,8 @@ class Seed:
         return self.folder.finish(status, error, self.trainer, self.view, model, self.note)
 
 
-# A seed's state at an eval: ("emerged", step), ("live", None), ("ended", None) (diverged, or ended
-# without emerging) or ("failed", None).
+# A seed's state at an eval: ("emerged", its step), ("live", None), ("ended", the step it ended at:
+# diverged, or stopped without emerging) or ("failed", None).
 Outcome = tuple[str, int | None]
 # Asked after each eval of the whole group: (the step, each seed's Outcome) -> a section that ends
 # every live seed, recorded in their rows under "pruned" (execution/pruning.py), or None.
@@ -262,7 +262,7 @@ def outcome(seed: Seed) -> Outcome:
         if record["status"] == "failed":
             return "failed", None
         step = emergence_step(record)
-        return ("emerged", step) if step is not None else ("ended", None)
+        return ("emerged", step) if step is not None else ("ended", step_budget(record))
     step = next((c.emerged_at for c in seed.callbacks if isinstance(c, Emergence)), None)
     return ("emerged", step) if step is not None else ("live", None)
 

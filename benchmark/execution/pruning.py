@@ -11,7 +11,9 @@ seeds stop there, and their rows say so in a ``pruned`` section; their emergence
 step.
 
 A point never prunes against a tie (the tie-break might still pick it), so never where nothing has
-emerged yet (an area of 0 is no bar to fall below). Only a point trained as one group prunes (all
+emerged yet (an area of 0 is no bar to fall below). A seed that diverged is censored where it
+ended, as its row is. A failed run is no outcome (a resume retries it): a point with one is not
+pruned, and a rival with one sets no bar. Only a point trained as one group prunes (all
 its seeds at once, on one rung), because its group is what sees every seed; ``Rivals.own`` says which
 runs that is, and a group holding other runs (a resumed point) trains to the end.
 
@@ -22,6 +24,7 @@ would cut its 72.7 worker-minutes to 55.2 with every choice unchanged (docs/spee
 from __future__ import annotations
 
 import json
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -42,6 +45,7 @@ class Rivals:
     points: list[list[str]]
     values: list[dict[str, Any]]
     _merits: dict[int, tuple[float, float] | None] = field(default_factory=dict)  # finished points, read once
+    _warned: bool = False
 
     def to_dict(self) -> dict:
         return {"own": self.own, "points": self.points, "values": self.values}
@@ -51,15 +55,17 @@ class Rivals:
         return cls(list(data["own"]), [list(p) for p in data["points"]], list(data["values"]))
 
     def bar(self) -> tuple[tuple[float, float], dict[str, Any]] | None:
-        """The best merit among the rival points whose runs have all finished (none pruned), with
-        that point's values; None while none has."""
+        """The best merit among the rival points whose runs have all finished (none pruned or
+        failed), with that point's values; None while none has."""
         best: tuple[tuple[float, float], dict[str, Any]] | None = None
         for i, folders in enumerate(self.points):
             if i not in self._merits:
                 rows = [read_result(Path(f)) for f in folders]
                 if any(r is None for r in rows):
                     continue  # not finished yet: read again at the next eval
-                self._merits[i] = None if any(r.get("pruned") for r in rows if r) else _merit(rows)
+                # A pruned point's merit is not its full budget's, nor a failed run's (a resume retries it).
+                final = all(r is not None and not r.get("pruned") and r["status"] != "failed" for r in rows)
+                self._merits[i] = _merit(rows) if final else None
             merit = self._merits[i]
             if merit is not None and (best is None or merit < best[0]):
                 best = (merit, self.values[i])
@@ -67,9 +73,20 @@ class Rivals:
 
     def check(self, step: int, outcomes: list[Outcome]) -> dict | None:
         """The ``pruned`` section for a point whose seeds stand at ``outcomes`` after ``step``, when
-        its best case is strictly worse than the bar; None while it may still be chosen."""
-        found = self.bar()
-        if found is None or not any(state == "live" for state, _ in outcomes):
+        its best case is strictly worse than the bar; None while it may still be chosen, or where a
+        seed of its own failed (a resume retries it, so the point's merit is not known). Pruning only
+        saves time: a rival that cannot be read prunes nothing, and says so once."""
+        states = [state for state, _ in outcomes]
+        if "live" not in states or "failed" in states:
+            return None
+        try:
+            found = self.bar()
+        except Exception as error:  # (a row being replaced, a full disk): train on
+            if not self._warned:
+                print(f"warning: pruning off for this point, its rivals unreadable: {error}", file=sys.stderr)
+                self._warned = True
+            return None
+        if found is None:
             return None
         (bar_area, bar_median), values = found
         best = best_case(step, outcomes)
@@ -80,16 +97,18 @@ class Rivals:
 
 
 def best_case(step: int, outcomes: list[Outcome]) -> tuple[float, float]:
-    """The merit (−area, median) the point reaches if every live seed emerges at ``step`` + 1."""
+    """The best merit (−area, median) the point can still reach: every live seed emerges at ``step``
+    + 1. A seed that ended without emerging is censored where it ended, as its row will be. (A
+    failed run is no outcome: a resume retries it, and ``Rivals.check`` prunes no point that has one.)"""
     rows: list[dict[str, Any]] = []
-    for state, emerged_at in outcomes:
+    for state, at in outcomes:
         if state == "failed":
             rows.append({"status": "failed"})
         elif state == "ended":
-            rows.append({"status": "ok", "emergence": {"step": None}, "timing": {"steps": step}})
+            rows.append({"status": "ok", "emergence": {"step": None}, "timing": {"steps": at}})
         else:
-            rows.append({"status": "ok", "emergence": {"step": emerged_at if state == "emerged" else step + 1},
-                         "timing": {"steps": step}})
+            emerged_at = at if state == "emerged" else step + 1
+            rows.append({"status": "ok", "emergence": {"step": emerged_at}, "timing": {"steps": emerged_at}})
     return _merit(rows)
 
 

@@ -172,7 +172,7 @@ def ranking_part(sweep: Sweep, mixer: str, group: str) -> Sweep:
     return part
 
 
-RANKING_PRIORITY = 1_000  # a ranking stage's: after every place of any tuning grid (a lower is taken first)
+RANKING_PRIORITY = 1_000_000  # a ranking stage's: after every place of any tuning grid (a lower is taken first)
 
 
 class TuneThenRank:
@@ -214,9 +214,9 @@ class TuneThenRank:
     def _tuning(self, jobs: list[TuningJob], only: dict[str, list] | None = None) -> list[Stage]:
         """The tuning runs of ``jobs`` (with ``only``, of those grid values alone: a widening's new
         points), a stage per place in ``middle_first``'s order, taken in that order, so that every
-        job's likeliest point trains before any job's next (a widening's point goes ahead of
-        all); the unfinished runs are waited for. Each point's runs carry their
-        rivals (``tuning.prune``)."""
+        job's likeliest point trains before any job's next (a widening's point, at place 0, goes
+        ahead of those still queued); the unfinished runs are waited for. Each point's runs carry
+        their rivals (``tuning.prune``)."""
         assert self.sweep.tuning is not None
         orders = [middle_first({**job.grid, **(only or {})}) for job in jobs]
         stages = []
