@@ -17,8 +17,8 @@ pruned, and a rival with one sets no bar. Only a point trained as one group prun
 its seeds at once, on one rung), because its group is what sees every seed; ``Rivals.own`` says which
 runs that is, and a group holding other runs (a resumed point) trains to the end.
 
-Exactness in numbers: pruning the ladder-v3 tuning (simulated on its rows, middle grid values first)
-would cut its 72.7 worker-minutes to 55.2 with every choice unchanged (docs/speed.md).
+Measured on ladder v3's tuning (docs/speed.md, "Pruning the tuning"): 43 of 119 points pruned, every
+choice, widening and "none works" unchanged, 19% fewer worker-minutes.
 """
 
 from __future__ import annotations
