@@ -14,6 +14,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib import ticker  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
+from matplotlib.lines import Line2D  # noqa: E402
 
 from emergence_bench.results import none_works  # noqa: E402
 
@@ -54,7 +55,8 @@ def tuning_figure(tables: list[dict]) -> Figure | None:
                 line.set_alpha(0.4)
             stopped = [(xi, p["area"]) for xi, p in zip(x, points) if p.get("pruned")]
             if stopped:
-                ax.plot(*zip(*stopped), linestyle="none", marker="o", markersize=4, color=colour, markerfacecolor="white")
+                ax.plot(*zip(*stopped), linestyle="none", marker="o", markersize=4.5, color=colour, markerfacecolor="white",
+                        zorder=3)  # above the errorbar's own filled marker
                 pruned_any = True
             chosen = next(p for p in points if p["values"] == table["chosen"])
             ax.plot([chosen["values"][KEY] * shift], [chosen["area"]], marker="x" if failing else "o", markersize=8,
@@ -77,9 +79,9 @@ def tuning_figure(tables: list[dict]) -> Figure | None:
     for ax in axes[:, 0]:
         ax.set_ylabel("success area")
     handles, labels = axes.flat[0].get_legend_handles_labels()
-    figure.legend(handles, labels, loc="lower center", ncol=min(len(labels), 7), fontsize=8, frameon=False)
-    if pruned_any:
-        figure.text(0.99, 0.01, "hollow: pruned (stopped once it could not be chosen; its area by then)",
-                    ha="right", va="bottom", fontsize=7, color="0.35")
+    if pruned_any:  # one key for every mixer's hollow markers
+        handles.append(Line2D([], [], linestyle="none", marker="o", markersize=4, color="0.35", markerfacecolor="white"))
+        labels.append("pruned: stopped once it could not be chosen (its area by then)")
+    figure.legend(handles, labels, loc="lower center", ncol=min(len(labels), 8), fontsize=8, frameon=False)
     figure.tight_layout(rect=(0, 0.08 if rows == 1 else 0.05, 1, 1))
     return figure
