@@ -4,13 +4,14 @@ rule then chooses, and widens, exactly as it would have after every point's full
 from __future__ import annotations
 
 import json
+import pickle
 import random
 from pathlib import Path
 
 import pytest
 
 from emergence_bench.execution import choice_rule, tuning
-from emergence_bench.execution.pruning import Rivals, best_case, decode, encode
+from emergence_bench.execution.pruning import Rivals, best_case
 from emergence_bench.results import SCHEMA_VERSION, write_json
 
 BUDGET = 600
@@ -74,10 +75,11 @@ def test_a_failed_seed_is_left_out_of_the_best_case_as_the_rule_leaves_it():
     assert best_case(1000, [("ended", 50), ("ended", 50), ("emerged", 100), ("live", None)]) == (-0.5, 100.0)
 
 
-def test_rivals_travel_to_a_worker_as_json(tmp_path):
+def test_rivals_travel_to_a_worker_through_its_pipe(tmp_path):
     rivals = rivals_of(tmp_path, [100, 200, None, None])
-    again = decode(encode(rivals))
-    assert again is not None and again.to_dict() == rivals.to_dict() and decode(None) is None
+    again = pickle.loads(pickle.dumps(rivals))  # what Workers' pipe does to a job's arguments
+    assert (again.own, again.points, again.values) == (rivals.own, rivals.points, rivals.values)
+    assert again.bar() == rivals.bar()
 
 
 def test_the_middle_of_the_grid_trains_first():
@@ -237,7 +239,6 @@ def test_every_jobs_middle_trains_first_and_each_point_gets_its_rivals(prune, tm
     groups none, and none at all with ``prune: false``."""
     from emergence_bench.config import resolve
     from emergence_bench.execution import sweep as sweeps
-    from emergence_bench.execution.pruning import decode
     from emergence_bench.execution.sweep_spec import load_sweep
 
     taken = []
@@ -246,7 +247,7 @@ def test_every_jobs_middle_trains_first_and_each_point_gets_its_rivals(prune, tm
     def fake_group(configs, out, batching="auto", rivals=None):
         resolved = [resolve(c) for c in configs]
         mixer, lr, tuned = resolved[0].mixer.name, resolved[0].optim.lr, Path(out).parent.name == "tuning"
-        taken.append((tuned, (Path(out).name, mixer), lr, decode(rivals), [str(Path(out) / c.run_id()) for c in resolved]))
+        taken.append((tuned, (Path(out).name, mixer), lr, rivals, [str(Path(out) / c.run_id()) for c in resolved]))
         step = emerges[mixer].get(lr)
         for c in resolved:
             write_json(Path(out) / c.run_id() / "result.json", {

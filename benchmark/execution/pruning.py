@@ -23,14 +23,13 @@ choice, widening and "none works" unchanged, 19% fewer worker-minutes.
 
 from __future__ import annotations
 
-import json
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from emergence_bench.execution.choice_rule import measure
-from emergence_bench.results import read_result
+from emergence_bench.results import RESULT_FILE, read_result
 
 if TYPE_CHECKING:  # the sweep's own process reads rivals without importing the engine
     from emergence_bench.engine.seeds import Outcome
@@ -47,19 +46,14 @@ class Rivals:
     _merits: dict[int, tuple[float, float] | None] = field(default_factory=dict)  # finished points, read once
     _warned: bool = False
 
-    def to_dict(self) -> dict:
-        return {"own": self.own, "points": self.points, "values": self.values}
-
-    @classmethod
-    def from_dict(cls, data: dict) -> Rivals:
-        return cls(list(data["own"]), [list(p) for p in data["points"]], list(data["values"]))
-
     def bar(self) -> tuple[tuple[float, float], dict[str, Any]] | None:
         """The best merit among the rival points whose runs have all finished (none pruned or
         failed), with that point's values; None while none has."""
         best: tuple[tuple[float, float], dict[str, Any]] | None = None
         for i, folders in enumerate(self.points):
             if i not in self._merits:
+                if not all((Path(f) / RESULT_FILE).is_file() for f in folders):
+                    continue  # not finished yet: looked at again at the next eval, unread till then
                 rows = [read_result(Path(f)) for f in folders]
                 if any(r is None for r in rows):
                     continue  # not finished yet: read again at the next eval
@@ -114,12 +108,3 @@ def best_case(step: int, outcomes: list[Outcome]) -> tuple[float, float]:
 
 def _merit(rows: list) -> tuple[float, float]:
     return measure({}, [rows]).merit()
-
-
-def encode(rivals: Rivals | None) -> str | None:
-    """Rivals as a worker's argument (plain JSON)."""
-    return None if rivals is None else json.dumps(rivals.to_dict())
-
-
-def decode(text: str | None) -> Rivals | None:
-    return None if text is None else Rivals.from_dict(json.loads(text))

@@ -118,7 +118,7 @@ def run_seed_parallel(given: Sequence[dict | RunConfig], out: str | Path, progre
     # Only a group training every seed of the point sees its best case (none held by another process).
     whole_point = rivals is not None and {Path(f).name for f in rivals.own} == {s.config.run_id() for s in seeds}
     if built:
-        _train(built, configs[0], Path(out), rivals.check if rivals is not None and whole_point else None)
+        _train(built, configs[0], Path(out), rivals.check if whole_point and rivals is not None else None)
     return [s.folder.record for s in seeds] + busy
 
 

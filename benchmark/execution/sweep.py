@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, TextIO
 
 from emergence_bench.config import Batching, ConfigError, RunConfig, resolve
-from emergence_bench.execution.pruning import Rivals, encode
+from emergence_bench.execution.pruning import Rivals
 from emergence_bench.execution.stop_signals import STOP_SIGNALS, SweepStopped, stop_signals
 from emergence_bench.execution.sweep_spec import Sweep
 from emergence_bench.execution.workers import Interrupted, WorkerLost, Workers
@@ -75,13 +75,12 @@ def _run_one(config: dict, out: str) -> dict:
         return busy_row(resolve(config).run_id(), busy)
 
 
-def _run_group(configs: list[dict], out: str, batching: Batching = "auto", rivals: str | None = None) -> list[dict]:
+def _run_group(configs: list[dict], out: str, batching: Batching = "auto", rivals: Rivals | None = None) -> list[dict]:
     """Seeds of one config trained together (see emergence_bench.execution.seed_parallel); ``rivals``:
-    a tuning point's, as ``pruning.encode`` writes them."""
-    from emergence_bench.execution.pruning import decode
+    a tuning point's (execution/pruning.py)."""
     from emergence_bench.execution.seed_parallel import run_seed_parallel
     return [progress_summary(record) for record in
-            run_seed_parallel(configs, out, batching=batching, unfinished_only=True, rivals=decode(rivals))]
+            run_seed_parallel(configs, out, batching=batching, unfinished_only=True, rivals=rivals)]
 
 
 def seed_groups(pending: list, k: int) -> list[tuple[Path, list[RunConfig]]]:
@@ -263,7 +262,7 @@ def run_stages(stages: list[Stage], workers: int = 1, stream: TextIO | None = No
         jobs: list[Job]
         if stage.seed_parallel > 1:
             jobs = [(_run_group, ([c.to_dict() for c in configs], str(folder), stage.batching,
-                                  encode(stage.rivals.get(configs[0].run_id()))),
+                                  stage.rivals.get(configs[0].run_id())),
                      [(folder, c) for c in configs], progress)
                     for folder, configs in seed_groups(pending, stage.seed_parallel)]
         else:

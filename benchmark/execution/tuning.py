@@ -219,34 +219,32 @@ class TuneThenRank:
         their rivals (``tuning.prune``)."""
         assert self.sweep.tuning is not None
         orders = [middle_first({**job.grid, **(only or {})}) for job in jobs]
+        # Each run's rivals, made once for every stage: a lookup by run id finds only its own.
+        rivals = {run_id: r for job in jobs for run_id, r in self._rivals(job).items()} if self.sweep.tuning.prune else {}
         stages = []
         for place in range(max(map(len, orders), default=0)):
             parts = [TuningJob(job.mixer, job.group, {k: [v] for k, v in order[place].items()})
                      for job, order in zip(jobs, orders) if place < len(order)]
             stage = self.stage(tuning_sweep(self.sweep, parts), self.folder, True)
             stage.priority = place  # every job's likeliest point first, in every family
-            if self.sweep.tuning.prune:
-                stage.rivals = self._rivals([job for job, order in zip(jobs, orders) if place < len(order)], parts)
+            stage.rivals = rivals
             for folder, planned in stage.planned:  # planned once: the sweep reads the same plans
                 if not is_finished(folder / planned.config.run_id()):
                     self.waiting[planned.config.run_id()] = (planned.config.mixer.name, folder.name)
             stages.append(stage)
         return stages
 
-    def _rivals(self, jobs: list[TuningJob], parts: list[TuningJob]) -> dict[str, Rivals]:
-        """Run id -> its point's Rivals, for the runs of ``parts`` (one point of each of ``jobs``):
-        every other point of the job's whole grid."""
+    def _rivals(self, job: TuningJob) -> dict[str, Rivals]:
+        """Run id -> its point's Rivals, for every run of ``job``'s grid (as it has grown): its own
+        runs and every other point's."""
+        folder, runs = self.folder / job.group, point_runs(self.sweep, job)
         rivals = {}
-        for job, part in zip(jobs, parts):
-            folder = self.folder / job.group
-            runs = point_runs(self.sweep, job)
-            own_key = json.dumps({k: v[0] for k, v in part.grid.items() if k in job.grid}, sort_keys=True)
-            others = [key for key in runs if key != own_key]
-            point = Rivals(own=[str(folder / run_id) for _, run_id in runs[own_key]],
-                           points=[[str(folder / run_id) for _, run_id in runs[key]] for key in others],
-                           values=[json.loads(key) for key in others])
-            for _, run_id in runs[own_key]:
-                rivals[run_id] = point
+        for key, own in runs.items():
+            others = [other for other in runs if other != key]
+            point = Rivals(own=[str(folder / run_id) for _, run_id in own],
+                           points=[[str(folder / run_id) for _, run_id in runs[other]] for other in others],
+                           values=[json.loads(other) for other in others])
+            rivals.update({run_id: point for _, run_id in own})
         return rivals
 
     def _resolve(self, job: TuningJob) -> list[Stage]:
