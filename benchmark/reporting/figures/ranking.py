@@ -86,7 +86,8 @@ def _ranking(results: Results) -> list[Drawn]:
                  "Per task family, each mixer's success area on the tuning rung(s) against its learning rate, on the "
                  "tuning seeds, with 95% Wilson intervals (mixers offset a little sideways where they overlap); the "
                  "large dot is the lr the ranking used (the choice rule: area, then the median emergence step, then "
-                 "the smaller lr), hollow where it lies on an edge of the grid even after widening.",
+                 "the smaller lr), hollow where it lies on an edge of the grid even after widening. A small hollow "
+                 "dot is a pruned lr: stopped once the rule could no longer choose it, at the area it had reached.",
                  "no tuning table: the runs were not tuned here (DIR/tuning) nor at the shipped reference's values",
                  part_of="ranking")
 def _tuning(results: Results) -> list[Drawn]:
