@@ -25,6 +25,11 @@ read ≥ 0.5 on a 25-step eval grid, a logistic drop after a plateau ten times i
 The share is only as fine as the evals: a transition between two evals has the eval interval as its
 width, so ``resolved`` says whether the window spans more than one interval (when it does not, the
 share is an upper bound).
+
+The share stays a column, but it ties abruptness to timing: a drop of fixed width reads more abrupt
+the later it comes. The abruptness *rule* is ``emergence_bench.transition_fit``'s model comparison
+(a plateau then a drop, against a power law and an exponential from step 0, and the width in
+decades); ``cell_fits`` and ``loss_fit`` apply it to a row's curves.
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from emergence_bench.result_row import Row, section
+from emergence_bench.transition_fit import TransitionFit, fit_transition
 
 ABRUPT_SHARE = 0.25  # a transition at most this share of the time to its end is abrupt
 DROP_SHARE = 0.8  # the share of the drop the transition window holds
@@ -130,3 +136,17 @@ def loss_transition(row: Row) -> Transition | None:
     """The transition of the run's eval loss over every scored token."""
     points = section(row, "curves").get("eval") or []
     return transition([p[0] for p in points], [p[1] for p in points], min_drop=min_drop(row))
+
+
+def cell_fits(row: Row) -> list[TransitionFit | None]:
+    """Per output cell, the abruptness rule's model comparison (``emergence_bench.transition_fit``;
+    None: too few evals to judge)."""
+    steps, cells = cell_curves(row)
+    floor = min_drop(row)
+    return [fit_transition(steps, losses, min_drop=floor) for losses in cells]
+
+
+def loss_fit(row: Row) -> TransitionFit | None:
+    """The abruptness rule's model comparison on the run's eval loss over every scored token."""
+    points = section(row, "curves").get("eval") or []
+    return fit_transition([p[0] for p in points], [p[1] for p in points], min_drop=min_drop(row))

@@ -64,13 +64,19 @@ def test_markdown_names_the_frontier_and_censored_medians():
 
 
 def test_abruptness_per_family_pools_the_rungs_cells():
+    share = {"abrupt_cells": 3, "cells_with_transition": 4, "median_transition_share": 0.1}
     cell_rows = pd.DataFrame([
-        {"mixer": "a", "family": "mqar", "abrupt_cells": 3, "cells_with_transition": 4, "median_transition_share": 0.1},
-        {"mixer": "a", "family": "mqar", "abrupt_cells": 0, "cells_with_transition": 2, "median_transition_share": 0.7},
-        {"mixer": "a", "family": "mqar", "abrupt_cells": 1, "cells_with_transition": 2, "median_transition_share": 0.2},
+        {"mixer": "a", "family": "mqar", **share, "abrupt_cells_rule": 3, "cells_with_drop": 4, "median_decades": 0.1,
+         "median_transition_share": 0.1},
+        {"mixer": "a", "family": "mqar", **share, "abrupt_cells_rule": 0, "cells_with_drop": 2, "median_decades": None,
+         "median_transition_share": 0.7},
+        {"mixer": "a", "family": "mqar", **share, "abrupt_cells_rule": 1, "cells_with_drop": 2, "median_decades": 0.2,
+         "median_transition_share": 0.2},
         {"mixer": "a", "family": "dyck", "abrupt_cells": None, "cells_with_transition": None,
-         "median_transition_share": None}])
-    assert rank_tables.family_abruptness(cell_rows) == {("a", "dyck"): "-", ("a", "mqar"): "4/8 (0.20)"}
+         "median_transition_share": None, "abrupt_cells_rule": None, "cells_with_drop": None, "median_decades": None}])
+    # By the rule: 4 of 8 cells, the median of the rungs' median widths (0.15 decades), then the share.
+    assert rank_tables.family_abruptness(cell_rows) == {("a", "dyck"): "-",
+                                                        ("a", "mqar"): "4/8 (0.15 dec; share 0.20)"}
     assert "## Abruptness per task family" in rank_tables.to_markdown(rank.build(ladder_records()))
 
 

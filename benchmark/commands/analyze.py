@@ -7,6 +7,10 @@
     analyze pythia --model NAME_OR_PATH --probe NAME  the same on Pythia checkpoints with a language probe
           [--revisions step0 step1000 ...] [--out DIR] -> DIR/<run id>/result.json (a leaderboard row)
           [--lexicon shakespeare] [--curve] [--head-scores]
+    analyze abruptness DIR [--surrogates N]           the abruptness rule checked on a folder's curves:
+                                                      per group, abrupt cells by the rule and the share,
+                                                      onset and width, eval noise, onset against share,
+                                                      the surrogate null -> DIR/abruptness-check.json
 
 "Solves" is the run's own emergence criterion: greedy accuracy on the scored tokens of the probe set
 (the task's eval batches) ≥ the emergence callback's threshold. The work is in
@@ -67,6 +71,11 @@ def add_parser(subparsers: Subparsers) -> argparse.ArgumentParser:
     pa.add_argument("--probe-batches", type=int, default=1, help="eval batches in the probe batch (default 1)")
     pa.add_argument("--device", default="auto", help="auto | cpu | cuda (default auto)")
 
+    ab = sub.add_parser("abruptness", help="check the abruptness rule on a results folder's curves")
+    ab.add_argument("folder", metavar="DIR", help="a results folder (a sweep's --out)")
+    ab.add_argument("--surrogates", type=int, default=20,
+                    help="smooth surrogates per curve for the null (default 20; 0 skips it)")
+
     py = sub.add_parser("pythia", help="bisect and patch Pythia (GPT-NeoX) checkpoints on a language probe")
     py.add_argument("--model", required=True, help="hub name (EleutherAI/pythia-70m) or local folder of step*/ revisions")
     py.add_argument("--probe", required=True, choices=sorted(PROBES), help="the probe set")
@@ -114,6 +123,17 @@ def main(args: argparse.Namespace, extra: list[str] | None = None) -> int:
         r = patch(args.run_dir, args.old, args.new, args.top_k, args.ground_truth, args.probe_batches, args.device)
         print_patch(r)
         print(f"wrote {r['path']}", file=sys.stderr)
+        return 0
+    if args.analysis == "abruptness":
+        from emergence_bench.analysis.abruptness_check import CHECK_FILE, check_folder, print_checks
+        from emergence_bench.results import write_json
+
+        if args.surrogates < 0:
+            raise ValueError(f"--surrogates must be ≥ 0, got {args.surrogates}")
+        checks = check_folder(args.folder, args.surrogates)
+        print_checks(checks)
+        write_json(Path(args.folder) / CHECK_FILE, checks)
+        print(f"wrote {Path(args.folder) / CHECK_FILE}", file=sys.stderr)
         return 0
     if args.analysis == "pythia":
         from emergence_bench.analysis import pythia

@@ -97,6 +97,8 @@ def cells(records: list[ResultRow], axes: dict[str, str] | None = None) -> tuple
                      "budget": declared["budget"], "parameters": max(params) if params else None,
                      "abrupt_cells": declared["abrupt_cells"], "cells_with_transition": declared["cells_with_transition"],
                      "median_transition_share": declared["median_transition_share"],
+                     "abrupt_cells_rule": declared["abrupt_cells_rule"], "cells_with_drop": declared["cells_with_drop"],
+                     "median_onset": declared["median_onset"], "median_decades": declared["median_decades"],
                      "state_size": max(states) if states else None})
     table = pd.DataFrame(rows)
     if len(table):

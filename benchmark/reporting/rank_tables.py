@@ -65,31 +65,41 @@ FRONTIER_NOTE = ("The hardest rung with success ≥ 50%, [interval]: the hardest
                  "above 50%, and the hardest whose interval reaches it.")
 
 
-def _abrupt(row: Any) -> str:  # a row of the cells table (pandas itertuples)
+def _abrupt(row: Any) -> str:  # a row of the cells table (pandas itertuples): by the rule, then by the share
+    drops = getattr(row, "cells_with_drop", None)
+    rule = "-"
+    if drops is not None and not pd.isna(drops) and drops:
+        onset = getattr(row, "median_onset", None)
+        rule = f"{int(row.abrupt_cells_rule)}/{int(drops)}" + (
+            "" if onset is None or pd.isna(onset) else f" (onset {onset:.0f}, {row.median_decades:.2f} dec)")
     share = getattr(row, "median_transition_share", None)
-    if share is None or pd.isna(share):
-        return "-"
-    return f"{int(row.abrupt_cells)}/{int(row.cells_with_transition)} ({share:.2f})"
+    return rule + ("" if share is None or pd.isna(share) else f"; share {share:.2f}")
 
 
-ABRUPTNESS_NOTE = ("Per mixer and family, over its rungs: the output cells whose loss drop took at most a quarter of "
-                   "the time to its end (abrupt), of those with a drop, and the median of the rungs' median shares "
-                   "(small: a plateau then a sharp drop; near 1: a smooth descent). As fine as the evals: a drop "
-                   "between two evals reads as one interval wide (docs/ranking.md, \"What each family measures\").")
+ABRUPTNESS_NOTE = ("Per mixer and family, over its rungs: the output cells abrupt by the rule (a plateau then a logistic "
+                   "drop beats a power law and an exponential from step 0 by BIC ≥ 10, within 0.3 decades, after at "
+                   "least 3 evals), of those whose loss fell by a tenth of chance − floor, with the median width in "
+                   "decades of the abrupt ones, and the median share (the drop's width over the time to its end: "
+                   "small for a late drop, so tied to timing). As fine as the evals: a drop between two evals reads "
+                   "as wide as the evals around it (docs/ranking.md, \"The abruptness rule\").")
 
 
 def family_abruptness(cell_rows: pd.DataFrame) -> dict[tuple[str, str], str]:
-    """(mixer, family) -> "abrupt/with a drop (median share)" over the family's rungs, "-" where no
-    rung recorded a drop."""
+    """(mixer, family) -> "abrupt by the rule/with a drop (median decades; share)" over the family's
+    rungs, "-" where no rung recorded a drop."""
     found = {}
     for (mixer, family), group in cell_rows.groupby(["mixer", "family"], sort=True):
-        shares = [s for s in group["median_transition_share"] if s is not None and not pd.isna(s)]
-        with_drop = int(pd.to_numeric(group["cells_with_transition"], errors="coerce").fillna(0).sum())
-        if not shares or not with_drop:
+        numbers = {key: pd.to_numeric(group[key], errors="coerce") if key in group else pd.Series(dtype=float)
+                   for key in ("cells_with_drop", "abrupt_cells_rule", "median_decades", "median_transition_share")}
+        with_drop = int(numbers["cells_with_drop"].fillna(0).sum())
+        if not with_drop:
             found[(mixer, family)] = "-"
             continue
-        abrupt = int(pd.to_numeric(group["abrupt_cells"], errors="coerce").fillna(0).sum())
-        found[(mixer, family)] = f"{abrupt}/{with_drop} ({float(pd.Series(shares).median()):.2f})"
+        abrupt = int(numbers["abrupt_cells_rule"].fillna(0).sum())
+        decades, shares = numbers["median_decades"].dropna(), numbers["median_transition_share"].dropna()
+        detail = [f"{decades.median():.2f} dec"] if len(decades) else []
+        detail += [f"share {shares.median():.2f}"] if len(shares) else []
+        found[(mixer, family)] = f"{abrupt}/{with_drop}" + (f" ({'; '.join(detail)})" if detail else "")
     return found
 
 
@@ -99,8 +109,9 @@ def cells_note(baseline: str | None) -> str:
             "interval]; `>`: this mixer's median not reached within the budget (a lower bound), `<`: the baseline's. "
             "Held plateau: the median step where the loss, held at one level, starts its last sharp drop (`>budget`: "
             "still held), with the runs whose plateau is worth the name (held at least half the time to its end and "
-            "twice as long as its drop) of those with a recorded curve. Abrupt cells: the output cells whose loss drop "
-            "took at most a quarter of the time to its end, with the median share (docs/ranking.md says both).")
+            "twice as long as its drop) of those with a recorded curve. Abrupt cells: by the rule (the model comparison: "
+            "abrupt of those with a drop, the median onset and width in decades of the abrupt ones), then the median "
+            "share (the drop's width over the time to its end; docs/ranking.md says both).")
 
 
 def tables(ranked: dict) -> dict[str, Table]:
@@ -151,7 +162,7 @@ def tables(ranked: dict) -> dict[str, Table]:
         "abruptness": Table(["mixer", *families], abrupt_rows),
         "cells": Table(["family", "rung", "mixer", "seeds", "success (95% interval)", "median first drop",
                         "first-drop ratio", "median emergence", "held plateau: median end (worth the name)",
-                        "abrupt cells (median share)"], rung_rows),
+                        "abrupt cells: by the rule (onset, decades); share"], rung_rows),
     }
 
 
