@@ -23,21 +23,18 @@ Facts (nats on the scored tokens):
 
     chance_loss    ln V: a uniform guess over the vocabulary.
     floor_loss     0 and max_accuracy 1: the copy is deterministic.
-    shortcut_loss  E[ln D], D the number of distinct tokens in the prefix: the in-context unigram, a
-                   predictor uniform over the distinct tokens of its context (a uniform average over
-                   the prefix finds them; no sparse pattern). At every scored row the context holds
-                   the whole prefix and the target is one of its tokens, so its loss there is ln D.
-                   Bigram or unigram statistics learnt across sequences gain nothing (tokens are
-                   i.i.d. uniform). E[ln D] is exact: D's distribution after n draws from V tokens
-                   (the occupancy distribution, E[D] = V·(1 − (1 − 1/V)^n)) by dynamic programming
-                   over the draws, P_{i+1}(d) = P_i(d)·d/V + P_i(d − 1)·(V − d + 1)/V.
-    bag_loss       a stronger orderless predictor, stated for comparison (not the shortcut_loss):
-                   the first copy's token counts minus the second copy's so far (two uniform
-                   averages over position ranges, no sparse pattern) leave the multiset of tokens
-                   not yet repeated, and the target is a uniform draw from it. After k tokens of the
-                   second copy (row n − 1 + k) its loss is ln(n − k) − ln(1 + Binomial(n − 1 − k,
-                   1/V)) in expectation: exact, averaged over k = 1 .. n − 1. It is below
-                   shortcut_loss (1.72 against 2.54 nats at V = 32, n = 16).
+    shortcut_loss  the bag of remaining tokens, the best predictor known here that needs no sparse
+                   pattern: the first copy's token counts minus the second copy's so far (two
+                   uniform averages over position ranges) leave the multiset of tokens not yet
+                   repeated, and the target is a uniform draw from it. After k tokens of the second
+                   copy (row n − 1 + k) its loss is ln(n − k) − ln(1 + Binomial(n − 1 − k, 1/V)) in
+                   expectation: exact, averaged over k = 1 .. n − 1 (1.72 nats at V = 32, n = 16).
+    unigram_loss   a weaker one, for comparison: E[ln D], D the number of distinct tokens in the
+                   prefix, the in-context unigram (a predictor uniform over the distinct tokens of
+                   its context; 2.54 nats at V = 32, n = 16). Bigram or unigram statistics learnt
+                   across sequences gain nothing (tokens are i.i.d. uniform). E[ln D] is exact: D's
+                   distribution after n draws from V tokens (the occupancy distribution) by dynamic
+                   programming over the draws, P_{i+1}(d) = P_i(d)·d/V + P_i(d − 1)·(V − d + 1)/V.
 
 Batches are drawn from the (task seed, data seed, split, batch index) generator alone; the task has
 no instance of its own to draw.
@@ -103,8 +100,8 @@ class Induction(SyntheticTask):
         super().__init__(batch_size, task_seed)
         self.vocab_size, self.length = vocab_size, length
         self.seq_len = 2 * length - 1
+        self._unigram: float | None = None
         self._shortcut: float | None = None
-        self._bag: float | None = None
 
     # --- generation ---------------------------------------------------------------------------
     def generate(self, generator: torch.Generator, batch_size: int) -> torch.Tensor:
@@ -151,21 +148,21 @@ class Induction(SyntheticTask):
         return math.log(self.vocab_size)
 
     @property
-    def shortcut_loss(self) -> float:
+    def unigram_loss(self) -> float:
         """E[ln D], D the distinct tokens of the prefix: the in-context unigram (module docstring),
         exact from the occupancy distribution."""
-        if self._shortcut is None:
+        if self._unigram is None:
             p = distinct_count_distribution(self.vocab_size, self.length)
             d = torch.arange(1, p.numel(), dtype=torch.float64)
-            self._shortcut = float((p[1:] * d.log()).sum())
-        return self._shortcut
+            self._unigram = float((p[1:] * d.log()).sum())
+        return self._unigram
 
     @property
-    def bag_loss(self) -> float:
+    def shortcut_loss(self) -> float:
         """The orderless bag-of-remaining-tokens predictor's loss (module docstring), exact: the mean
         over k = 1 .. n − 1 of ln(n − k) − E[ln(1 + Binomial(n − 1 − k, 1/V))]."""
-        if self._bag is None:
+        if self._shortcut is None:
             n, V = self.length, self.vocab_size
             terms = [math.log(n - k) - expected_log_binomial_plus_one(n - 1 - k, 1 / V) for k in range(1, n)]
-            self._bag = sum(terms) / len(terms)
-        return self._bag
+            self._shortcut = sum(terms) / len(terms)
+        return self._shortcut

@@ -93,21 +93,21 @@ def test_facts_and_the_shortcut_against_monte_carlo():
     generator = torch.Generator().manual_seed(0)
     prefixes = torch.randint(0, 32, (20000, 16), generator=generator)
     distinct = (torch.nn.functional.one_hot(prefixes, 32).sum(1) > 0).sum(1).double()
-    assert task.shortcut_loss == pytest.approx(float(distinct.log().mean()), abs=0.005)
+    assert task.unigram_loss == pytest.approx(float(distinct.log().mean()), abs=0.005)
     # The in-context unigram's own loss on the scored rows of real batches: ln D at every row.
     tokens = torch.cat([task.batch("eval", i) for i in range(8)])
     targets = tokens[:, 1:][:, task.loss_mask]
     seen = torch.nn.functional.one_hot(tokens[:, :16], 32).sum(1) > 0  # [B, V]
     assert seen.gather(1, targets).all()  # every target is one of the prefix's tokens
     loss = seen.sum(1, keepdim=True).double().log().expand_as(targets).mean()
-    assert task.shortcut_loss == pytest.approx(float(loss), abs=0.03)
-    assert task.floor_loss < task.bag_loss < task.shortcut_loss < task.chance_loss
+    assert task.unigram_loss == pytest.approx(float(loss), abs=0.03)
+    assert task.floor_loss < task.shortcut_loss < task.unigram_loss < task.chance_loss
     # Tiny cases by hand: V=2, n=2 gives D=1 or 2 with equal probability; the bag predicts the last exactly.
     tiny = Induction(vocab_size=2, length=2)
-    assert tiny.shortcut_loss == pytest.approx(0.5 * math.log(2)) and tiny.bag_loss == pytest.approx(0.0)
+    assert tiny.unigram_loss == pytest.approx(0.5 * math.log(2)) and tiny.shortcut_loss == pytest.approx(0.0)
 
 
-def test_the_bag_of_remaining_tokens_loss_against_monte_carlo():
+def test_the_shortcut_the_bag_of_remaining_tokens_against_monte_carlo():
     task = Induction(vocab_size=8, length=10)
     tokens = torch.cat([task.batch("train", i) for i in range(40)])  # [2560, 20]
     n = task.length
@@ -116,7 +116,7 @@ def test_the_bag_of_remaining_tokens_loss_against_monte_carlo():
         remaining = torch.nn.functional.one_hot(tokens[:, k:n], 8).sum(1)  # [B, V]
         count = remaining.gather(1, tokens[:, k : k + 1]).squeeze(1).double()
         losses.append(-(count / (n - k)).log())
-    assert task.bag_loss == pytest.approx(float(torch.stack(losses).mean()), abs=0.02)
+    assert task.shortcut_loss == pytest.approx(float(torch.stack(losses).mean()), abs=0.02)
 
 
 @pytest.mark.parametrize("kwargs, parameter, valid", [
