@@ -118,6 +118,22 @@ def held_plateau(steps: Sequence[float], values: Sequence[float], chance: float,
     return HeldPlateau(start=times[a], end=times[b], level=low[a], drop=drop, drop_width=width, worth=worth)
 
 
+def plateau_fields(steps: Sequence[float], values: Sequence[float], chance: float, floor: float) -> dict[str, Any]:
+    """A result row's plateau fields for the train-loss curve ``values`` [n] at ``steps`` [n]:
+    ``end_step`` the held plateau's end (None: still held at the budget, then ``censored``; the curve's first step where no plateau was held, since the loss fell at once),
+    its ``start_step``, ``level``, ``drop``, ``drop_width`` and ``worth`` (None where none was held);
+    empty where the curve has no finite point (a censored end's time is the run's step budget)."""
+    first = next((int(t) for t, y in zip(steps, values) if y is not None and math.isfinite(y)), None)
+    if first is None:
+        return {}  # no curve: nothing measured
+    found = held_plateau(steps, values, chance, floor)
+    if found is None:
+        return {"end_step": first, "censored": False, "start_step": None, "level": None, "drop": None,
+                "drop_width": None, "worth": False}
+    return {"end_step": found.end, "censored": found.end is None, "start_step": found.start, "level": found.level,
+            "drop": found.drop, "drop_width": found.drop_width, "worth": found.worth}
+
+
 def run_plateau(row: Row) -> HeldPlateau | None:
     """The plateau of a result row's recorded train-loss curve (None: the row has no curve, or it
     never sat above the floor)."""
@@ -132,7 +148,13 @@ def run_plateau(row: Row) -> HeldPlateau | None:
 def plateau_time(row: Row) -> tuple[float, bool] | None:
     """(time, censored) of a run's held-plateau end, for a Kaplan–Meier median: the end step, the
     run's budget where it was still held (censored), or the curve's first step where it held no
-    plateau (it fell from the start, or ended within a few points); None where the row has no curve."""
+    plateau (it fell from the start, or ended within a few points); None where the row has no curve.
+    Read from the row's plateau section where it holds them (rows of schema 3, or upgraded on read),
+    else from its curve."""
+    held = section(row, "plateau")
+    if "worth" in held:
+        end = held.get("end_step")
+        return (float(step_budget(row)), True) if end is None else (float(end), False)
     points = section(row, "curves").get("train_loss") or []
     if not points or "chance_loss" not in section(row, "task_facts"):
         return None
@@ -150,4 +172,13 @@ def held_plateaus(runs: Sequence[Row]) -> dict[str, Any]:
     times = [t for r in runs if (t := plateau_time(r)) is not None]
     median = kaplan_meier_median([t for t, _ in times], [c for _, c in times]) if times else None
     return {"median_held_plateau_end": median, "runs_with_curves": len(times),
-            "held_plateaus": sum(1 for r in runs if (p := run_plateau(r)) is not None and p.worth)}
+            "held_plateaus": sum(1 for r in runs if worth(r))}
+
+
+def worth(row: Row) -> bool:
+    """Whether the run held a plateau worth the name (its plateau section, else its curve)."""
+    held = section(row, "plateau")
+    if "worth" in held:
+        return bool(held["worth"])
+    found = run_plateau(row)
+    return found is not None and found.worth

@@ -25,10 +25,12 @@ from typing import Any, BinaryIO, Callable, TypeGuard, cast
 
 import pandas as pd
 
+from emergence_bench.held_plateau import plateau_fields
 from emergence_bench.machine import allocator
 from emergence_bench.result_row import ResultRow, Row, emergence_step, section
 
-SCHEMA_VERSION = 2  # 2: task_facts, full-sequence losses, init and bias patterns in the config
+SCHEMA_VERSION = 3  # 2: task_facts, full-sequence losses, init and bias patterns in the config; 3: the held plateau
+READS = (2, 3)  # schema 2 rows are upgraded when read (upgrade_row)
 FINISHED = ("ok", "diverged")  # a sweep does not rerun these; `failed` runs are retried
 
 # What a run folder DIR/<run_id>/ holds.
@@ -244,10 +246,32 @@ def parse_result(path: str | Path) -> ResultRow:
         raise UnreadableResult(f"{path}: not readable JSON ({error})") from None
     if not isinstance(data, dict) or any(key not in data for key in ("run_id", "status", "config")):
         raise UnreadableResult(f"{path}: not a result row (it needs run_id, status and config)")
-    if data.get("schema_version") != SCHEMA_VERSION:
+    if data.get("schema_version") not in READS:
         raise UnreadableResult(f"{path}: schema_version {data.get('schema_version')!r}; "
-                               f"this version reads {SCHEMA_VERSION}")
-    return cast(ResultRow, data)
+                               f"this version reads {', '.join(map(str, READS))}")
+    return upgrade_row(cast(ResultRow, data))
+
+
+def upgrade_row(row: ResultRow) -> ResultRow:
+    """A row of schema 3. Schema 2's plateau section timed the first drop from chance as ``end_step``
+    and ``censored``: they become ``first_drop_step`` and ``first_drop_censored``, and the held
+    plateau's fields are read off the row's train-loss curve (absent where it kept none, so the
+    row is left out of the held plateau's columns rather than counted as still held)."""
+    if row.get("schema_version") != 2:
+        return row
+    old = dict(section(row, "plateau"))
+    plateau = {k: v for k, v in old.items() if k not in ("end_step", "censored")}
+    if "end_step" in old:
+        plateau.update(first_drop_step=old["end_step"], first_drop_censored=old.get("censored", old["end_step"] is None))
+    points = section(row, "curves").get("train_loss") or []
+    facts = section(row, "task_facts")
+    if points and "chance_loss" in facts:
+        plateau.update(plateau_fields([p[0] for p in points], [p[1] for p in points], facts["chance_loss"],
+                                      facts.get("floor_loss", 0.0)))
+    upgraded = {**row, "schema_version": SCHEMA_VERSION}
+    if plateau or "plateau" in row:
+        upgraded["plateau"] = plateau
+    return cast(ResultRow, upgraded)
 
 
 def _warn(error: UnreadableResult) -> None:

@@ -100,9 +100,9 @@ def _fit_plateau(t: np.ndarray, y: np.ndarray, spacing: float) -> tuple[float, f
     m, s = np.meshgrid(mids, scales, indexing="ij")
     m, s = m.reshape(-1, 1), s.reshape(-1, 1)
     sig = 0.5 * (1 + np.tanh((t[None, :] - m) / (2 * s)))  # σ((t − m)/s) without overflow
-    rss, h, l = _two_basis_rss(y, 1 - sig, sig)
+    rss, high, low = _two_basis_rss(y, 1 - sig, sig)
     i = int(np.argmin(rss))
-    return float(rss[i]), float(h[i]), float(l[i]), float(m[i, 0]), float(s[i, 0])
+    return float(rss[i]), float(high[i]), float(low[i]), float(m[i, 0]), float(s[i, 0])
 
 
 def _fit_smooth(t: np.ndarray, y: np.ndarray, spacing: float) -> tuple[float, float]:

@@ -1,4 +1,12 @@
-"""Plateau: when does the smoothed training loss leave the chance-level plateau?"""
+"""Plateau: the loss held at one level until its last sharp drop (the paper's plateau), and the first
+drop from chance.
+
+The plateau's end (``end_step``) is the held plateau's (``emergence_bench.held_plateau``), read on
+the train loss averaged over every ``CURVE_EVERY`` steps, the curve the recorder keeps. The first
+drop (``first_drop_step``) is the first step the smoothed loss falls below a threshold just under
+chance: on most tasks the fall to a shortcut's level, tens of steps in, long before the pattern is
+found. Rows of schema 2 named the first drop ``end_step``; they are upgraded when read
+(``emergence_bench.results``)."""
 
 from __future__ import annotations
 
@@ -8,21 +16,33 @@ from typing import TYPE_CHECKING, Any, TypedDict
 
 import lightning as L
 
-from emergence_bench.columns import Median
+from emergence_bench.columns import Computed, Median, missing
+from emergence_bench.held_plateau import plateau_fields
 from emergence_bench.measurement import Measurement, every_run, register_measurement
 from emergence_bench.registry import register_callback
+from emergence_bench.result_row import section
 
 if TYPE_CHECKING:
     from emergence_bench.tasks.base import SyntheticTask
 
+CURVE_EVERY = 10  # steps per point of the curve the held plateau is read on (the recorder's)
 
 
 class PlateauSection(TypedDict, total=False):
+    # The held plateau (emergence_bench.held_plateau): absent in an upgraded row without a curve.
+    end_step: int | None  # where the last sharp drop starts; None: still held at the budget (censored)
+    censored: bool
+    start_step: int | None  # where the hold began (None: no hold, the loss fell at once)
+    level: float | None  # the loss held
+    drop: float | None  # from the level to the curve's end
+    drop_width: int | None  # steps from the end to 80% of that drop
+    worth: bool  # a plateau worth the name (held most of the time to its end, twice its drop's width)
+    # The first drop from chance.
     threshold: float
     shortcut_loss: float | None
     measures_shortcut: bool  # the threshold lies above the shortcut baseline
-    end_step: int | None  # None: never crossed within the budget (censored)
-    censored: bool
+    first_drop_step: int | None  # None: never crossed within the budget (censored)
+    first_drop_censored: bool
     budget: int
     spans: list[list[int]]  # [start, end] stretches where the smoothed loss was flat
     per_position: list[int | None]  # per output cell: the first eval step below the threshold
@@ -30,7 +50,8 @@ class PlateauSection(TypedDict, total=False):
 
 @register_callback("plateau")
 class Plateau(L.Callback):
-    """End step = first step whose smoothed train loss is below the threshold; censored if never.
+    """The held plateau's end (module docstring), and the first drop: the first step whose smoothed
+    train loss is below the threshold; censored if never.
 
     The threshold is ``threshold`` when given (e.g. 1.3, as the paper uses for C=4), else
     ``base − frac·(base − floor)`` with base the chance loss, or the task's shortcut baseline when
@@ -59,6 +80,8 @@ class Plateau(L.Callback):
         self.smoothed: list[float] = []
         self._ema = task.chance_loss
         self.cell_history: list[tuple[int, list[float]]] = []  # (eval step, eval loss per cell)
+        self.curve: list[list[float]] = []  # [step, mean train loss over the last CURVE_EVERY steps]
+        self._window: list[float] = []
 
     # The floor and the shortcut may need an oracle pass over the task: computed on first use.
     @cached_property
@@ -97,6 +120,10 @@ class Plateau(L.Callback):
         self._ema = self.smoothing * self._ema + (1 - self.smoothing) * loss
         self.steps.append(step)
         self.smoothed.append(self._ema)
+        self._window.append(loss)
+        if len(self._window) == CURVE_EVERY:
+            self.curve.append([step, sum(self._window) / CURVE_EVERY])
+            self._window = []
 
     def on_train_losses(self, trainer: L.Trainer, pl_module: Any, steps: list[int], losses: list[float]) -> None:
         for step, loss in zip(steps, losses):
@@ -130,14 +157,20 @@ class Plateau(L.Callback):
                     spans.append([start, end])
         return spans
 
+    def held(self) -> dict:
+        """The held plateau's fields (``emergence_bench.held_plateau.plateau_fields``)."""
+        return plateau_fields([p[0] for p in self.curve], [p[1] for p in self.curve], self.task.chance_loss,
+                              self.task.floor_loss)
+
     def report(self) -> dict:
         end = self.end_step()
         return {
+            **self.held(),
             "threshold": self.threshold,
             "shortcut_loss": self.shortcut_loss,
             "measures_shortcut": self.measures_shortcut,
-            "end_step": end,
-            "censored": end is None,
+            "first_drop_step": end,
+            "first_drop_censored": end is None,
             "budget": self.steps[-1] + 1 if self.steps else 0,
             "spans": self.spans(),
             "per_position": self.per_position(),
@@ -145,18 +178,42 @@ class Plateau(L.Callback):
 
     def state_dict(self) -> dict:
         return {"steps": list(self.steps), "smoothed": list(self.smoothed), "ema": self._ema,
-                "cell_history": [list(h) for h in self.cell_history]}
+                "cell_history": [list(h) for h in self.cell_history], "curve": [list(p) for p in self.curve],
+                "window": list(self._window)}
 
     def load_state_dict(self, state: dict) -> None:
         self.steps, self.smoothed, self._ema = list(state["steps"]), list(state["smoothed"]), state["ema"]
         self.cell_history = [(s, list(c)) for s, c in state.get("cell_history", [])]
+        self.curve = [list(p) for p in state.get("curve", [])]
+        self._window = list(state.get("window", []))
 
 
-# When the plateau ended (and, where a row has interventions, over its row without them); "(shortcut)"
-# where the threshold lies above the task's shortcut baseline (the recorder's plateau_measures_shortcut).
+def _worth_cell(row: dict) -> str:
+    if missing(row["held_measured_runs"]) or not row["held_measured_runs"]:
+        return "-"
+    return f"{row['held_worth']}/{row['held_measured_runs']}"
+
+
+def _held_counts(runs: list) -> dict:
+    held = [section(r, "plateau") for r in runs]
+    return {"held_worth": sum(1 for h in held if h.get("worth")),
+            "held_measured_runs": sum(1 for h in held if "worth" in h)}
+
+
+# The held plateau's end (only rows that measured it: an upgraded row without a curve did not), with the
+# runs whose plateau is worth the name; then the first drop, "(shortcut)" where its threshold lies above
+# the task's shortcut baseline (the recorder's plateau_measures_shortcut).
 PLATEAU = register_measurement(Measurement(
-    "plateau", section="plateau", fields=PlateauSection, applies=every_run,
+    "plateau", section="plateau", fields=PlateauSection, applies=lambda row: "worth" in section(row, "plateau"),
     columns=(Median("median_plateau_end", "end_step", interval=("plateau_low", "plateau_high"),
                     measured="plateau_measured", header="median plateau end (95% CI)",
-                    note=("plateau_measures_shortcut", " (shortcut)"), ratios="plateau", against_none=True),),
+                    ratios="plateau", against_none=True),
+             Computed(("held_worth", "held_measured_runs"), _held_counts, better=None,
+                      header="plateaus worth the name", cell=_worth_cell)),
     figures=("curves", "axes", "thresholds")))
+
+FIRST_DROP = register_measurement(Measurement(
+    "first_drop", section="plateau", fields=PlateauSection, applies=every_run,
+    columns=(Median("median_first_drop", "first_drop_step", interval=("first_drop_low", "first_drop_high"),
+                    measured="first_drop_measured", header="median first drop (95% CI)",
+                    note=("plateau_measures_shortcut", " (shortcut)"), ratios="first_drop"),)))

@@ -91,8 +91,8 @@ def test_bias_shortens_the_plateau_and_the_leaderboard_shows_the_ratio(tmp_path)
             "trainer": {"max_steps": 300, "eval_every": 50, "accelerator": "cpu"}}
     plain = run(base, tmp_path)
     biased = run({**base, "callbacks": {"attention_bias": {"strength": 5.0}}}, tmp_path)
-    assert biased["plateau"]["end_step"] is not None
-    assert plain["plateau"]["end_step"] is None or biased["plateau"]["end_step"] < plain["plateau"]["end_step"] / 2
+    assert biased["plateau"]["first_drop_step"] is not None
+    assert plain["plateau"]["first_drop_step"] is None or biased["plateau"]["first_drop_step"] < plain["plateau"]["first_drop_step"] / 2
     table, markdown = leaderboard.write(tmp_path)
     assert list(table["intervention"]) == ["none", "attention_bias(strength=5.0, layers=auto, heads=all, "
                                                    "pattern=auto, until_step=None, anneal=False, in_eval=True)"]

@@ -25,11 +25,15 @@ def scripted_plateau(**kwargs) -> Plateau:
     return plateau
 
 
-def test_plateau_end_step_from_relative_threshold():
+def test_plateau_first_drop_from_relative_threshold_and_the_held_plateau():
     report = scripted_plateau(frac=0.1).report()
     # threshold = ln2 - 0.1 ln2; the ramp crosses it when (step-199)/50·(ln2-0.1) > 0.1·ln2
     expected = next(s for s in range(200, 250) if math.log(2) - (math.log(2) - 0.1) * (s - 199) / 50 < 0.9 * math.log(2))
-    assert report["end_step"] == expected and not report["censored"]
+    assert report["first_drop_step"] == expected and not report["first_drop_censored"]
+    # The held plateau, on 10-step means: held at chance from the first mean (step 9) until the last
+    # mean before the ramp (step 199), then a drop over the 50-step ramp; worth the name.
+    assert (report["start_step"], report["end_step"], report["censored"]) == (9, 199, False)
+    assert report["level"] == pytest.approx(math.log(2)) and report["worth"]
     assert report["threshold"] == 0.9 * math.log(2)
     assert report["budget"] == 400
 
@@ -37,7 +41,7 @@ def test_plateau_end_step_from_relative_threshold():
 def test_plateau_absolute_threshold_and_spans():
     report = scripted_plateau(threshold=0.3).report()
     expected = next(s for s in range(200, 250) if math.log(2) - (math.log(2) - 0.1) * (s - 199) / 50 < 0.3)
-    assert report["end_step"] == expected
+    assert report["first_drop_step"] == expected
     # Flat at chance (0..~200) and flat at the floor (~250..399): two spans around the drop.
     assert len(report["spans"]) == 2
     first, second = report["spans"]
@@ -49,15 +53,16 @@ def test_plateau_censored_when_never_crossed_and_smoothing_lags():
     plateau = Plateau(TASK)
     for step in range(100):
         plateau.update(step, math.log(2))
-    assert plateau.report()["end_step"] is None and plateau.report()["censored"]
+    assert plateau.report()["first_drop_step"] is None and plateau.report()["first_drop_censored"]
+    assert plateau.report()["end_step"] is None and plateau.report()["censored"]  # still held at the end
     # Noise of ±0.1 around chance dips below the threshold on every other step; the EMA does not.
     noisy = [math.log(2) + (0.1 if step % 2 else -0.1) for step in range(100)]
     raw, smooth = Plateau(TASK, smoothing=0.0), Plateau(TASK, smoothing=0.9)
     for step, loss in enumerate(noisy):
         raw.update(step, loss)
         smooth.update(step, loss)
-    assert raw.report()["end_step"] == 0
-    assert smooth.report()["censored"]
+    assert raw.report()["first_drop_step"] == 0
+    assert smooth.report()["first_drop_censored"]
 
 
 def test_plateau_state_round_trip_continues_identically():

@@ -39,7 +39,7 @@ def row(seed: int, task_seed: int = 0, emergence: int | None = 500, plateau: int
     drop = plateau or BUDGET * 2
     loss = [0.69 / (1 + math.exp((t - drop) / 10)) for t in STEPS]
     return {"run_id": f"r{seed}-{task_seed}-{id(base)}", "status": "ok", "seed": seed, "config": base,
-            "timing": {"steps": BUDGET}, "emergence": {"step": emergence}, "plateau": {"end_step": plateau},
+            "timing": {"steps": BUDGET}, "emergence": {"step": emergence}, "plateau": {"first_drop_step": plateau},
             "attention_probe": ({"applicable": True, "history": [[t, 1 - value / 0.69, 1.0] for t, value in zip(STEPS, loss)]}
                                 if attention else {"applicable": False, "not_applicable": "no scores"}),
             "curves": {"eval": [[t, value, 1 - value] for t, value in zip(STEPS, loss)],

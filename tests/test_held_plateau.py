@@ -66,7 +66,7 @@ def test_a_row_reads_its_train_curve_and_falls_back_where_it_has_none():
     curve = [[t, logistic(t, 1200, 20, 1.0, 0.02) if t > 30 else CHANCE] for t in STEPS]
     row = {"status": "ok", "curves": {"train_loss": curve}, "timing": {"steps": 2000},
            "task_facts": {"chance_loss": CHANCE, "floor_loss": 0.0},
-           "plateau": {"end_step": 40}, "emergence": {"step": 1300}}
+           "plateau": {"first_drop_step": 40}, "emergence": {"step": 1300}}
     assert run_plateau(row).end == plateau_time(row)[0] and plateau_time(row)[1] is False
     assert first_drop(row) == (40.0, False)  # the first loss drop, for comparison
     held = {**row, "curves": {"train_loss": [[t, CHANCE] for t in STEPS]}}

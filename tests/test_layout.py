@@ -289,7 +289,7 @@ def test_the_measurements_order_is_the_builtins_whichever_module_is_imported_fir
     )
     result = _python(code, tmp_path)
     assert result.returncode == 0, result.stderr
-    assert result.stdout.split() == ["emergence", "plateau", "attention_probe", "influence_probe", "abruptness",
+    assert result.stdout.split() == ["emergence", "plateau", "first_drop", "attention_probe", "influence_probe", "abruptness",
                                      "budget", "final_loss", "shortcut", "cells_learned", "speed", "forecast_stop"]
 
 

@@ -9,12 +9,16 @@ from emergence_bench.reporting import leaderboard
 
 
 def row(seed, mixer="transformer", emergence=None, plateau=None, bias=False, status="ok", budget=1000):
+    """A row whose held plateau ends at ``plateau`` (None: still held), worth the name, and whose first
+    drop came at half that step."""
     config = {"seed": seed, "mixer": {"name": mixer}}
     if bias:
         config["callbacks"] = {"attention_bias": {"strength": 5.0}}
     return {"run_id": f"{mixer}-{seed}-{bias}", "status": status, "seed": seed, "config": resolve(config).to_dict(),
             "timing": {"steps": budget, "steps_per_second": 10.0}, "metrics": {"final_eval_loss": 0.1},
-            "emergence": {"step": emergence}, "plateau": {"end_step": plateau},
+            "emergence": {"step": emergence},
+            "plateau": {"end_step": plateau, "censored": plateau is None, "worth": True,
+                        "first_drop_step": None if plateau is None else plateau // 2},
             "attention_probe": {"applicable": mixer == "transformer", "pattern_found_step": emergence}}
 
 

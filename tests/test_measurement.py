@@ -46,7 +46,7 @@ def speck():
 def row(seed: int, speck: dict | None = None, status: str = "ok", budget: int = 1000) -> dict:
     record = {"run_id": f"run-{seed}", "status": status, "seed": seed, "config": resolve({"seed": seed}).to_dict(),
               "timing": {"steps": budget, "steps_per_second": 10.0}, "emergence": {"step": None},
-              "plateau": {"end_step": None}}
+              "plateau": {"end_step": None, "censored": True, "worth": False, "first_drop_step": None}}
     if speck is not None:
         record["speck"] = speck
     return record
@@ -94,12 +94,16 @@ def test_a_measurement_name_or_column_is_declared_once(speck):
 
 
 def test_the_built_in_columns_keep_the_leaderboards_order():
-    """The CSV and JSON columns, frame first, as they were before the measurements declared them."""
+    """The CSV and JSON columns, frame first, as they were before the measurements declared them, with
+    the held plateau's worth count and the first drop after the plateau's end (schema 3) and the
+    abruptness rule's columns before the share's."""
     names = [name for m in measurements() for column in m.columns for name in column.names]
     assert names == ["emerged", "success_rate", "success_low", "success_high", "median_emergence_step",
                      "emergence_low", "emergence_high", "median_plateau_end", "plateau_low", "plateau_high",
-                     "plateau_measured", "median_pattern_found", "probed", "median_influence_found",
-                     "influence_probed", "abrupt_cells", "cells_with_transition", "median_transition_share",
+                     "plateau_measured", "held_worth", "held_measured_runs", "median_first_drop", "first_drop_low",
+                     "first_drop_high", "first_drop_measured", "median_pattern_found", "probed",
+                     "median_influence_found", "influence_probed", "abrupt_cells_rule", "cells_with_drop",
+                     "median_onset", "median_decades", "abrupt_cells", "cells_with_transition", "median_transition_share",
                      "budget", "final_eval_loss", "final_full_sequence_loss", "shortcut_loss",
                      "plateau_measures_shortcut", "pattern_cells_learned", "pattern_cells",
                      "shortcut_cells_learned", "shortcut_cells", "steps_per_second"]

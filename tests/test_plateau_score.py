@@ -16,7 +16,7 @@ BUDGET = 1000
 
 def run(plateau: float | None, emerged: float | None = None, steps: int = BUDGET) -> dict:
     """A result row with only what the plateau score reads."""
-    return {"status": "ok", "plateau": {"end_step": plateau}, "emergence": {"step": emerged},
+    return {"status": "ok", "plateau": {"first_drop_step": plateau}, "emergence": {"step": emerged},
             "timing": {"steps": steps}, "config": {"trainer": {"max_steps": BUDGET}}}
 
 

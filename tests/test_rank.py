@@ -14,13 +14,17 @@ BUDGET = 1000
 
 def row(mixer: str, family: str, rung: int, seed: int, emerged: int | None, status: str = "ok",
         axis: str = "sparsity", extra_task: dict | None = None, plateau: int | None = None) -> dict:
-    """A result row as run() writes it, with only what the ranking reads."""
+    """A result row as run() writes it, with only what the ranking reads: its held plateau ends where its
+    first drop does (``plateau``, else at its emergence; censored where neither came)."""
     task = {"name": family, axis: rung, **(extra_task or {})}
-    return {"schema_version": 2, "run_id": f"{family}-{mixer}-{rung}-{seed}", "status": status, "seed": seed, "parameters": 1000,
+    end = plateau if plateau else emerged
+    return {"schema_version": 3, "run_id": f"{family}-{mixer}-{rung}-{seed}", "status": status, "seed": seed, "parameters": 1000,
             "config": {"seed": seed, "task": task, "mixer": {"name": mixer}, "model": {}, "optim": {},
                        "trainer": {"max_steps": BUDGET}, "callbacks": {}},
             "timing": {"steps": BUDGET},
-            "emergence": {"step": emerged}, "plateau": {"end_step": plateau if plateau else emerged}}
+            "emergence": {"step": emerged},
+            "plateau": {"end_step": end, "censored": end is None, "worth": True, "first_drop_step": end,
+                        "first_drop_censored": end is None}}
 
 
 def seeds(mixer, family, rung, outcomes, **kw) -> list[dict]:
@@ -60,7 +64,7 @@ def test_markdown_names_the_frontier_and_censored_medians():
     ranked = rank.build(ladder_records())
     text = rank_tables.to_markdown(ranked)
     assert "| a | 2 [<first, 3] |" in text and "| b | <first [<first, 3] |" in text
-    assert "| linear_map | task.sparsity=1 | b | 3 | 1/3 (0.06–0.79) | >1000 | - | >1000 |" in text
+    assert "| linear_map | task.sparsity=1 | b | 3 | 1/3 (0.06–0.79) | >1000 | >1000 (3/3) | - | >1000 |" in text
 
 
 def test_abruptness_per_family_pools_the_rungs_cells():
@@ -126,8 +130,9 @@ def test_write_puts_markdown_csv_and_json_next_to_the_results(tmp_path):
     assert (tmp_path / "rank.md").read_text().startswith("## Ranking")
     assert (tmp_path / "rank.csv").read_text().splitlines()[0].startswith("rank,mixer,score")
     data = json.loads((tmp_path / "rank.json").read_text())
-    assert set(data) == {"ladders", "baseline", "ranking", "families", "cells", "first_drop", "lr", "tuning", "reference"}
-    assert len(data["cells"]) == 6 and data["baseline"] is None  # no transformer among a, b: no first-drop score
+    assert set(data) == {"ladders", "baseline", "ranking", "families", "cells", "held_plateau", "first_drop", "lr",
+                         "tuning", "reference"}
+    assert len(data["cells"]) == 6 and data["baseline"] is None  # no transformer among a, b: no plateau ratio
 
 
 def test_rank_command_prints_the_ranking_and_refuses_a_bad_rung(tmp_path, capsys):
@@ -144,7 +149,7 @@ def test_rank_command_prints_the_ranking_and_refuses_a_bad_rung(tmp_path, capsys
     out = capsys.readouterr().out
     assert "| 1 | a | - | 1000 | - | 0.67 ± 0.13 | 1 (baseline) |" in out
     assert f"| 2 | b | - | 1000 | - | 0.11 ± 0.14 | >{(1000 / 120 * 2.5) ** 0.5:.2g}× [" in out
-    assert "| linear_map | task.sparsity=1 | b | 3 | 1/3 (0.06–0.79) | >1000 | >8.3× [" in out
+    assert "| linear_map | task.sparsity=1 | b | 3 | 1/3 (0.06–0.79) | >1000 | >1000 (3/3) | >8.3× [" in out
     assert main(["rank", str(tmp_path), "--baseline", "transformer"]) == 2
     assert main(["rank", str(tmp_path), "--rung", "linear_map"]) == 2
     assert "FAMILY=KEY" in capsys.readouterr().err
@@ -153,16 +158,20 @@ def test_rank_command_prints_the_ranking_and_refuses_a_bad_rung(tmp_path, capsys
 
 
 def with_curve(record: dict, held_until: int | None) -> dict:
-    """``record`` with a recorded train-loss curve: ln 2 → 0.4 by step 50, held there, then a sharp
-    drop at ``held_until`` (None: held to the budget)."""
+    """``record`` as schema 2 wrote it (its plateau section the first drop, as ``end_step``) with a
+    recorded train-loss curve: ln 2 → 0.4 by step 50, held there, then a sharp drop at ``held_until``
+    (None: held to the budget). Read back, its held plateau comes from the curve."""
     curve = [[t, 0.69 if t < 50 else 0.4 if held_until is None or t < held_until else 0.01]
              for t in range(9, BUDGET, 10)]
-    return {**record, "curves": {"train_loss": curve}, "task_facts": {"chance_loss": 0.693, "floor_loss": 0.0}}
+    first_drop = record["plateau"]["first_drop_step"]
+    return {**record, "schema_version": 2, "plateau": {"end_step": first_drop, "censored": first_drop is None},
+            "curves": {"train_loss": curve}, "task_facts": {"chance_loss": 0.693, "floor_loss": 0.0}}
 
 
-def test_rank_prints_the_first_drop_and_the_held_plateau_under_their_names(tmp_path, capsys):
-    """The score the ranking calls a ratio is the first loss drop (named so, in rank.md, rank.json and
-    the printed tables); the held plateau, from the recorded curves, has its own column per cell."""
+def test_rank_prints_the_held_plateau_and_the_first_drop_under_their_names(tmp_path, capsys):
+    """The ranking's ratio is the held plateau's (named so, in rank.md, rank.json and the printed
+    tables); the first drop has its own column per cell. A schema 2 row, whose plateau section timed
+    the first drop, is read with its held plateau from its curve."""
     from emergence_bench.cli import main
 
     records = ladder_records()
@@ -173,12 +182,12 @@ def test_rank_prints_the_first_drop_and_the_held_plateau_under_their_names(tmp_p
         (tmp_path / r["run_id"] / "result.json").write_text(json.dumps(r))
     assert main(["rank", str(tmp_path), "--baseline", "a"]) == 0
     out = capsys.readouterr().out
-    assert "first-drop ratio [95%]" in out and "| median first drop | first-drop ratio | median emergence |" in out
-    assert "plateau ratio" not in out and "median plateau end" not in out
-    assert "| linear_map | task.sparsity=1 | a | 3 | 3/3 (0.44–1.00) | 120 | - | 120 | 699 (3/3) |" in out
-    assert "| linear_map | task.sparsity=2 | a | 3 | 3/3 (0.44–1.00) | 400 | - | 400 | - |" in out  # no curves
+    assert "plateau ratio [95%]" in out and "first-drop ratio" not in out
+    assert "| median emergence | plateau: median end (worth the name) | plateau ratio | median first drop |" in out
+    assert "| linear_map | task.sparsity=1 | a | 3 | 3/3 (0.44–1.00) | 120 | 699 (3/3) | - | 120 |" in out
+    assert "| linear_map | task.sparsity=2 | a | 3 | 3/3 (0.44–1.00) | 400 | 400 (3/3) | - | 400 |" in out
     data = json.loads((tmp_path / "rank.json").read_text())
-    assert "first_drop" in data and "plateau" not in data and "first_drop_ratio" in data["ranking"][0]
+    assert "held_plateau" in data and "first_drop" in data and "held_plateau_ratio" in data["ranking"][0]
 
 
 def test_a_rank_json_written_before_the_rename_reads_under_the_new_names(tmp_path):
@@ -285,7 +294,7 @@ def test_the_report_compares_mixers_against_the_transformer_with_survival_forest
     page = Page()
     assert ranking_section(records, page)
     titles = [title for _, title in page.sections]
-    assert titles == ["Ranking", "Survival by rung", "First-drop ratio", "State size and quality"]
+    assert titles == ["Ranking", "Survival by rung", "Plateau ratio", "State size and quality"]
     ranked = rank.build(records)
     assert ranked["baseline"] == "transformer" and list(ranked["ranking"]["state_size"]) == [40, 8]
     # The survival figure: one panel per (family, rung) and kind; each mixer's curve starts at 1 and

@@ -13,12 +13,15 @@ from emergence_bench.reporting import rank, reference
 
 
 def row(mixer, sparsity, seed, emerged, torch="2.13.0", max_steps=600, lr=1e-3):
-    return {"schema_version": 2, "run_id": f"{mixer}-{sparsity}-{seed}", "status": "ok", "seed": seed, "error": None,
+    """A schema 3 row whose held plateau and first drop end where it emerged."""
+    return {"schema_version": 3, "run_id": f"{mixer}-{sparsity}-{seed}", "status": "ok", "seed": seed, "error": None,
             "parameters": 100, "versions": {"torch": torch},
             "config": {"seed": seed, "task": {"name": "linear_map", "sparsity": sparsity, "state_size": 10},
                        "mixer": {"name": mixer}, "model": {"d_model": 32}, "optim": {"lr": lr, "weight_decay": 0.01},
                        "trainer": {"max_steps": max_steps}, "callbacks": {}},
-            "timing": {"steps": emerged or max_steps}, "emergence": {"step": emerged}, "plateau": {"end_step": emerged}}
+            "timing": {"steps": emerged or max_steps}, "emergence": {"step": emerged},
+            "plateau": {"end_step": emerged, "censored": emerged is None, "worth": True, "first_drop_step": emerged,
+                        "first_drop_censored": emerged is None}}
 
 
 def built_in_rows():
@@ -31,7 +34,7 @@ def a_reference(rows=None):
     rows = rows or built_in_rows()
     tables = [{"mixer": "lru", "group": "lm", "family": "linear_map", "chosen": {"optim.lr": 3e-3}, "grid": {},
                "points": [], "edge": None}]
-    return {"format": reference.FORMAT, "preset": "toy", "ladder": "toy-v1", "tuned_keys": ["optim.lr"],
+    return {"format": reference.FORMAT, "schema_version": 3, "preset": "toy", "ladder": "toy-v1", "tuned_keys": ["optim.lr"],
             "commit": "abc", "versions": {"torch": "2.13.0"}, "machine": {"cpus": 2}, "created": "2026-12-04",
             "families": reference.families(rows, ["optim.lr"]), "tuning": tables,
             "rows": [reference.compact(r) for r in rows]}
@@ -71,7 +74,7 @@ def test_the_users_own_run_of_a_built_in_mixer_replaces_the_references():
     ours = [row("lru", s, seed, 50) for s in (1, 2) for seed in range(4)]
     rows = reference.rows(a_reference(), without={"lru"})
     assert {r["config"]["mixer"]["name"] for r in rows} == {"transformer"}
-    assert all(r["versions"] == {"torch": "2.13.0"} and r["schema_version"] == 2 for r in rows)
+    assert all(r["versions"] == {"torch": "2.13.0"} and r["schema_version"] == 3 for r in rows)
     assert reference.refusal(a_reference(), ours) is None
 
 
@@ -195,3 +198,16 @@ def test_a_reference_rank_json_names_but_that_is_gone_leaves_the_report_ranking_
     assert ref is None and len(rows) == len(plugin()) and axes == {"linear_map": "task.sparsity"}
     with pytest.raises(ConfigError):
         rows_to_rank(plugin(), folder, file)  # named on the command line: refused
+
+
+def test_a_reference_of_schema_2_reads_its_plateau_as_the_first_drop():
+    """The references shipped before schema 3 kept the first drop as the plateau's ``end_step``: read,
+    it is the first drop, and the held plateau is absent (not "still held")."""
+    data = a_reference()
+    del data["schema_version"]
+    for r in data["rows"]:
+        r["plateau"] = {"end_step": r["plateau"]["first_drop_step"], "censored": r["plateau"]["first_drop_censored"]}
+    rows = reference.rows(data)
+    assert all(r["schema_version"] == 3 for r in rows)
+    assert all(r["plateau"]["first_drop_step"] == r["emergence"]["step"] and "end_step" not in r["plateau"]
+               for r in rows)

@@ -42,7 +42,7 @@ def evaluate_mixer_ca(rows: Rows, settings: Mapping[str, Any]) -> dict[str, Outc
     transformer = arm(rows["ca-state-size"], mixer__name=TRANSFORMER, task__state_size=CA_STATE_SIZE)
     if not mixer or not transformer:
         return {"": NotApplicable("needs MLP-Mixer and Transformer runs")}
-    return {"": compare.times(mixer, transformer, "plateau", "end_step", ("MLP-Mixer", "Transformer"), predicts="longer")}
+    return {"": compare.times(mixer, transformer, "plateau", "first_drop_step", ("MLP-Mixer", "Transformer"), predicts="longer")}
 
 
 def evaluate_trails(rows: Rows, settings: Mapping[str, Any]) -> dict[str, Outcome]:
@@ -97,4 +97,4 @@ DEPTH_CA = register_claim(Claim(
     "depth-ca", 7, paper="Depth helps multi-rule cellular automata.", paper_number="-",
     groups=("ca-depth", "ca-state-size"),
     statistic="Jonckheere trend test of the plateau end over depth", effect="P(a deeper run's plateau ended later than a shallower one's; 0.5: no trend)", predicts="decreasing with depth", settings=frozen(depths=(1, 2, 4)),
-    evaluate=evaluate_depth("ca-depth", "ca-state-size", "plateau", "end_step", "decreasing")))
+    evaluate=evaluate_depth("ca-depth", "ca-state-size", "plateau", "first_drop_step", "decreasing")))

@@ -27,7 +27,7 @@ def evaluate(rows: Rows, settings: Mapping[str, Any]) -> dict[str, Outcome]:
                "near miss": arm(rows["bias"], callbacks__attention_bias__pattern="near_miss")}
     if not true:
         return {"": NotApplicable("no run with the true pattern")}
-    return {f"vs {name}": compare.times(true, other, "plateau", "end_step", ("true bias", name)) if other
+    return {f"vs {name}": compare.times(true, other, "plateau", "first_drop_step", ("true bias", name)) if other
             else NotApplicable(f"no {name} runs") for name, other in against.items()}
 
 

@@ -28,7 +28,7 @@ def evaluate_state_size(rows: Rows, settings: Mapping[str, Any]) -> dict[str, Ou
     if len(sizes) < 2:
         return {"": NotApplicable("needs two or more state sizes")}
     arms = [(f"S={s}", arm(runs, task__state_size=s)) for s in sizes]
-    return {"": compare.trend(arms, "plateau", "end_step", predicts="increasing")}
+    return {"": compare.trend(arms, "plateau", "first_drop_step", predicts="increasing")}
 
 
 def evaluate_sparsity(rows: Rows, settings: Mapping[str, Any]) -> dict[str, Outcome]:

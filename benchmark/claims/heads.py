@@ -100,7 +100,7 @@ def evaluate_ca_head_dim(rows: Rows, settings: Mapping[str, Any]) -> dict[str, O
     if len(dims) < 2:
         return {"": NotApplicable("needs two or more head dims")}
     arms = [[r for r in runs if config_value(r, "mixer.head_dim") == d] for d in dims]
-    successes = [sum(r.get("plateau", {}).get("end_step") is not None for r in a) for a in arms]
+    successes = [sum(r.get("plateau", {}).get("first_drop_step") is not None for r in a) for a in arms]
     test = trend_test(successes, [len(a) for a in arms], scores=[float(d) for d in dims])
     low_rate, high_rate = successes[0] / len(arms[0]), successes[-1] / len(arms[-1])
     return {"": Evidence(effect=high_rate - low_rate, low=None, high=None, p=test.p,
@@ -108,7 +108,7 @@ def evaluate_ca_head_dim(rows: Rows, settings: Mapping[str, Any]) -> dict[str, O
                          n="/".join(str(len(a)) for a in arms),
                          details=", ".join(f"d_head={d}: {k}/{len(a)} left the plateau"
                                            for d, k, a in zip(dims, successes, arms)),
-                         data={f"d_head={d}": [float(r.get("plateau", {}).get("end_step") is not None) for r in a]
+                         data={f"d_head={d}": [float(r.get("plateau", {}).get("first_drop_step") is not None) for r in a]
                                for d, a in zip(dims, arms)})}
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 from emergence_bench.config import ConfigError
 from emergence_bench.reporting.reference import BUILTIN_PRESET, FORMAT, REFERENCE_DIR, compact, families
 from emergence_bench.result_row import section
-from emergence_bench.results import TUNING_DIR, code_version, load_records, read_tables, write_atomic
+from emergence_bench.results import SCHEMA_VERSION, TUNING_DIR, code_version, load_records, read_tables, write_atomic
 
 
 def build(root: str | Path, preset: str) -> dict:
@@ -34,7 +34,7 @@ def build(root: str | Path, preset: str) -> dict:
     first = records[0]
     commits = sorted({code_version(r) for r in records})  # "abc1234 (dirty)" where the tree had changes
     tuned_keys = sorted(sweep.tuning.grid)
-    return {"format": FORMAT, "preset": preset, "ladder": sweep.ladder, "tuned_keys": tuned_keys,
+    return {"format": FORMAT, "schema_version": SCHEMA_VERSION, "preset": preset, "ladder": sweep.ladder, "tuned_keys": tuned_keys,
             "commit": ", ".join(commits),
             "versions": first["versions"], "machine": section(first, "provenance").get("machine", {}),
             "created": time.strftime("%Y-%m-%d", time.gmtime()), "python": platform.python_version(),

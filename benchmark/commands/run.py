@@ -80,7 +80,8 @@ def main(args: argparse.Namespace, extra: list[str]) -> int:
     print(f"status {record['status']}" + (f": {record['error'].splitlines()[0]}" if record["error"] else ""))
     if record["status"] != "failed":
         print(f"emergence step {e.get('step')} (accuracy ≥ {e.get('threshold')})  "
-              f"plateau end {p.get('end_step')} (loss < {p.get('threshold', 0):.3f})  "
+              f"plateau end {p.get('end_step')}{' (worth the name)' if p.get('worth') else ''}  "
+              f"first drop {p.get('first_drop_step')} (loss < {p.get('threshold', 0):.3f})  "
               f"final eval loss {m.get('final_eval_loss')}  steps/s {record['timing']['steps_per_second']}  "
               f"threads {record.get('threads')}")
     print(f"result: {Path(args.out) / config.run_id() / RESULT_FILE}")

@@ -30,6 +30,7 @@ written before the rename: ``OLD_KEYS`` maps them).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import numpy as np
 import pandas as pd
@@ -61,7 +62,7 @@ def renamed(data: dict) -> dict:
 
 def first_drop(record: ResultRow) -> tuple[float, bool]:
     """(time, censored) of one run's first loss drop (see the module docstring)."""
-    end = PLATEAU.read(record).get("end_step")
+    end = PLATEAU.read(record).get("first_drop_step")
     if end is not None:
         return float(end), False
     emerged = emergence_step(record)
@@ -70,9 +71,12 @@ def first_drop(record: ResultRow) -> tuple[float, bool]:
     return float(step_budget(record)), True
 
 
-def _sample(members: list[ResultRow]) -> tuple[np.ndarray, np.ndarray, float]:
+Time = Callable[[ResultRow], "tuple[float, bool] | None"]  # a run's (time, censored); None: not measured
+
+
+def _sample(members: list[ResultRow], time: Time) -> tuple[np.ndarray, np.ndarray, float]:
     """A cell's measured runs as (times [n], censored [n], budget)."""
-    ends = [first_drop(r) for r in members if r["status"] in ("ok", "diverged")]
+    ends = [t for r in members if r["status"] in ("ok", "diverged") and (t := time(r)) is not None]
     times = np.array([t for t, _ in ends], dtype=float)
     budget = max(max(step_budget(r) for r in members),
                  float(times.max(initial=0)))
@@ -85,12 +89,14 @@ def _medians(times: np.ndarray, censored: np.ndarray, budget: float, rows: np.nd
 
 
 def score(cells: dict[tuple[str, str, str], list[ResultRow]], baseline: str, draws: int = DRAWS,
-          seed: int = SEED) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Per cell and per mixer first-drop ratios to ``baseline`` with bootstrap intervals.
+          seed: int = SEED, time: Time = first_drop, name: str = "first_drop") -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Per cell and per mixer ratios of a time (``time``: the first drop by default; the held plateau's
+    end is ``emergence_bench.held_plateau.plateau_time``, named ``held_plateau``) to ``baseline``'s,
+    with bootstrap intervals.
 
     cells: (mixer, family, rung) -> the cell's result records. Returns (cell table, mixer table):
-    cell rows hold median, reached, ratio, low, high, bound ('>', '<' or ''); mixer rows hold the
-    geometric-mean ratio, low, high and the number of cells it covers.
+    cell rows hold ``median_{name}``, reached, ratio, low, high, bound ('>', '<' or ''); mixer rows
+    hold the geometric-mean ``{name}_ratio``, ``_low``, ``_high``, the ``_cells`` it covers and ``_bound``.
     """
     mixers = sorted({mixer for mixer, _, _ in cells})
     if baseline not in mixers:
@@ -98,7 +104,7 @@ def score(cells: dict[tuple[str, str, str], list[ResultRow]], baseline: str, dra
     rng = np.random.default_rng(seed)
     point, drawn, reached = {}, {}, {}
     for key in sorted(cells):
-        times, censored, budget = _sample(cells[key])
+        times, censored, budget = _sample(cells[key], time)
         if not len(times):
             continue
         own = kaplan_meier_medians(times[None], censored[None])[0]
@@ -108,7 +114,7 @@ def score(cells: dict[tuple[str, str, str], list[ResultRow]], baseline: str, dra
     logs: dict[str, list[np.ndarray]] = {}
     for (mixer, family, rung) in sorted(point):
         base = (baseline, family, rung)
-        row = {"mixer": mixer, "family": family, "rung": rung, "median_first_drop": point[mixer, family, rung],
+        row = {"mixer": mixer, "family": family, "rung": rung, f"median_{name}": point[mixer, family, rung],
                "reached": reached[mixer, family, rung], "ratio": None, "low": None, "high": None, "bound": "",
                "informative": False}
         if base in point:
@@ -122,22 +128,23 @@ def score(cells: dict[tuple[str, str, str], list[ResultRow]], baseline: str, dra
                 logs.setdefault(mixer, []).append(log_draws)
             row["informative"] = reached[mixer, family, rung] or reached[base]
         rows.append(row)
-    cell_table = pd.DataFrame(rows)
+    cell_table = pd.DataFrame(rows, columns=["mixer", "family", "rung", f"median_{name}", "reached", "ratio", "low",
+                                             "high", "bound", "informative"])
     summary = []
     for mixer in mixers:
         if mixer == baseline:
-            summary.append({"mixer": mixer, "first_drop_ratio": 1.0, "first_drop_low": 1.0, "first_drop_high": 1.0,
-                            "first_drop_cells": int((cell_table["mixer"] == mixer).sum()), "first_drop_bound": ""})
+            summary.append({"mixer": mixer, f"{name}_ratio": 1.0, f"{name}_low": 1.0, f"{name}_high": 1.0,
+                            f"{name}_cells": int((cell_table["mixer"] == mixer).sum()), f"{name}_bound": ""})
             continue
         mine = cell_table[(cell_table["mixer"] == mixer) & cell_table["informative"]]
         if not len(mine):
-            summary.append({"mixer": mixer, "first_drop_ratio": None, "first_drop_low": None, "first_drop_high": None,
-                            "first_drop_cells": 0, "first_drop_bound": ""})
+            summary.append({"mixer": mixer, f"{name}_ratio": None, f"{name}_low": None, f"{name}_high": None,
+                            f"{name}_cells": 0, f"{name}_bound": ""})
             continue
         mean_logs = np.mean(logs[mixer], axis=0)
         bounds = set(mine["bound"])
-        summary.append({"mixer": mixer, "first_drop_ratio": math.exp(float(np.log(mine["ratio"].astype(float)).mean())),
-                        "first_drop_low": float(np.exp(np.quantile(mean_logs, 0.025))),
-                        "first_drop_high": float(np.exp(np.quantile(mean_logs, 0.975))),
-                        "first_drop_cells": len(mine), "first_drop_bound": bounds.pop() if len(bounds) == 1 else ""})
+        summary.append({"mixer": mixer, f"{name}_ratio": math.exp(float(np.log(mine["ratio"].astype(float)).mean())),
+                        f"{name}_low": float(np.exp(np.quantile(mean_logs, 0.025))),
+                        f"{name}_high": float(np.exp(np.quantile(mean_logs, 0.975))),
+                        f"{name}_cells": len(mine), f"{name}_bound": bounds.pop() if len(bounds) == 1 else ""})
     return cell_table, pd.DataFrame(summary)

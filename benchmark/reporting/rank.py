@@ -29,7 +29,7 @@ from pathlib import Path
 import pandas as pd
 
 from emergence_bench.config import ConfigError, hashed_config
-from emergence_bench.held_plateau import held_plateaus
+from emergence_bench.held_plateau import held_plateaus, plateau_time
 from emergence_bench.measurement import measurement
 from emergence_bench.reporting import plateau_score, reference
 from emergence_bench.reporting.ladder import ladders
@@ -197,9 +197,9 @@ DEFAULT_BASELINE = "transformer"
 
 
 def build(records: list[ResultRow], axes: dict[str, str] | None = None, baseline: str | None = None) -> dict:
-    """Everything the ranking holds: ladders, cells, per-family scores, the first-drop ratios to
-    ``baseline`` (a mixer label; default the Transformer where it ran, else no first-drop score) and the
-    overall ranking with both scores."""
+    """Everything the ranking holds: ladders, cells, per-family scores, the held plateau's and the first
+    drop's ratios to ``baseline`` (a mixer label; default the Transformer where it ran, else neither)
+    and the overall ranking with both scores."""
     if not records:
         raise ConfigError("no results to rank")
     cell_rows, ladder = cells(records, axes)
@@ -207,12 +207,15 @@ def build(records: list[ResultRow], axes: dict[str, str] | None = None, baseline
     ranking = overall(scores, cell_rows)
     if baseline is None and DEFAULT_BASELINE in set(ranking["mixer"]):
         baseline = DEFAULT_BASELINE
-    drops = pd.DataFrame()
+    parts = {"held_plateau": pd.DataFrame(), "first_drop": pd.DataFrame()}
     if baseline is not None:
-        drops, summary = plateau_score.score(cell_members(records, ladder), baseline)
-        drops["rung"] = drops["rung"].map(json.loads)
-        ranking = ranking.merge(summary, on="mixer", how="left")
-    return {"ladders": ladder, "cells": cell_rows, "families": scores, "ranking": ranking, "first_drop": drops,
+        members = cell_members(records, ladder)
+        for name, time in (("held_plateau", plateau_time), ("first_drop", plateau_score.first_drop)):
+            parts[name], summary = plateau_score.score(members, baseline, time=time, name=name)
+            if len(parts[name]):
+                parts[name]["rung"] = parts[name]["rung"].map(json.loads)
+            ranking = ranking.merge(summary, on="mixer", how="left")
+    return {"ladders": ladder, "cells": cell_rows, "families": scores, "ranking": ranking, **parts,
             "baseline": baseline, "lr": learning_rates(records)}
 
 
@@ -257,7 +260,7 @@ def write(root: str | Path, axes: dict[str, str] | None = None, strict: bool = F
         "ladders": ranked["ladders"], "baseline": ranked["baseline"], "lr": ranked["lr"],
         "tuning": ranked["tuning"], "reference": ranked["reference"],
         **{part: json.loads(ranked[part].to_json(orient="records"))
-           for part in ("ranking", "families", "cells", "first_drop")}})
+           for part in ("ranking", "families", "cells", "held_plateau", "first_drop")}})
     return ranked, markdown
 
 

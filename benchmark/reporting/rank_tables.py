@@ -55,10 +55,10 @@ def _ratio(ratio: float | None, low: float | None, high: float | None, bound: st
 def ranking_note(baseline: str | None) -> str:
     """What the ranking table's two scores mean (the caption above it)."""
     return ("Success score: the mean over task families of the area under success vs rung (0 to 1); equal ranks "
-            "are ties (within the 95% margin of that rank's first mixer). First-drop ratio: the geometric mean over "
-            "cells of the Kaplan–Meier median first loss drop (the first step the smoothed loss falls just under "
-            f"chance, tens of steps in: not the plateau before emergence) over {baseline or 'the baseline'}'s, 95% "
-            "bootstrap interval (below 1: leaves chance sooner). The held plateau is per cell, below.")
+            "are ties (within the 95% margin of that rank's first mixer). Plateau ratio: the geometric mean over "
+            "cells of the Kaplan–Meier median end of the held plateau (the loss held at one level until its last "
+            f"sharp drop) over {baseline or 'the baseline'}'s, 95% bootstrap interval (below 1: a shorter plateau). "
+            "The first drop from chance is per cell, below.")
 
 
 FRONTIER_NOTE = ("The hardest rung with success ≥ 50%, [interval]: the hardest rung whose Wilson interval lies "
@@ -104,14 +104,14 @@ def family_abruptness(cell_rows: pd.DataFrame) -> dict[tuple[str, str], str]:
 
 
 def cells_note(baseline: str | None) -> str:
-    return ("Median first drop: the first step the smoothed loss falls just under chance (or the shortcut). First-drop "
-            f"ratio: the cell's median first drop over {baseline or 'the baseline'}'s on the same rung, [95% bootstrap "
-            "interval]; `>`: this mixer's median not reached within the budget (a lower bound), `<`: the baseline's. "
-            "Held plateau: the median step where the loss, held at one level, starts its last sharp drop (`>budget`: "
+    return ("Plateau: the median step where the loss, held at one level, starts its last sharp drop (`>budget`: "
             "still held), with the runs whose plateau is worth the name (held at least half the time to its end and "
-            "twice as long as its drop) of those with a recorded curve. Abrupt cells: by the rule (the model comparison: "
-            "abrupt of those with a drop, the median onset and width in decades of the abrupt ones), then the median "
-            "share (the drop's width over the time to its end; docs/ranking.md says both).")
+            "twice as long as its drop) of those with a recorded curve. Plateau ratio: the cell's median plateau end "
+            f"over {baseline or 'the baseline'}'s on the same rung, [95% bootstrap interval]; `>`: this mixer's "
+            "median not reached within the budget (a lower bound), `<`: the baseline's. Median first drop: the first "
+            "step the smoothed loss falls just under chance (or the shortcut). Abrupt cells: by the rule (the model "
+            "comparison: abrupt of those with a drop, the median onset and width in decades of the abrupt ones), then "
+            "the median share (the drop's width over the time to its end; docs/ranking.md says both).")
 
 
 def tables(ranked: dict) -> dict[str, Table]:
@@ -126,8 +126,8 @@ def tables(ranked: dict) -> dict[str, Table]:
     overall_rows = []
     for row in ranking.to_dict("records"):
         areas = [_value(row.get(f"area:{f}")) for f in families]
-        plateau = _ratio(row.get("first_drop_ratio"), row.get("first_drop_low"), row.get("first_drop_high"),
-                         row.get("first_drop_bound") or "")
+        plateau = _ratio(row.get("held_plateau_ratio"), row.get("held_plateau_low"), row.get("held_plateau_high"),
+                         row.get("held_plateau_bound") or "")
         if row["mixer"] == baseline:
             plateau = "1 (baseline)"
         overall_rows.append([f"{row['rank']}{' (tie)' if row['tied_with'] else ''}", row["mixer"],
@@ -142,7 +142,7 @@ def tables(ranked: dict) -> dict[str, Table]:
         frontier_rows.append([mixer, *(_frontier(by_family[f]) if f in by_family else "-" for f in families)])
         abrupt_rows.append([mixer, *(abruptness.get((mixer, f), "-") for f in families)])
     plateau_cells = {(r["mixer"], r["family"], json.dumps(r["rung"])): r
-                     for r in ranked.get("first_drop", pd.DataFrame()).to_dict("records")}
+                     for r in ranked.get("held_plateau", pd.DataFrame()).to_dict("records")}
     rung_rows = []
     for row in cell_rows.itertuples():
         success = "-" if pd.isna(row.success_rate) else \
@@ -153,15 +153,15 @@ def tables(ranked: dict) -> dict[str, Table]:
         held = (f"{_median(row.median_held_plateau_end, row.budget)} ({row.held_plateaus}/{row.runs_with_curves})"
                 if row.runs_with_curves else "-")  # median held-plateau end (worth the name / with a curve)
         rung_rows.append([row.family, f"{row.axis or '-'}={_value(row.rung)}", row.mixer, str(row.seeds), success,
-                          _median(row.median_first_drop, row.budget), ratio,
-                          _median(row.median_emergence_step, row.budget), held, _abrupt(row)])
+                          _median(row.median_emergence_step, row.budget), held, ratio,
+                          _median(row.median_first_drop, row.budget), _abrupt(row)])
     return {
         "ranking": Table(["rank", "mixer", f"lr ({' / '.join(families)})" if len(families) > 1 else "lr", "parameters", "state (numbers/seq)", "success score ± se",
-                          "first-drop ratio [95%]", *(f"{f} area" for f in families)], overall_rows),
+                          "plateau ratio [95%]", *(f"{f} area" for f in families)], overall_rows),
         "frontier": Table(["mixer", *(f"{f} ({ladder[f]['axis'] or '-'})" for f in families)], frontier_rows),
         "abruptness": Table(["mixer", *families], abrupt_rows),
-        "cells": Table(["family", "rung", "mixer", "seeds", "success (95% interval)", "median first drop",
-                        "first-drop ratio", "median emergence", "held plateau: median end (worth the name)",
+        "cells": Table(["family", "rung", "mixer", "seeds", "success (95% interval)", "median emergence",
+                        "plateau: median end (worth the name)", "plateau ratio", "median first drop",
                         "abrupt cells: by the rule (onset, decades); share"], rung_rows),
     }
 

@@ -29,7 +29,7 @@ from emergence_bench.config import ConfigError, hashed_config
 from emergence_bench.reporting.ladder import ladders
 from emergence_bench.reporting.leaderboard import flatten
 from emergence_bench.result_row import ResultRow, section
-from emergence_bench.results import SCHEMA_VERSION
+from emergence_bench.results import SCHEMA_VERSION, upgrade_row
 
 REFERENCE_DIR = Path(__file__).parents[1] / "presets" / "reference"
 BUILTIN = "builtin"  # --reference builtin: the reference of the standard CPU ladder
@@ -117,8 +117,12 @@ def rows(reference: dict, without: Collection[str] = ()) -> list[ResultRow]:
     commit, dirty = reference["commit"].removesuffix(" (dirty)"), reference["commit"].endswith(" (dirty)")
     header = {"schema_version": SCHEMA_VERSION, "versions": reference["versions"], "error": None,
               "provenance": {"git": {"commit": commit, "dirty": dirty}, "machine": reference["machine"]}}
-    return [cast(ResultRow, {**header, **row}) for row in reference["rows"]
-            if row["config"]["mixer"]["name"] not in without]
+    return [upgrade_row(cast(ResultRow, {**header, **row, "schema_version": reference.get("schema_version", 2)}))
+            for row in reference["rows"] if row["config"]["mixer"]["name"] not in without]
+
+
+# The plateau fields a reference keeps: the held plateau (its end, censoring, worth) and the first drop.
+COMPACT_PLATEAU = ("end_step", "censored", "worth", "first_drop_step", "first_drop_censored")
 
 
 def compact(record: ResultRow) -> dict:
@@ -128,4 +132,4 @@ def compact(record: ResultRow) -> dict:
             "parameters": record.get("parameters"), "state_size": record.get("state_size"),
             "timing": {"steps": section(record, "timing").get("steps")},
             "emergence": {"step": emergence.get("step"), "censored": emergence.get("censored")},
-            "plateau": {"end_step": plateau.get("end_step"), "censored": plateau.get("censored")}}
+            "plateau": {key: plateau[key] for key in COMPACT_PLATEAU if key in plateau}}

@@ -80,11 +80,17 @@ def _compared_cell(key: CellKey, first: dict[str, Any], second: dict[str, Any]) 
     mixer, family, axis, rung = key
     return {"mixer": mixer, "family": family, "axis": axis, "rung": json.loads(rung),
             "rung_index": int(first["rung_index"]),
-            "first": {"emerged": a_success, "n": a_n, "median_emergence_step": _number(first["median_emergence_step"]),
-                      "budget": _number(first["budget"])},
-            "second": {"emerged": b_success, "n": b_n, "median_emergence_step": _number(second["median_emergence_step"]),
-                       "budget": _number(second["budget"])},
-            "p": p}
+            "first": _side(first, a_success, a_n), "second": _side(second, b_success, b_n), "p": p}
+
+
+def _side(cell: dict[str, Any], emerged: int, n: int) -> dict[str, Any]:
+    """One set's part of a compared cell: success, the emergence and held-plateau medians (None: not
+    reached; the plateau's None too where no run kept a curve), the plateaus worth the name."""
+    curves = int(cell.get("runs_with_curves") or 0)
+    return {"emerged": emerged, "n": n, "median_emergence_step": _number(cell["median_emergence_step"]),
+            "median_plateau_end": _number(cell.get("median_held_plateau_end")) if curves else None,
+            "plateaus_worth": int(cell.get("held_plateaus") or 0) if curves else None, "runs_with_curves": curves,
+            "budget": _number(cell["budget"])}
 
 
 def _summary(compared: list[dict[str, Any]]) -> dict[str, Any]:
@@ -94,6 +100,9 @@ def _summary(compared: list[dict[str, Any]]) -> dict[str, Any]:
         cell["holm_p"] = holm_p
     medians = [(c["first"]["median_emergence_step"], c["second"]["median_emergence_step"]) for c in compared]
     shifts = [abs(a - b) for a, b in medians if a is not None and b is not None]
+    both_curves = [c for c in compared if c["first"]["runs_with_curves"] and c["second"]["runs_with_curves"]]
+    plateaus = [(c["first"]["median_plateau_end"], c["second"]["median_plateau_end"]) for c in both_curves]
+    plateau_shifts = [abs(a - b) for a, b in plateaus if a is not None and b is not None]
     return {"cells": len(compared), "tested": len(tested),
             "differing": sum(1 for p in tested if p < ALPHA),
             "expected_by_chance_at_most": len(tested) * ALPHA,
@@ -101,7 +110,11 @@ def _summary(compared: list[dict[str, Any]]) -> dict[str, Any]:
             "success_count_changed": sum(1 for c in compared if c["first"]["emerged"] != c["second"]["emerged"]),
             "both_medians": len(shifts),
             "median_abs_median_shift": statistics.median(shifts) if shifts else None,
-            "one_median_reached": sum(1 for a, b in medians if (a is None) != (b is None))}
+            "one_median_reached": sum(1 for a, b in medians if (a is None) != (b is None)),
+            "plateau_cells": len(both_curves), "both_plateau_medians": len(plateau_shifts),
+            "median_abs_plateau_shift": statistics.median(plateau_shifts) if plateau_shifts else None,
+            "plateaus_worth": [sum(c[side]["plateaus_worth"] for c in both_curves) for side in ("first", "second")],
+            "plateau_runs": [sum(c[side]["runs_with_curves"] for c in both_curves) for side in ("first", "second")]}
 
 
 def _rankings(first: pd.DataFrame, second: pd.DataFrame) -> list[dict[str, Any]]:
@@ -167,6 +180,13 @@ def _step(median: float | None, budget: float | None) -> str:
     return f">{budget:g}" if budget is not None else "not reached"
 
 
+def _plateau(side: dict[str, Any]) -> str:
+    """``400 (3/8)``: the held plateau's median end and the runs worth the name; ``-`` without curves."""
+    if not side.get("runs_with_curves"):
+        return "-"
+    return f"{_step(side['median_plateau_end'], side['budget'])} ({side['plateaus_worth']}/{side['runs_with_curves']})"
+
+
 def _optional(value: float | int | None, form: str = "{:.2f}") -> str:
     return "-" if value is None else form.format(value)
 
@@ -183,12 +203,18 @@ def summary_lines(comparison: dict[str, Any], first_name: str, second_name: str)
     """The summary as sentences (what the command prints last)."""
     s = comparison["summary"]
     shift = "-" if s["median_abs_median_shift"] is None else f"{s['median_abs_median_shift']:g} steps"
+    plateau_shift = "-" if s["median_abs_plateau_shift"] is None else f"{s['median_abs_plateau_shift']:g} steps"
     lines = [f"{s['differing']} of {s['tested']} cells differ at p < {ALPHA} (two-sided Fisher exact), at most "
              f"{s['tested']}·{ALPHA} = {s['expected_by_chance_at_most']:.2g} expected by chance; "
              f"{s['differing_holm']} after Holm's adjustment.",
              f"{s['success_count_changed']} of {s['cells']} cells changed their success count. Median emergence "
              f"step: median absolute difference {shift} over the {s['both_medians']} cells where both reached a "
              f"median; cells where only one did: {s['one_median_reached']}.",
+             (f"Held plateau, over the {s['plateau_cells']} cells where both sets kept curves: median end's median "
+              f"absolute difference {plateau_shift} over the {s['both_plateau_medians']} cells where both reached "
+              f"one; plateaus worth the name {s['plateaus_worth'][0]}/{s['plateau_runs'][0]} in {first_name}, "
+              f"{s['plateaus_worth'][1]}/{s['plateau_runs'][1]} in {second_name}." if s["plateau_cells"] else
+              "Held plateau: no cell where both sets kept train-loss curves (a slim reference has none)."),
              f"Tiers: {len(comparison['disagreements']['first'])} pairs ordered above in {first_name} and below in "
              f"{second_name}, {len(comparison['disagreements']['second'])} the other way."]
     if s["tested"] < s["cells"]:
@@ -203,12 +229,14 @@ def render(comparison: dict[str, Any], first_name: str, second_name: str) -> str
     """The comparison as Markdown: summary, differing cells, tiers, areas per family, every shared cell."""
     differing = [c for c in comparison["cells"] if c["p"] is not None and c["p"] < ALPHA]
     cell_table = Table(["family", "rung", "mixer", f"emerged/n {first_name}", f"emerged/n {second_name}",
-                        "Fisher p", "Holm p", f"median emergence {first_name}", f"median emergence {second_name}"],
+                        "Fisher p", "Holm p", f"median emergence {first_name}", f"median emergence {second_name}",
+                        f"plateau end (worth) {first_name}", f"plateau end (worth) {second_name}"],
                        [[c["family"], f"{c['axis'] or '-'}={c['rung']}", c["mixer"],
                          f"{c['first']['emerged']}/{c['first']['n']}", f"{c['second']['emerged']}/{c['second']['n']}",
                          _p(c["p"]), _p(c["holm_p"]),
                          _step(c["first"]["median_emergence_step"], c["first"]["budget"]),
-                         _step(c["second"]["median_emergence_step"], c["second"]["budget"])]
+                         _step(c["second"]["median_emergence_step"], c["second"]["budget"]),
+                         _plateau(c["first"]), _plateau(c["second"])]
                         for c in comparison["cells"]])
     rank_table = Table(["mixer", f"rank {first_name}", f"score {first_name}", f"rank {second_name}",
                         f"score {second_name}"],
@@ -232,7 +260,9 @@ def render(comparison: dict[str, Any], first_name: str, second_name: str) -> str
              f"Ordered above in {first_name}, below in {second_name}: {pairs['first']}.",
              f"Ordered above in {second_name}, below in {first_name}: {pairs['second']}.", "",
              rank_table.markdown(), "", "## Area per family", "", area_table.markdown(), "",
-             "## Cells", "", "`>budget`: the Kaplan–Meier median was not reached within the budget.", "",
+             "## Cells", "", "`>budget`: the Kaplan–Meier median was not reached within the budget (for the plateau: "
+             "still held). Plateau end (worth): the held plateau's median end, with the runs whose plateau is worth "
+             "the name of those with a train-loss curve.", "",
              cell_table.markdown()]
     for side, name in (("only_first", first_name), ("only_second", second_name)):
         if comparison[side]:

@@ -1,4 +1,4 @@
-"""Threshold sensitivity: how the emergence step and the plateau end move with their thresholds.
+"""Threshold sensitivity: how the emergence step and the first loss drop move with their thresholds.
 
 Both measures are "the first step past a threshold", so a conclusion drawn from them (this mixer's
 plateau is twice that one's) should survive other reasonable thresholds. From each run's recorded
@@ -7,10 +7,10 @@ curves, for every leaderboard row (runs equal but for the seed):
 - emergence: the first eval whose accuracy reaches τ × the task's reachable accuracy, for τ from 0.5
   to 0.99; Kaplan–Meier median over seeds, a run censored at the last step it trained (a run that
   stopped at its emergence is censored there for higher τ);
-- plateau end: the first point of the recorded train-loss curve (means over ``log_every`` steps)
+- first loss drop: the first point of the recorded train-loss curve (means over ``log_every`` steps)
   below base − f·(base − floor), base the chance loss or the shortcut baseline when lower (as the
   plateau callback), for f from 0.05 to 0.5. The callback smooths with an EMA instead, so at its own
-  f the curve here can differ from the leaderboard's plateau end by a few steps.
+  f the curve here can differ from the leaderboard's first drop by a few steps.
 """
 
 from __future__ import annotations

@@ -1,11 +1,11 @@
 """The ranking's comparison figures: mixers side by side on one axis.
 
-- ``survival_figure``: per rung, the Kaplan–Meier curves of "not yet emerged" and "not yet dropped
-  from chance" (the first loss drop, ``plateau_score.first_drop``) against step, one line per mixer, a tick where a run was censored (stopped or out of
-  budget before the event).
-- ``forest_figure``: each mixer's first-drop ratio to the baseline (the geometric mean over cells, with
+- ``survival_figure``: per rung, the Kaplan–Meier curves of "not yet emerged" and "still on its
+  plateau" (the held plateau, ``emergence_bench.held_plateau.plateau_time``) against step, one line
+  per mixer, a tick where a run was censored (stopped or out of budget before the event).
+- ``forest_figure``: each mixer's plateau ratio to the baseline (the geometric mean over cells, with
   its 95% interval), and every cell's ratio behind it.
-- ``state_figure``: the success score and the first-drop ratio against the state a mixer carries per
+- ``state_figure``: the success score and the plateau ratio against the state a mixer carries per
   sequence at inference: the quality-for-memory trade-off of a recurrent architecture.
 
 Each takes ``rank.build``'s output (and the records where it needs the runs) and returns a matplotlib
@@ -24,8 +24,8 @@ import numpy as np  # noqa: E402
 from matplotlib.axes import Axes  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
+from emergence_bench.held_plateau import plateau_time  # noqa: E402
 from emergence_bench.reporting import rank  # noqa: E402
-from emergence_bench.reporting.plateau_score import first_drop  # noqa: E402
 from emergence_bench.reporting.plotting import plain_log  # noqa: E402
 from emergence_bench.result_row import ResultRow, emergence_step, step_budget  # noqa: E402
 from emergence_bench.stats import kaplan_meier  # noqa: E402
@@ -70,7 +70,7 @@ def _survival_at(xs: list[float], ys: list[float], time: float) -> float:
 
 
 def survival_figure(ranked: dict, records: list[ResultRow]) -> Figure | None:
-    """Rows: each family's "not yet emerged" then "not yet dropped from chance"; columns: its rungs."""
+    """Rows: each family's "not yet emerged" then "still on its plateau"; columns: its rungs."""
     ladder = ranked["ladders"]
     members = rank.cell_members([r for r in records if r["status"] in ("ok", "diverged")], ladder)
     if not members:
@@ -89,9 +89,10 @@ def survival_figure(ranked: dict, records: list[ResultRow]) -> Figure | None:
                 rung = ladder[family]["rungs"][column]
                 for (mixer, fam, key), runs in sorted(members.items()):
                     if fam == family and key == json.dumps(rung):
-                        sample = [(_emergence if kind == 0 else first_drop)(r) for r in runs]
-                        _km_line(ax, sample, colours[mixer], mixer)
-                what = "not yet emerged" if kind == 0 else "not yet dropped from chance"
+                        sample = [t for r in runs if (t := (_emergence if kind == 0 else plateau_time)(r)) is not None]
+                        if sample:  # a run without a train-loss curve (a slim reference row) has no plateau
+                            _km_line(ax, sample, colours[mixer], mixer)
+                what = "not yet emerged" if kind == 0 else "still on its plateau"
                 axis = (ladder[family]["axis"] or "").removeprefix("task.")
                 ax.set_title(f"{family} {axis}={rung}: {what}", fontsize=9)
                 ax.set_ylim(-0.03, 1.03)
@@ -108,13 +109,13 @@ def survival_figure(ranked: dict, records: list[ResultRow]) -> Figure | None:
 
 
 def forest_figure(ranked: dict) -> Figure | None:
-    """Each mixer's first-drop ratio to the baseline: the geometric mean (square) with its 95% interval,
+    """Each mixer's plateau ratio to the baseline: the geometric mean (square) with its 95% interval,
     every cell's ratio (dots; open where it is a bound) behind it; a line at 1."""
-    baseline, plateau, ranking = ranked.get("baseline"), ranked.get("first_drop"), ranked["ranking"]
-    if baseline is None or plateau is None or not len(plateau) or "first_drop_ratio" not in ranking:
+    baseline, plateau, ranking = ranked.get("baseline"), ranked.get("held_plateau"), ranked["ranking"]
+    if baseline is None or plateau is None or not len(plateau) or "held_plateau_ratio" not in ranking:
         return None
-    rows = ranking[(ranking["mixer"] != baseline) & ranking["first_drop_ratio"].notna()]
-    rows = rows.sort_values("first_drop_ratio", ascending=False)
+    rows = ranking[(ranking["mixer"] != baseline) & ranking["held_plateau_ratio"].notna()]
+    rows = rows.sort_values("held_plateau_ratio", ascending=False)
     if rows.empty:
         return None
     figure, ax = plt.subplots(figsize=(10, 0.55 * len(rows) + 1.6))
@@ -125,25 +126,25 @@ def forest_figure(ranked: dict) -> Figure | None:
         for dy, cell in zip(jitter, cells.itertuples()):
             ax.scatter(cell.ratio, y + dy, s=18, color=colours[row.mixer], alpha=0.45,
                        facecolors="none" if cell.bound else colours[row.mixer])
-        ax.plot([row.first_drop_low, row.first_drop_high], [y, y], color="black", linewidth=2)
-        ax.scatter(row.first_drop_ratio, y, marker="s", s=60, color="black", zorder=3)
+        ax.plot([row.held_plateau_low, row.held_plateau_high], [y, y], color="black", linewidth=2)
+        ax.scatter(row.held_plateau_ratio, y, marker="s", s=60, color="black", zorder=3)
     ax.axvline(1, color="grey", linestyle="--", linewidth=1)
     plain_log(ax, "x")
     ax.set_yticks(range(len(rows)), list(rows["mixer"]))
     ax.invert_yaxis()
-    ax.set_xlabel(f"median first loss drop over {baseline}'s (log; < 1: leaves chance sooner)")
+    ax.set_xlabel(f"median plateau end over {baseline}'s (log; < 1: a shorter plateau)")
     ax.grid(axis="x", alpha=0.3)
     figure.tight_layout()
     return figure
 
 
 def state_figure(ranked: dict) -> Figure | None:
-    """Success score (left) and first-drop ratio (right) against the state per sequence (log axes)."""
+    """Success score (left) and plateau ratio (right) against the state per sequence (log axes)."""
     ranking = ranked["ranking"]
     if "state_size" not in ranking or ranking["state_size"].notna().sum() < 2:
         return None
     rows = ranking[ranking["state_size"].notna()]
-    has_plateau = "first_drop_ratio" in rows and rows["first_drop_ratio"].notna().sum() >= 2
+    has_plateau = "held_plateau_ratio" in rows and rows["held_plateau_ratio"].notna().sum() >= 2
     figure, axes = plt.subplots(1, 2 if has_plateau else 1, figsize=(12 if has_plateau else 6.5, 4.2), squeeze=False)
     colours = _colours(list(ranking["mixer"]))
     left = axes[0, 0]
@@ -155,15 +156,16 @@ def state_figure(ranked: dict) -> Figure | None:
     left.set_ylim(-0.05, 1.1)
     if has_plateau:
         right = axes[0, 1]
-        for row in rows[rows["first_drop_ratio"].notna()].itertuples():
-            right.errorbar(row.state_size, row.first_drop_ratio,
-                           yerr=[[row.first_drop_ratio - row.first_drop_low], [row.first_drop_high - row.first_drop_ratio]],
+        for row in rows[rows["held_plateau_ratio"].notna()].itertuples():
+            right.errorbar(row.state_size, row.held_plateau_ratio,
+                           yerr=[[row.held_plateau_ratio - row.held_plateau_low],
+                                 [row.held_plateau_high - row.held_plateau_ratio]],
                            marker="o", capsize=3, color=colours[row.mixer])
-            right.annotate(row.mixer, (row.state_size, row.first_drop_ratio), textcoords="offset points",
+            right.annotate(row.mixer, (row.state_size, row.held_plateau_ratio), textcoords="offset points",
                            xytext=(5, 5), fontsize=8)
         plain_log(right)
         right.axhline(1, color="grey", linestyle="--", linewidth=1)
-        right.set_ylabel(f"first-drop ratio to {ranked['baseline']} (log)")
+        right.set_ylabel(f"plateau ratio to {ranked['baseline']} (log)")
     for ax in axes.flat:
         plain_log(ax, "x")
         ax.set_xlabel("state carried per sequence at inference (numbers, log)")

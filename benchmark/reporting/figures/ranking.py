@@ -1,5 +1,5 @@
 """The ranking's section: its tables and ladder figure (success and the first loss drop against the
-rung), and the figures drawn with it: tuning curves, survival by rung, the first-drop forest, state size."""
+rung), and the figures drawn with it: tuning curves, survival by rung, the plateau forest, state size."""
 
 from __future__ import annotations
 
@@ -19,8 +19,9 @@ from emergence_bench.results import TUNING_DIR, read_tables
 
 def ladder_figure(ranked: dict) -> Figure | None:
     """Per task family (columns): success rate vs rung per mixer with 95% Wilson intervals (top), and
-    the median first loss drop vs rung on a log axis (bottom), a median not reached drawn as an arrow
-    at the budget. None when no family has more than one rung."""
+    the median end of the held plateau vs rung on a log axis (bottom), a median not reached (still
+    held) drawn as an arrow at the budget, a cell without train-loss curves (a slim reference row) left
+    out. None when no family has more than one rung."""
     ladders = {f: ladder for f, ladder in ranked["ladders"].items() if len(ladder["rungs"]) > 1}
     if not ladders:
         return None
@@ -29,6 +30,7 @@ def ladder_figure(ranked: dict) -> Figure | None:
     figure, axes = plt.subplots(2, len(ladders), figsize=(PAGE_INCHES, 6.5), squeeze=False)
     for column, (family, ladder) in enumerate(sorted(ladders.items())):
         top, bottom = axes[0, column], axes[1, column]
+        plateaus = 0  # cells with a plateau drawn in this family
         for i, mixer in enumerate(mixers):
             rows = cells[(cells["family"] == family) & (cells["mixer"] == mixer)].sort_values("rung_index")
             rows = rows[rows["success_rate"].notna()]
@@ -38,17 +40,22 @@ def ladder_figure(ranked: dict) -> Figure | None:
             rate = rows["success_rate"]
             top.errorbar(x, rate, yerr=[rate - rows["success_low"], rows["success_high"] - rate], marker="o",
                          capsize=3, color=f"C{i}", label=mixer)
-            reached = rows["median_first_drop"].notna()
-            bottom.plot(x[reached], rows["median_first_drop"][reached], marker="o", color=f"C{i}", label=mixer)
-            bottom.scatter(x[~reached], rows["budget"][~reached], marker="^", s=60, color=f"C{i}")
+            curves = rows["runs_with_curves"].fillna(0) > 0
+            reached = rows["median_held_plateau_end"].notna() & curves
+            bottom.plot(x[reached], rows["median_held_plateau_end"][reached], marker="o", color=f"C{i}", label=mixer)
+            bottom.scatter(x[~reached & curves], rows["budget"][~reached & curves], marker="^", s=60, color=f"C{i}")
+            plateaus += int(curves.sum())
         for ax in (top, bottom):
             ax.set_xticks(range(len(ladder["rungs"])), [str(r) for r in ladder["rungs"]])
             ax.set_xlabel(ladder["axis"])
         top.set_ylim(-0.05, 1.05)
         top.set_title(family)
         top.set_ylabel("success rate (emerged)")
-        plain_log(bottom)
-        bottom.set_ylabel("median first loss drop\n(▲: not reached, at budget)")
+        if plateaus:
+            plain_log(bottom)
+        else:  # no cell kept a train-loss curve (slim reference rows): nothing to draw
+            bottom.text(0.5, 0.5, "no train-loss curves", ha="center", va="center", transform=bottom.transAxes)
+        bottom.set_ylabel("median plateau end\n(▲: still held, at budget)")
     figure.tight_layout()
     handles, labels = axes[0, 0].get_legend_handles_labels()
     legend_above(figure, handles, labels, columns=min(len(labels), 7))  # not on the first family's lines
@@ -74,7 +81,7 @@ def _ranking(results: Results) -> list[Drawn]:
     results.ranked, results.ranked_rows = ranked, rows
     tables = rank_tables.tables(ranked)
     return [Drawn(figure, "ranking", caption=html.escape(rank_tables.ranking_note(ranked["baseline"])),
-                  alt="success and first loss drop vs rung",
+                  alt="success and plateau end vs rung",
                   html=(tables["ranking"].html(), "<h3>Frontier per task family</h3>", tables["frontier"].html(),
                         "<p>Top: success rate per rung with 95% Wilson intervals, one line per mixer. Bottom: the "
                         "median first loss drop (the smoothed loss first just under chance) per rung on a log "
@@ -99,16 +106,18 @@ def _tuning(results: Results) -> list[Drawn]:
 
 
 @register_figure("survival", "Survival by rung",
-                 "Per rung, the fraction of each mixer's seeds not yet emerged (upper row of a family) and not yet "
-                 "dropped from chance (the first loss drop; lower row) against step: Kaplan–Meier curves, a tick where a run stopped "
-                 "before the event (censored). A curve that falls earlier is a mixer that finds the pattern sooner.",
+                 "Per rung, the fraction of each mixer's seeds not yet emerged (upper row of a family) and still on "
+                 "its plateau (the loss held at one level until its last sharp drop; lower row) against step: "
+                 "Kaplan–Meier curves, a tick where a run stopped before the event (censored). A curve that falls "
+                 "earlier is a mixer that finds the pattern sooner. Runs without a train-loss curve (slim reference "
+                 "rows) have no plateau line.",
                  "no ranked runs", part_of="ranking")
 def _survival(results: Results) -> list[Drawn]:
     figure = comparison.survival_figure(results.ranked, results.ranked_rows) if results.ranked else None
     return [Drawn(figure, "survival")] if figure else []
 
 
-@register_figure("forest", "First-drop ratio", "", "no baseline mixer (rank --baseline) among the results",
+@register_figure("forest", "Plateau ratio", "", "no baseline mixer (rank --baseline) among the results",
                  part_of="ranking")
 def _forest(results: Results) -> list[Drawn]:
     figure = comparison.forest_figure(results.ranked) if results.ranked else None
@@ -116,13 +125,13 @@ def _forest(results: Results) -> list[Drawn]:
         return []
     baseline = results.ranked["baseline"] or "the baseline"
     return [Drawn(figure, "forest", caption=(
-        f"Each mixer's median first loss drop over {html.escape(baseline)}'s: the geometric mean over cells "
+        f"Each mixer's median plateau end over {html.escape(baseline)}'s: the geometric mean over cells "
         "(square) with its 95% bootstrap interval, each cell's ratio behind it (open: a bound, the median "
-        "not reached within the budget). Left of the dashed line: leaves chance sooner."))]
+        "not reached within the budget). Left of the dashed line: a shorter plateau."))]
 
 
 @register_figure("state", "State size and quality",
-                 "Success score and first-drop ratio against the state each mixer carries per sequence at inference "
+                 "Success score and plateau ratio against the state each mixer carries per sequence at inference "
                  "(attention's grows with the sequence; the largest in the ranking is drawn).",
                  "the results do not record state sizes (runs from before state_size was recorded)", part_of="ranking")
 def _state(results: Results) -> list[Drawn]:

@@ -1,4 +1,4 @@
-"""Threshold sensitivity: the median emergence step and plateau end against the thresholds that
+"""Threshold sensitivity: the median emergence step and first loss drop against the thresholds that
 define them (computed by ``emergence_bench.reporting.thresholds``)."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from emergence_bench.result_row import Row, section
 
 def threshold_figure(groups: Sequence[tuple[str, Sequence[Row]]], limit: int = 10) -> Figure | None:
     """Two panels, one line per group (the first ``limit``): median emergence step against τ and
-    median plateau end against f, the thresholds in use dashed. None when no run has curves."""
+    median first loss drop against f, the thresholds in use dashed. None when no run has curves."""
     groups = [(label, rows) for label, rows in groups if any(section(r, "curves").get("eval") for r in rows)]
     if not groups:
         return None
@@ -30,7 +30,7 @@ def threshold_figure(groups: Sequence[tuple[str, Sequence[Row]]], limit: int = 1
     tau, frac = used_thresholds(groups[0][1])
     for ax, used, xlabel, title in (
             (left, tau, "τ (× reachable accuracy)", "Emergence step"),
-            (right, frac, "f (of the way from chance to floor)", "Plateau end")):
+            (right, frac, "f (of the way from chance to floor)", "First loss drop")):
         if used is not None:
             ax.axvline(used, color="grey", linestyle="--", linewidth=1)
         ax.set_xlabel(xlabel)
@@ -51,11 +51,12 @@ def threshold_figure(groups: Sequence[tuple[str, Sequence[Row]]], limit: int = 1
 
 register_figure("thresholds", "Threshold sensitivity",
                 "Left: each group's median emergence step (Kaplan–Meier over seeds) against the accuracy threshold τ, "
-                "as a fraction of the task's reachable accuracy; right: its median plateau end against the loss "
+                "as a fraction of the task's reachable accuracy; right: its median first loss drop against the loss "
                 "threshold, the fraction f of the way from chance (or the shortcut baseline) to the floor. Dashed: the "
                 "thresholds the runs used. A conclusion that holds along the whole curve does not depend on the "
                 "threshold; a missing point is a median not reached (runs that stopped at their emergence are "
-                "censored there for a higher τ). The plateau curve reads the recorded train-loss means, not the "
-                "callback's EMA, so at its own f it can differ from the leaderboard by a few steps.",
+                "censored there for a higher τ). The first-drop curve reads the recorded train-loss means, not the "
+                "callback's EMA, so at its own f it can differ from the leaderboard by a few steps. (The held "
+                "plateau's end has no threshold of this kind: its bands are fixed, docs/measurements.md.)",
                 "no run recorded eval curves")(
     from_groups(threshold_figure, "threshold-sensitivity"))
