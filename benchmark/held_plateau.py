@@ -40,7 +40,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from emergence_bench.result_row import Row, section, step_budget
+from emergence_bench.result_row import Row, plateau_section, section, step_budget
 from emergence_bench.stats import kaplan_meier_median
 
 BAND = 0.05  # of chance − floor: the loss is held while its running minimum stays within this band
@@ -151,7 +151,7 @@ def plateau_time(row: Row) -> tuple[float, bool] | None:
     plateau (it fell from the start, or ended within a few points); None where the row has no curve.
     Read from the row's plateau section where it holds them (rows of schema 3, or upgraded on read),
     else from its curve."""
-    held = section(row, "plateau")
+    held = plateau_section(row)
     if "worth" in held:
         end = held.get("end_step")
         return (float(step_budget(row)), True) if end is None else (float(end), False)
@@ -177,7 +177,7 @@ def held_plateaus(runs: Sequence[Row]) -> dict[str, Any]:
 
 def worth(row: Row) -> bool:
     """Whether the run held a plateau worth the name (its plateau section, else its curve)."""
-    held = section(row, "plateau")
+    held = plateau_section(row)
     if "worth" in held:
         return bool(held["worth"])
     found = run_plateau(row)

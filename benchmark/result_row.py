@@ -136,6 +136,11 @@ def section(row: Row, name: SectionName | Measurement[Any]) -> Mapping[str, Any]
 
 # Two facts of measured sections that the layers below the callbacks need (the results store, the
 # columns, the forecast): read here by key, as the emergence and forecast-stop callbacks write them.
+def plateau_section(row: Row) -> Mapping[str, Any]:
+    """The row's plateau section (the held plateau and the first drop), ``{}`` where it has none."""
+    return cast(Mapping[str, Any], row.get("plateau") or {})
+
+
 def emergence_step(row: Row) -> int | None:
     """The step the run emerged at; None when it never did, or never trained."""
     return cast(Mapping[str, Any], row.get("emergence") or {}).get("step")

@@ -27,7 +27,7 @@ import pandas as pd
 
 from emergence_bench.held_plateau import plateau_fields
 from emergence_bench.machine import allocator
-from emergence_bench.result_row import ResultRow, Row, emergence_step, section
+from emergence_bench.result_row import ResultRow, Row, emergence_step, plateau_section, section
 
 SCHEMA_VERSION = 3  # 2: task_facts, full-sequence losses, init and bias patterns in the config; 3: the held plateau
 READS = (2, 3)  # schema 2 rows are upgraded when read (upgrade_row)
@@ -259,7 +259,7 @@ def upgrade_row(row: ResultRow) -> ResultRow:
     row is left out of the held plateau's columns rather than counted as still held)."""
     if row.get("schema_version") != 2:
         return row
-    old = dict(section(row, "plateau"))
+    old = dict(plateau_section(row))
     plateau = {k: v for k, v in old.items() if k not in ("end_step", "censored")}
     if "end_step" in old:
         plateau.update(first_drop_step=old["end_step"], first_drop_censored=old.get("censored", old["end_step"] is None))

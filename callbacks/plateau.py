@@ -11,6 +11,7 @@ found. Rows of schema 2 named the first drop ``end_step``; they are upgraded whe
 from __future__ import annotations
 
 import warnings
+from collections.abc import Sequence
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, TypedDict
 
@@ -20,7 +21,7 @@ from emergence_bench.columns import Computed, Median, missing
 from emergence_bench.held_plateau import plateau_fields
 from emergence_bench.measurement import Measurement, every_run, register_measurement
 from emergence_bench.registry import register_callback
-from emergence_bench.result_row import section
+from emergence_bench.result_row import Row, plateau_section
 
 if TYPE_CHECKING:
     from emergence_bench.tasks.base import SyntheticTask
@@ -188,14 +189,14 @@ class Plateau(L.Callback):
         self._window = list(state.get("window", []))
 
 
-def _worth_cell(row: dict) -> str:
+def _worth_cell(row: dict[str, Any]) -> str:
     if missing(row["held_measured_runs"]) or not row["held_measured_runs"]:
         return "-"
     return f"{row['held_worth']}/{row['held_measured_runs']}"
 
 
-def _held_counts(runs: list) -> dict:
-    held = [section(r, "plateau") for r in runs]
+def _held_counts(runs: Sequence[Row]) -> dict[str, Any]:
+    held = [plateau_section(r) for r in runs]
     return {"held_worth": sum(1 for h in held if h.get("worth")),
             "held_measured_runs": sum(1 for h in held if "worth" in h)}
 
@@ -204,7 +205,7 @@ def _held_counts(runs: list) -> dict:
 # runs whose plateau is worth the name; then the first drop, "(shortcut)" where its threshold lies above
 # the task's shortcut baseline (the recorder's plateau_measures_shortcut).
 PLATEAU = register_measurement(Measurement(
-    "plateau", section="plateau", fields=PlateauSection, applies=lambda row: "worth" in section(row, "plateau"),
+    "plateau", section="plateau", fields=PlateauSection, applies=lambda row: "worth" in plateau_section(row),
     columns=(Median("median_plateau_end", "end_step", interval=("plateau_low", "plateau_high"),
                     measured="plateau_measured", header="median plateau end (95% CI)",
                     ratios="plateau", against_none=True),

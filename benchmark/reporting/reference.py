@@ -132,4 +132,4 @@ def compact(record: ResultRow) -> dict:
             "parameters": record.get("parameters"), "state_size": record.get("state_size"),
             "timing": {"steps": section(record, "timing").get("steps")},
             "emergence": {"step": emergence.get("step"), "censored": emergence.get("censored")},
-            "plateau": {key: plateau[key] for key in COMPACT_PLATEAU if key in plateau}}
+            "plateau": {key: value for key, value in plateau.items() if key in COMPACT_PLATEAU}}
