@@ -45,6 +45,7 @@ ANALYSIS_DIR = "analysis"  # `emergence-bench analyze` outputs: emergence.json, 
 # What a results folder (a sweep's DIR) holds beside its run folders.
 LEADERBOARD_STEM = "leaderboard"  # leaderboard.md, leaderboard.csv, leaderboard.json
 RANK_STEM = "rank"  # rank.md, rank.csv, rank.json
+LADDER_FILE = "ladder.json"  # DIR/ladder.json: the preset's ladder version and learning-speed families (a sweep writes it)
 TUNING_DIR = "tuning"  # DIR/tuning/<group>/<run id>: a tuned sweep's tuning runs, which its ranking leaves out
 TABLES_FILE = "tuning.json"  # DIR/tuning/tuning.json: the tuning tables (execution/tuning.py), one per mixer and group
 REPORT_FILE = "report.html"
@@ -103,6 +104,13 @@ def write_atomic(path: str | Path, write: Callable[[BinaryIO], object]) -> None:
 def write_text(path: str | Path, text: str) -> None:
     """Write ``text`` (UTF-8) to ``path`` atomically (see ``write_atomic``)."""
     write_atomic(path, lambda f: f.write(text.encode("utf-8")))
+
+
+def write_ladder(folder: str | Path, preset: str, ladder: str | None, learning_speed: list[str]) -> None:
+    """``folder``/ladder.json: the preset a sweep trained, its ladder version and the task families
+    outside the ranking's success score, which `rank` reads."""
+    Path(folder).mkdir(parents=True, exist_ok=True)
+    write_json(Path(folder) / LADDER_FILE, {"preset": preset, "ladder": ladder, "learning_speed": list(learning_speed)})
 
 
 def write_json(path: str | Path, data: Mapping[str, Any] | list) -> None:

@@ -130,7 +130,7 @@ def test_write_puts_markdown_csv_and_json_next_to_the_results(tmp_path):
     assert (tmp_path / "rank.md").read_text().startswith("## Ranking")
     assert (tmp_path / "rank.csv").read_text().splitlines()[0].startswith("rank,mixer,score")
     data = json.loads((tmp_path / "rank.json").read_text())
-    assert set(data) == {"ladders", "baseline", "ranking", "families", "cells", "held_plateau", "first_drop", "lr",
+    assert set(data) == {"ladders", "baseline", "ranking", "families", "cells", "held_plateau", "first_drop", "lr", "learning_speed",
                          "tuning", "reference"}
     assert len(data["cells"]) == 6 and data["baseline"] is None  # no transformer among a, b: no plateau ratio
 
@@ -327,3 +327,47 @@ def test_a_count_beside_a_missing_value_prints_as_a_count():
     from emergence_bench.reporting.rank_tables import _value
 
     assert [_value(v) for v in (2816.0, 37036, 0.708, None, float("nan"))] == ["2816", "37036", "0.708", "-", "-"]
+
+
+def test_a_learning_speed_family_leaves_the_score_for_its_own_table(tmp_path):
+    """A family declared learning speed (DIR/ladder.json, as a sweep of such a preset writes it) is out
+    of the success score and shown in its own table; the other families' score is unchanged."""
+    from emergence_bench.results import write_ladder
+
+    records = ladder_records() + seeds("a", "dyck", 2, [None] * 3) + seeds("b", "dyck", 2, [100] * 3)
+    mixed = rank.build(records)["ranking"].set_index("mixer")
+    assert mixed.loc["a", "score"] == pytest.approx((2 / 3 + 0) / 2)  # both families in the score
+    ranked = rank.build(records, learning_speed=["dyck"])
+    ranking = ranked["ranking"].set_index("mixer")
+    assert ranking.loc["a", "score"] == pytest.approx(2 / 3) and ranking.loc["b", "score"] == pytest.approx(1 / 9)
+    assert ranking.loc["b", "area:dyck"] == 1  # still measured, outside the score
+    text = rank_tables.to_markdown(ranked)
+    assert "## Learning speed (not in the score)" in text and "| mixer | dyck area |" in text
+    assert "| b | 1 |" in text and "dyck area" not in text.split("## Learning speed")[0]
+    assert rank.build(records, learning_speed=["dyck", "linear_map"])["learning_speed"] == []  # all: none apart
+    for r in records:
+        (tmp_path / r["run_id"]).mkdir()
+        (tmp_path / r["run_id"] / "result.json").write_text(json.dumps(r))
+    write_ladder(tmp_path, "toy", "toy-v1", ["dyck"])
+    written, _ = rank.write(tmp_path)
+    assert written["learning_speed"] == ["dyck"]
+    assert json.loads((tmp_path / "rank.json").read_text())["learning_speed"] == ["dyck"]
+    (tmp_path / "ladder.json").write_text("{not json")
+    with pytest.raises(ConfigError, match="ladder.json: not a ladder file"):
+        rank.write(tmp_path)
+
+
+def test_a_sweep_file_names_its_learning_speed_families(tmp_path):
+    from emergence_bench.execution.sweep_spec import load_sweep
+
+    spec = {"name": "s", "base": {"task": {"name": "linear_map"}},
+            "groups": [{"name": "a", "base": {"task": {"name": "dyck"}}}, {"name": "b"}]}
+    path = tmp_path / "s.yaml"
+    path.write_text(json.dumps({**spec, "learning_speed": ["dyck"]}))
+    assert load_sweep(str(path)).learning_speed == ["dyck"]
+    path.write_text(json.dumps({**spec, "learning_speed": ["mqar"]}))
+    with pytest.raises(ConfigError, match=r"learning_speed names \['mqar'\], not a task family"):
+        load_sweep(str(path))
+    path.write_text(json.dumps({**spec, "learning_speed": "dyck"}))
+    with pytest.raises(ConfigError, match="must be a list of task family names"):
+        load_sweep(str(path))

@@ -33,6 +33,7 @@ from emergence_bench.results import (
     lost_summary,
     progress_summary,
     read_result,
+    write_ladder,
 )
 
 if TYPE_CHECKING:  # plans are the run module's; a sweep only reads their sizes
@@ -222,6 +223,9 @@ def run_stages(stages: list[Stage], workers: int = 1, stream: TextIO | None = No
             raise ConfigError(f"--seed-parallel must be a whole number ≥ 1, got {stage.seed_parallel}")
         if executor == "ray" and stage.seed_parallel > 1:
             raise ConfigError("--seed-parallel runs with the local executor only (Ray runs one task per run)")
+    for stage in stages:  # what `rank` reads of the preset: its ladder and the families outside the score
+        if stage.sweep.ladder is not None or stage.sweep.learning_speed:
+            write_ladder(stage.out, stage.sweep.name, stage.sweep.ladder, stage.sweep.learning_speed)
     stream = stream or sys.stderr  # stderr as it is now (a test may have replaced it)
     share = worker_share(workers)
     announced = announced or {}

@@ -127,6 +127,7 @@ class Sweep:
     batching: Batching = "auto"
     scale: float = 1.0  # multiplies every run's trainer.max_steps and trainer.eval_every
     ladder: str | None = None  # the frozen ladder's version, which shipped reference results name
+    learning_speed: list[str] = field(default_factory=list)  # task families outside the ranking's success score
     tuning: Tuning | None = None  # how a mixer's values are chosen per group (execution/tuning.py)
     tuned: dict[str, dict[str, dict]] = field(default_factory=dict)  # mixer -> group -> {dotted key: value}
 
@@ -232,6 +233,15 @@ def presets() -> dict[str, Path]:
     return {p.stem: p for p in sorted(PRESETS_DIR.glob("*.yaml"))}
 
 
+def _learning_speed(value: Any, path: Path) -> list[str]:
+    """A sweep file's ``learning_speed``: task family names (a list; none by default)."""
+    if value is None:
+        return []
+    if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+        raise ConfigError(f"{path}: learning_speed must be a list of task family names, got {value!r}")
+    return list(value)
+
+
 def load_sweep(preset_or_file: str) -> Sweep:
     """A preset name (see ``presets()``) or the path of a sweep YAML file."""
     path = Path(preset_or_file)
@@ -249,7 +259,7 @@ def load_sweep(preset_or_file: str) -> Sweep:
     if data.get("base") is not None and not isinstance(data["base"], dict):
         raise ConfigError(f"base in {path} must be a run config (a mapping), got {data['base']!r}")
     allowed = {"name", "description", "runs", "base", "grid", "groups", "seed_parallel", "batching", "ladder",
-               "tuning", "tuned"}
+               "learning_speed", "tuning", "tuned"}
     for key in data:
         if key not in allowed:
             raise ConfigError(f"unknown sweep key {key!r} in {path}; valid keys: {', '.join(sorted(allowed))}")
@@ -263,11 +273,18 @@ def load_sweep(preset_or_file: str) -> Sweep:
     sweep = Sweep(name=data.get("name", path.stem), base=data.get("base") or {}, grid=_grid(data.get("grid"), path),
                   description=data.get("description", ""), groups=groups, advertised=data.get("runs"),
                   seed_parallel=data.get("seed_parallel", 1), batching=data.get("batching", "auto"),
-                  ladder=data.get("ladder"), tuned=parse_tuned(data.get("tuned"), f"{path}: "),
+                  ladder=data.get("ladder"), learning_speed=_learning_speed(data.get("learning_speed"), path),
+                  tuned=parse_tuned(data.get("tuned"), f"{path}: "),
                   tuning=Tuning.parse(data["tuning"], f"{path}: ") if data.get("tuning") is not None else None)
     if not isinstance(sweep.seed_parallel, int) or sweep.seed_parallel < 1:
         raise ConfigError(f"{path}: seed_parallel must be a whole number ≥ 1, got {sweep.seed_parallel!r}")
     check_choices(sweep, f"{path}: ")
+    if sweep.learning_speed:
+        families = {config.get("task", {}).get("name") for _, config in sweep.raw_runs()}
+        unknown = [f for f in sweep.learning_speed if f not in families]
+        if unknown:
+            raise ConfigError(f"{path}: learning_speed names {unknown}, not a task family of this sweep "
+                              f"(its families: {', '.join(sorted(str(f) for f in families))})")
     if sweep.tuning is not None:
         _check_tuned(sweep, path)
     if sweep.advertised is not None and sweep.count() != sweep.advertised:

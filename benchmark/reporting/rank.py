@@ -24,6 +24,7 @@ from __future__ import annotations
 import json
 import math
 from collections import Counter
+from collections.abc import Collection
 from pathlib import Path
 
 import pandas as pd
@@ -36,7 +37,15 @@ from emergence_bench.reporting.ladder import ladders
 from emergence_bench.reporting.leaderboard import flatten
 from emergence_bench.reporting.rank_tables import to_markdown
 from emergence_bench.result_row import ResultRow, emergence_step
-from emergence_bench.results import RANK_STEM, TUNING_DIR, load_records, read_tables, write_json, write_text
+from emergence_bench.results import (
+    LADDER_FILE,
+    RANK_STEM,
+    TUNING_DIR,
+    load_records,
+    read_tables,
+    write_json,
+    write_text,
+)
 from emergence_bench.stats import kaplan_meier_median, wilson_interval
 
 Z = 1.96  # 95%
@@ -136,10 +145,12 @@ def family_scores(cell_rows: pd.DataFrame, ladder: dict) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def overall(scores: pd.DataFrame, cell_rows: pd.DataFrame) -> pd.DataFrame:
-    """One row per mixer, best first: score (mean area over the families), its standard error, rank
-    (equal ranks are ties) and the parameter count."""
-    families = sorted(scores["family"].unique())
+def overall(scores: pd.DataFrame, cell_rows: pd.DataFrame, learning_speed: Collection[str] = ()) -> pd.DataFrame:
+    """One row per mixer, best first: score (mean area over the families, but those in
+    ``learning_speed``), its standard error, rank (equal ranks are ties) and the parameter count; every
+    family's area and frontier as columns."""
+    every = sorted(scores["family"].unique())
+    families = [f for f in every if f not in learning_speed] or every
     rows = []
     for mixer, group in scores.groupby("mixer", sort=True):
         areas = {row.family: row for row in group.itertuples()}
@@ -151,8 +162,8 @@ def overall(scores: pd.DataFrame, cell_rows: pd.DataFrame) -> pd.DataFrame:
         rows.append({"mixer": mixer, "score": score, "score_se": se,
                      "parameters": int(params.max()) if len(params) else None,
                      "state_size": int(states.max()) if len(states) else None,
-                     **{f"area:{f}": areas[f].area if f in areas else None for f in families},
-                     **{f"frontier:{f}": areas[f].frontier if f in areas else None for f in families}})
+                     **{f"area:{f}": areas[f].area if f in areas else None for f in every},
+                     **{f"frontier:{f}": areas[f].frontier if f in areas else None for f in every}})
     table = pd.DataFrame(rows).sort_values(["score", "mixer"], ascending=[False, True], ignore_index=True)
     # A tie is with the leader of the current tie group, not with the mixer just above: chained
     # pairwise ties would let a whole ranking tie although its first and last differ clearly.
@@ -196,15 +207,21 @@ def disagreements(first: pd.DataFrame, second: pd.DataFrame) -> list[tuple[str, 
 DEFAULT_BASELINE = "transformer"
 
 
-def build(records: list[ResultRow], axes: dict[str, str] | None = None, baseline: str | None = None) -> dict:
+def build(records: list[ResultRow], axes: dict[str, str] | None = None, baseline: str | None = None,
+          learning_speed: Collection[str] = ()) -> dict:
     """Everything the ranking holds: ladders, cells, per-family scores, the held plateau's and the first
     drop's ratios to ``baseline`` (a mixer label; default the Transformer where it ran, else neither)
-    and the overall ranking with both scores."""
+    and the overall ranking with both scores. The families in ``learning_speed`` (smooth by the
+    suite's own measure: no rung shows the phenomenon) stay out of the success score and are shown in
+    their own table; where every family is one, the score is over them all."""
     if not records:
         raise ConfigError("no results to rank")
     cell_rows, ladder = cells(records, axes)
     scores = family_scores(cell_rows, ladder)
-    ranking = overall(scores, cell_rows)
+    speed = sorted(set(learning_speed) & set(ladder))
+    if speed and len(speed) == len(ladder):
+        speed = []
+    ranking = overall(scores, cell_rows, speed)
     if baseline is None and DEFAULT_BASELINE in set(ranking["mixer"]):
         baseline = DEFAULT_BASELINE
     parts = {"held_plateau": pd.DataFrame(), "first_drop": pd.DataFrame()}
@@ -216,16 +233,36 @@ def build(records: list[ResultRow], axes: dict[str, str] | None = None, baseline
                 parts[name]["rung"] = parts[name]["rung"].map(json.loads)
             ranking = ranking.merge(summary, on="mixer", how="left")
     return {"ladders": ladder, "cells": cell_rows, "families": scores, "ranking": ranking, **parts,
-            "baseline": baseline, "lr": learning_rates(records)}
+            "baseline": baseline, "lr": learning_rates(records), "learning_speed": speed}
+
+
+def declared_learning_speed(root: Path) -> list[str]:
+    """The families ``root``'s ladder declares as learning speed (``root/ladder.json``, which a sweep of a
+    preset with ``learning_speed`` writes); none where it has no such file."""
+    path = root / LADDER_FILE
+    if not path.is_file():
+        return []
+    try:
+        found = json.loads(path.read_text(encoding="utf-8")).get("learning_speed") or []
+    except (OSError, ValueError, AttributeError) as error:
+        raise ConfigError(f"{path}: not a ladder file ({error}); remove it or rerun the sweep") from None
+    if not isinstance(found, list) or not all(isinstance(f, str) for f in found):
+        raise ConfigError(f"{path}: learning_speed must be a list of task family names, got {found!r}")
+    return found
 
 
 def write(root: str | Path, axes: dict[str, str] | None = None, strict: bool = False,
-          baseline: str | None = None, reference_name: str | None = None) -> tuple[dict, str]:
+          baseline: str | None = None, reference_name: str | None = None,
+          learning_speed: list[str] | None = None) -> tuple[dict, str]:
     """Rank every result under ``root`` (its tuning runs left out), with the rows of the reference
     ``reference_name`` for the mixers ``root`` lacks; write rank.md, rank.csv (the ranking) and
     rank.json (all of it, with each mixer's learning rate per family and the tuning tables).
-    ``strict``: an unreadable result file is an error, not a warning (see results.load_records)."""
+    ``learning_speed``: the families outside the success score (default: those ``root/ladder.json``
+    declares). ``strict``: an unreadable result file is an error, not a warning (see
+    results.load_records)."""
     root = Path(root)
+    if learning_speed is None:
+        learning_speed = declared_learning_speed(root)
     records = load_records(root, strict=strict, exclude=(TUNING_DIR,))
     if not records:
         raise ConfigError(f"no results to rank under {root}")
@@ -245,7 +282,7 @@ def write(root: str | Path, axes: dict[str, str] | None = None, strict: bool = F
             raise ConfigError(why)
         ours = {r["config"]["mixer"]["name"] for r in records}
         records = records + reference.rows(ref, without=ours)
-    ranked = build(records, axes, baseline)
+    ranked = build(records, axes, baseline, learning_speed)
     ranked["tuning"] = tuning + reference_tuning(ref, records, {(t["mixer"], t["group"]) for t in tuning})
     ranked["reference"] = None if ref is None else {"name": reference_name, **{k: ref[k] for k in (
         "preset", "ladder", "commit", "versions", "machine", "created")}}  # name: what `report` ranks against
@@ -258,6 +295,7 @@ def write(root: str | Path, axes: dict[str, str] | None = None, strict: bool = F
     write_text(root / f"{RANK_STEM}.csv", ranked["ranking"].to_csv(index=False))
     write_json(root / f"{RANK_STEM}.json", {
         "ladders": ranked["ladders"], "baseline": ranked["baseline"], "lr": ranked["lr"],
+        "learning_speed": ranked["learning_speed"],
         "tuning": ranked["tuning"], "reference": ranked["reference"],
         **{part: json.loads(ranked[part].to_json(orient="records"))
            for part in ("ranking", "families", "cells", "held_plateau", "first_drop")}})

@@ -61,6 +61,10 @@ def ranking_note(baseline: str | None) -> str:
             "The first drop from chance is per cell, below.")
 
 
+LEARNING_SPEED_NOTE = ("{families}: families where no rung shows the phenomenon (a held plateau and an abrupt drop, "
+                       "by the suite's own measure), so their success is the speed of smooth learning, not emergence: "
+                       "each mixer's area under success vs rung, outside the success score (docs/ranking.md).")
+
 FRONTIER_NOTE = ("The hardest rung with success ≥ 50%, [interval]: the hardest rung whose Wilson interval lies "
                  "above 50%, and the hardest whose interval reaches it.")
 
@@ -119,13 +123,16 @@ def tables(ranked: dict) -> dict[str, Table]:
     ``abruptness`` (per mixer and family) and ``cells`` (every mixer, family and rung)."""
     ranking, scores, cell_rows, ladder = ranked["ranking"], ranked["families"], ranked["cells"], ranked["ladders"]
     families, baseline = sorted(ladder), ranked.get("baseline")
+    speed = [f for f in families if f in (ranked.get("learning_speed") or [])]
+    scored = [f for f in families if f not in speed]
     none_work: dict[str, set[str]] = {}  # mixer -> the families where no tuned value made a run emerge
     for table in ranked.get("tuning", []):
         if none_works(table):
             none_work.setdefault(table["mixer"], set()).add(table["family"])
-    overall_rows = []
+    overall_rows, speed_rows = [], []
     for row in ranking.to_dict("records"):
-        areas = [_value(row.get(f"area:{f}")) for f in families]
+        areas = [_value(row.get(f"area:{f}")) for f in scored]
+        speed_rows.append([row["mixer"], *(_value(row.get(f"area:{f}")) for f in speed)])
         plateau = _ratio(row.get("held_plateau_ratio"), row.get("held_plateau_low"), row.get("held_plateau_high"),
                          row.get("held_plateau_bound") or "")
         if row["mixer"] == baseline:
@@ -157,7 +164,8 @@ def tables(ranked: dict) -> dict[str, Table]:
                           _median(row.median_first_drop, row.budget), _abrupt(row)])
     return {
         "ranking": Table(["rank", "mixer", f"lr ({' / '.join(families)})" if len(families) > 1 else "lr", "parameters", "state (numbers/seq)", "success score ± se",
-                          "plateau ratio [95%]", *(f"{f} area" for f in families)], overall_rows),
+                          "plateau ratio [95%]", *(f"{f} area" for f in scored)], overall_rows),
+        "learning_speed": Table(["mixer", *(f"{f} area" for f in speed)], speed_rows if speed else []),
         "frontier": Table(["mixer", *(f"{f} ({ladder[f]['axis'] or '-'})" for f in families)], frontier_rows),
         "abruptness": Table(["mixer", *families], abrupt_rows),
         "cells": Table(["family", "rung", "mixer", "seeds", "success (95% interval)", "median emergence",
@@ -169,7 +177,10 @@ def tables(ranked: dict) -> dict[str, Table]:
 def to_markdown(ranked: dict) -> str:
     """The overall ranking (both scores), each family's frontier and area per mixer, and every cell."""
     baseline, parts = ranked.get("baseline"), tables(ranked)
-    return "\n".join(["## Ranking", "", ranking_note(baseline), "", parts["ranking"].markdown(),
+    speed = ranked.get("learning_speed") or []
+    speed_part = ["", "## Learning speed (not in the score)", "", LEARNING_SPEED_NOTE.format(families=", ".join(speed)),
+                  "", parts["learning_speed"].markdown()] if speed else []
+    return "\n".join(["## Ranking", "", ranking_note(baseline), "", parts["ranking"].markdown(), *speed_part,
                       "", "## Frontier per task family", "", FRONTIER_NOTE, "", parts["frontier"].markdown(),
                       "", "## Abruptness per task family", "", ABRUPTNESS_NOTE, "", parts["abruptness"].markdown(),
                       "", "## Cells", "", cells_note(baseline), "", parts["cells"].markdown()]) + "\n"

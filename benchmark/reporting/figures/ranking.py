@@ -13,7 +13,7 @@ from emergence_bench.reporting.figure import Drawn, Results, register_figure
 from emergence_bench.reporting.figures import comparison
 from emergence_bench.reporting.figures.tuning_curves import tuning_figure
 from emergence_bench.reporting.plotting import PAGE_INCHES, legend_above, plain_log, plt
-from emergence_bench.reporting.ranked import rows_to_rank
+from emergence_bench.reporting.ranked import rows_to_rank, saved_rank
 from emergence_bench.results import TUNING_DIR, read_tables
 
 
@@ -70,7 +70,7 @@ def _ranking(results: Results) -> list[Drawn]:
     mixers they lack: ``ranked.rows_to_rank``) hold a ladder (``rank``)."""
     rows, results.reference_data, axes = rows_to_rank(results.records, results.root, results.reference)
     try:
-        ranked = rank.build(rows, axes)
+        ranked = rank.build(rows, axes, learning_speed=saved_rank(results.root).get("learning_speed") or ())
     except ConfigError:  # no single ladder per family: the sweep is not a ranking
         return []
     figure = ladder_figure(ranked)
