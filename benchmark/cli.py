@@ -8,6 +8,7 @@ Every config key can be given as a flag after the command, e.g.
 from __future__ import annotations
 
 import argparse
+import difflib
 import os
 import select
 import shlex
@@ -15,20 +16,68 @@ import sys
 import traceback
 import warnings
 from importlib.metadata import PackageNotFoundError, version
+from typing import Any, NoReturn, cast
 
-from emergence_bench.commands import COMMANDS
+from emergence_bench.commands import COMMANDS, Subparsers
 
 EXIT_BAD_INPUT = 2  # a mistake in what was asked: one line on stderr names it (see expected_errors)
 EXIT_BROKEN_PIPE = 141  # as a shell reports a process its pipe's reader left (128 + SIGPIPE)
 EXIT_BUG = 70  # sysexits' EX_SOFTWARE: an unexpected error, printed with its traceback
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse's parser, but a usage error is one line, as every other mistake is: ``error: <what>
+    (see: emergence-bench COMMAND --help)``, exit 2, not the usage block first. The commands' parsers
+    are of this class too (argparse makes a subparser of its parent's class)."""
+
+    def error(self, message: str) -> NoReturn:
+        usage_error(self.prog, message)
+
+    def _get_value(self, action: argparse.Action, arg_string: str) -> Any:
+        # An empty value (`--mixers ''`, `--config ''`, a DIR of '') names nothing: refused, never read
+        # as "not given" (the default) nor as the current folder.
+        if arg_string == "" and action.nargs != argparse.PARSER:
+            raise argparse.ArgumentError(action, "an empty value names nothing: give one"
+                                         + (", or leave the flag out" if action.option_strings else ""))
+        return super()._get_value(action, arg_string)
+
+
+def usage_error(prog: str, message: str) -> NoReturn:
+    """A mistake in the command line's shape, as one ``error:`` line pointing to ``PROG --help``."""
+    print(f"error: {' '.join(message.split())} (see: {prog} --help)", file=sys.stderr)
+    sys.exit(EXIT_BAD_INPUT)
+
+
+def no_command_first(argv: list[str]) -> tuple[str, str] | None:
+    """A command line that does not start with a command, as (the prog whose --help to see, the line
+    that says what is wrong): flags before the command (``emergence-bench --workers 2 sweep quick``;
+    every flag but --help and --version follows its command), or a word that is no command (the
+    closest named). None where it starts with a command, --help or --version."""
+    top = ("-h", "--help", "--version")
+    if not argv or argv[0] in COMMANDS or argv[0] in top:
+        return None
+    first = next((i for i, arg in enumerate(argv) if arg in COMMANDS), None)
+    if argv[0].startswith("-"):
+        if first is None:
+            return "emergence-bench", (f"{argv[0]} comes before any command: a command comes first and its flags "
+                                       f"follow it (commands: {', '.join(COMMANDS)})")
+        if any(arg in top for arg in argv[:first]):
+            return None
+        before, command = " ".join(argv[:first]), argv[first]
+        return f"emergence-bench {command}", (f"{before} comes before the command {command}: flags follow the "
+                                              f"command, as in emergence-bench {command} {before} ...")
+    close = difflib.get_close_matches(argv[0], list(COMMANDS), n=1)
+    return "emergence-bench", (f"no command {argv[0]!r}" + (f" (did you mean {close[0]!r}?)" if close else "")
+                               + f"; commands: {', '.join(COMMANDS)}")
+
+
 def parser() -> argparse.ArgumentParser:
     """The command line: each registered command adds its own parser (emergence_bench.commands)."""
-    p = argparse.ArgumentParser(prog="emergence-bench", description=__doc__, allow_abbrev=False,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = Parser(prog="emergence-bench", description=__doc__, allow_abbrev=False,
+               formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
-    sub = p.add_subparsers(dest="command", required=True)
+    # Its parsers are Parsers (argparse makes them of the parent's class), which the commands take as any parser.
+    sub = cast(Subparsers, p.add_subparsers(dest="command", required=True))
     for command in COMMANDS.values():
         command.add_parser(sub)
     return p
@@ -55,11 +104,14 @@ def main(argv: list[str] | None = None) -> int:
     warnings.filterwarnings("ignore", message=".*LeafSpec.*")
     python_format, warnings.formatwarning = warnings.formatwarning, warning_line  # restored below
     argv = sys.argv[1:] if argv is None else list(argv)
+    misplaced = no_command_first(argv)
+    if misplaced is not None:
+        usage_error(*misplaced)
     command_line = parser()
     args, extra = command_line.parse_known_args(argv)
     command = COMMANDS[args.command]
     if extra and not command.takes_extra:
-        command_line.error(f"unrecognized arguments: {' '.join(extra)}")
+        usage_error(f"emergence-bench {args.command}", f"unrecognized arguments: {' '.join(extra)}")
     from emergence_bench.results import COMMAND_ENV
 
     before = os.environ.get(COMMAND_ENV)

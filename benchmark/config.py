@@ -224,10 +224,13 @@ def _drop_earlier(section: dict, earlier: dict[str, Any]) -> None:
 SECTIONS = {"model": ModelConfig, "optim": OptimConfig, "trainer": TrainerConfig, "checkpoints": CheckpointConfig}
 
 
-def _unknown_key(key: str, known: Iterable[str]) -> ConfigError:
+def _unknown_key(key: str, known: Iterable[str], whose: str = "") -> ConfigError:
+    """``key`` is not one of ``known`` (``whose``: the component they are of, e.g. "mixer 'lru'", named
+    where the section alone would not say it, as in a sweep of several mixers)."""
     close = difflib.get_close_matches(key.rsplit(".", 1)[-1], list(known), n=1)
     hint = f" (did you mean {close[0]!r}?)" if close else ""
-    return ConfigError(f"unknown config key {key!r}{hint}; valid keys here: {', '.join(sorted(known))}")
+    return ConfigError(f"unknown config key {key!r}{hint}; valid keys here{f' ({whose})' if whose else ''}: "
+                       f"{', '.join(sorted(known))}")
 
 
 def _no_parameters(key: str, reg: registry.PluginRegistry[Any], name: str) -> ConfigError:
@@ -282,6 +285,8 @@ def _resolve_named(section: str, data: Any, reg: registry.PluginRegistry[Any],
     # id) as given, with a warning, since the suite can check neither their names nor their types.
     open_ended = takes_kwargs(reg.get(data["name"]))
     resolved, unchecked = {"name": data["name"]}, []
+    # The keys a user may give here: the parameters, and `name` but in a callback (its key is its name).
+    known = [*params, *(() if section.startswith("callbacks.") else ("name",))]
     for key, value in data.items():
         if key == "name":
             continue
@@ -289,7 +294,8 @@ def _resolve_named(section: str, data: Any, reg: registry.PluginRegistry[Any],
             resolved[key] = value
             unchecked.append(f"{section}.{key}")
         elif key not in params:
-            raise (_unknown_key(f"{section}.{key}", params) if params
+            raise (_unknown_key(f"{section}.{key}", known, f"{reg.kind} {data['name']!r}")
+                   if params or difflib.get_close_matches(key, known, n=1)
                    else _no_parameters(f"{section}.{key}", reg, data["name"]))
         else:
             resolved[key] = _check_type(f"{section}.{key}", value, params[key])
@@ -349,7 +355,21 @@ def resolve_stage(i: int, stage: Any) -> CurriculumStage:
                  resolved["vocab"], resolved["reset_optimizer"])
 
 
+def _stages(curriculum: Any) -> list:
+    """The ``curriculum`` key: a list of stages (none: null or an empty list), never read item by
+    item from a string or a mapping."""
+    if curriculum is None:
+        return []
+    if not isinstance(curriculum, list):
+        raise ConfigError("curriculum must be a list of stages, each {task: {...}, steps: N}, e.g. "
+                          f"[{{task: {{name: linear_map}}, steps: 500}}]; got {curriculum!r}")
+    return curriculum
+
+
 def _resolve_callbacks(data: Any) -> tuple[Component, ...]:
+    if data is not None and not isinstance(data, dict):
+        raise ConfigError(f"callbacks must be a mapping of callback name to its keys (or true, or null to switch "
+                          f"it off), e.g. {{plateau: {{frac: 0.1}}}}; got {data!r}")
     merged = copy.deepcopy(DEFAULT_CALLBACKS)
     for name, params in (data or {}).items():
         merged[name] = params
@@ -359,6 +379,8 @@ def _resolve_callbacks(data: Any) -> tuple[Component, ...]:
             continue
         if params is True:
             params = {}
+        if not isinstance(params, dict):
+            raise ConfigError(f"callbacks.{name} must be a mapping of its keys, true, or null (off); got {params!r}")
         resolved.append(_resolve_named("callbacks." + name, {"name": name, **params}, registry.callbacks))
     return tuple(resolved)
 
@@ -384,7 +406,7 @@ def resolve(data: dict | RunConfig | None = None) -> RunConfig:
         task=_resolve_named("task", data.get("task", {}), registry.tasks, DEFAULT_TASK),
         mixer=mixer,
         **sections,
-        curriculum=tuple(resolve_stage(i, stage) for i, stage in enumerate(data.get("curriculum") or [])),
+        curriculum=tuple(resolve_stage(i, stage) for i, stage in enumerate(_stages(data.get("curriculum")))),
         callbacks=_resolve_callbacks(data.get("callbacks")),
     )
     check_finite(config.to_dict())
@@ -541,11 +563,18 @@ def parse_value(text: str) -> Any:
 
 
 def load_yaml(path: str | Path) -> dict:
+    """A config (or sweep) file's mapping; ConfigError naming the file where it is a folder, missing,
+    not YAML, empty (or only comments) or not a mapping."""
     path = Path(path)
+    if path.is_dir():
+        raise ConfigError(f"{path} is a folder, not a config file: give a YAML file")
     if not path.is_file():
         raise ConfigError(f"config file not found: {path}")
     try:
-        data = load_yaml_text(path.read_text(encoding="utf-8")) or {}
+        data = load_yaml_text(path.read_text(encoding="utf-8"))
+        if data is None:
+            raise ConfigError(f"{path}: the file holds no config, it is empty or only comments (a YAML "
+                              "mapping is expected: task, mixer, optim, ...)")
     except yaml.YAMLError as error:
         mark = getattr(error, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""

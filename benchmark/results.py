@@ -95,7 +95,10 @@ def write_atomic(path: str | Path, write: Callable[[BinaryIO], object]) -> None:
             os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException as error:
-        tmp.unlink(missing_ok=True)
+        try:
+            tmp.unlink(missing_ok=True)
+        except OSError:  # a read-only filesystem refuses the unlink too: the first error is the one to report
+            pass
         if is_disk_error(error):
             raise unwritable(path, error) from error
         raise

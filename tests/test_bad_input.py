@@ -1,12 +1,23 @@
 """Bad input, as a new user types it: every mistake ends within seconds, non-zero, with one line that
-names the problem, and never a traceback. One table of command lines and files; each row is a case."""
+names the problem, and never a traceback. One table of command lines and files; each row is a case.
+Below it, the categories of mistake each generated over every registered command it applies to: a
+command line of the wrong shape, flags before the command, an empty value, a number that is not
+finite, a reference that is not one, a read-only results folder, a flag that would be dropped or
+would quietly change what is run, and a comparison that fails after the ranking it replaces."""
 
+import argparse
+import gzip
 import json
+import os
+import shutil
 import signal
+import subprocess
 
 import pytest
 
 from emergence_bench.cli import EXIT_BAD_INPUT, main
+from emergence_bench.commands import COMMANDS
+from emergence_bench.commands.arguments import WORKERS_PER_CORE, finite
 
 SECONDS = 30  # each case must end well within this; the slowest builds one model
 
@@ -27,6 +38,16 @@ def files(tmp_path):
     (tmp_path / "curriculum.yaml").write_text(json.dumps({"curriculum": [{"task": {"name": "nope"}, "steps": 5}]}))
     (tmp_path / "twice.yaml").write_text("optim:\n  lr: 1.0e-3\n  lr: 3.0e-3\n")
     (tmp_path / "sweep-repeat.yaml").write_text("name: s\ngrid: {seed: [0, 1, 0]}\n")
+    (tmp_path / "empty.yaml").write_text("")
+    (tmp_path / "comments.yaml").write_text("# a config, one day\n")
+    (tmp_path / "not-gzip.json.gz").write_bytes(bytes(range(256)) * 4)  # binary garbage
+    (tmp_path / "a-config.yaml").write_text("task: {name: linear_map}\n")  # a YAML file as a reference
+    full = gzip.compress(json.dumps({"format": 1, "rows": [{"run_id": "x"}] * 200}).encode())
+    (tmp_path / "cut-short.json.gz").write_bytes(full[: len(full) // 2])  # a download cut short
+    (tmp_path / "a-list.json.gz").write_bytes(gzip.compress(b"[1, 2]"))
+    (tmp_path / "not-json.json.gz").write_bytes(gzip.compress(b"name: x\n"))
+    (tmp_path / "not-utf8.json.gz").write_bytes(gzip.compress(b"\xff\xfe{}"))
+    (tmp_path / "a-part.json.gz").write_bytes(gzip.compress(json.dumps({"format": 1, "preset": "x"}).encode()))
     two_runs(tmp_path / "two-runs")
 
 
@@ -47,6 +68,11 @@ CASES = [
     ("yaml syntax", ["run", "--config", "{tmp}/syntax.yaml"], ["syntax.yaml", "YAML"]),
     ("yaml not a mapping", ["run", "--config", "{tmp}/list.yaml"], ["list.yaml", "mapping"]),
     ("missing config", ["run", "--config", "{tmp}/nope.yaml"], ["nope.yaml", "not found"]),
+    ("a folder as the config", ["run", "--config", "{tmp}/empty"], ["empty is a folder", "not a config file"]),
+    ("an empty config", ["run", "--config", "{tmp}/empty.yaml"], ["empty.yaml", "holds no config"]),
+    ("a config of comments", ["run", "--config", "{tmp}/comments.yaml"], ["comments.yaml", "holds no config"]),
+    ("an empty sweep file", ["sweep", "{tmp}/empty.yaml"], ["empty.yaml", "holds no config"]),
+    ("a folder as the sweep", ["sweep", "{tmp}/empty"], ["empty is a folder", "preset name", "sweep YAML file"]),
     # one bad value in every config section
     ("seed", ["run", "--seed", "-1"], ["seed", "-1"]),
     ("seed type", ["run", "--seed", "abc"], ["seed"]),
@@ -72,6 +98,15 @@ CASES = [
     ("callbacks bias layer", ["run", "--callbacks.attention_bias", "{layers: [5]}"], ["layers", "5"]),
     ("checkpoints", ["run", "--checkpoints.every", "-3"], ["checkpoints.every"]),
     ("curriculum", ["run", "--config", "{tmp}/curriculum.yaml"], ["nope"]),
+    ("curriculum a string", ["run", "--curriculum", "foo"], ["curriculum must be a list", "'foo'"]),
+    ("curriculum a mapping", ["run", "--curriculum", "{task: {name: linear_map}, steps: 5}"],
+     ["curriculum must be a list"]),
+    ("callbacks a string", ["run", "--callbacks", "plateau"], ["callbacks must be a mapping", "'plateau'"]),
+    ("a callback a number", ["run", "--callbacks.plateau", "3"], ["callbacks.plateau must be a mapping", "3"]),
+    ("task name misspelt", ["run", "--task.nmae", "linear_map"], ["task.nmae", "did you mean 'name'"]),
+    ("mixer name misspelt", ["run", "--mixer.nmae", "lru"], ["mixer.nmae", "did you mean 'name'"]),
+    ("stage task name misspelt", ["run", "--curriculum", "[{task: {nmae: linear_map}, steps: 5}]"],
+     ["curriculum[0].task.nmae", "did you mean 'name'"]),
     ("flag without value", ["run", "--task.sparsity"], ["--task.sparsity", "value"]),
     ("stray argument", ["run", "oops"], ["oops"]),
     ("yaml key twice", ["run", "--config", "{tmp}/twice.yaml"], ["twice.yaml", "line 3", "'lr'", "twice"]),
@@ -112,6 +147,27 @@ CASES = [
     ("sweep grid value twice", ["sweep", "{tmp}/sweep-repeat.yaml", "--dry-run"], ["grid.seed", "0", "twice"]),
     ("--grid value twice", ["sweep", "quick", "--grid", "seed=1,1", "--dry-run"], ["--grid seed", "1", "twice"]),
     ("bad scale", ["sweep", "quick", "--scale", "-1"], ["--scale"]),
+    ("scale nan", ["sweep", "quick", "--scale", "nan"], ["--scale", "finite", "'nan'"]),
+    ("mixers of only commas", ["sweep", "quick", "--mixers", ",", "--dry-run"], ["--mixers", "mixer names"]),
+    ("groups of only commas", ["sweep", "quick", "--group", " , ", "--dry-run"], ["--group", "group names"]),
+    ("figures of only commas", ["report", "{tmp}/two-runs", "--figures", ","], ["--figures", "figure names"]),
+    ("retune and a tuned key", ["sweep", "standard-cpu", "--retune", "--optim.lr", "1e-3", "--dry-run"],
+     ["--optim.lr and --retune conflict", "optim.lr"]),
+    ("retune and a grid of a tuned key", ["sweep", "standard-cpu", "--retune", "--grid", "optim.lr=1e-3,3e-3",
+                                          "--dry-run"],
+     ["--grid optim.lr and --retune conflict"]),
+    ("retune of a sweep that tunes nothing", ["sweep", "quick", "--retune", "--dry-run"],
+     ["--retune", "'quick' tunes nothing"]),
+    ("a mixer key some mixer lacks", ["sweep", "quick", "--mixers", "transformer,lru", "--mixer.n_heads", "2",
+                                      "--dry-run"], ["mixer.n_heads", "mixer 'lru'"]),
+    ("a mixer name over several mixers", ["sweep", "standard-cpu", "--mixer.name", "lru", "--dry-run"],
+     ["--mixer.name", "--mixers"]),
+    ("a folder as the forecast stop", ["sweep", "quick", "--forecast-stop", "{tmp}/empty"],
+     ["--forecast-stop", "a folder"]),
+    ("a folder as a forecast to replay", ["forecast", "{tmp}/two-runs", "--replay", "{tmp}/empty"],
+     ["--replay", "a folder"]),
+    ("a folder as the report file", ["report", "{tmp}/two-runs", "--out", "{tmp}/empty"],
+     ["--out", "is a folder", "report.html"]),
     # other commands
     ("check-mixer unknown", ["check-mixer", "transfomer"], ["transfomer", "transformer"]),
     ("rank bad rung", ["rank", "{tmp}/empty", "--rung", "linear_map"], ["FAMILY=KEY"]),
@@ -129,8 +185,8 @@ def _timeout(signum, frame):
     raise TimeoutError(f"a bad command ran for more than {SECONDS} s")
 
 
-@pytest.mark.parametrize("case, argv, words", CASES, ids=[c[0] for c in CASES])
-def test_bad_input_gets_one_line_naming_it(case, argv, words, folder, capsys, monkeypatch):
+def answer(argv, folder, capsys, monkeypatch):
+    """``emergence-bench *argv`` run in-process in ``folder`` ({tmp} in argv is it): (exit status, stderr)."""
     monkeypatch.chdir(folder)  # a command that wrongly starts writing does it here, not in the checkout
     argv = [a.replace("{tmp}", str(folder)) for a in argv]
     previous = signal.signal(signal.SIGALRM, _timeout)
@@ -142,13 +198,24 @@ def test_bad_input_gets_one_line_naming_it(case, argv, words, folder, capsys, mo
     finally:
         signal.alarm(0)
         signal.signal(signal.SIGALRM, previous)
-    err = capsys.readouterr().err
-    assert "Traceback" not in err, err
+    return code, capsys.readouterr().err
+
+
+def one_line(argv, folder, capsys, monkeypatch, words=()):
+    """The one ``error:`` line of ``argv``, checked: exit 2, no traceback, no usage block, each of ``words`` in it."""
+    code, err = answer(argv, folder, capsys, monkeypatch)
+    assert "Traceback" not in err and "usage:" not in err, err
     assert code == EXIT_BAD_INPUT, (code, err)
     lines = [line for line in err.splitlines() if line.startswith("error:") or ": error:" in line]
     assert len(lines) == 1, err
     for word in words:
         assert word in lines[0], (word, lines[0])
+    return lines[0]
+
+
+@pytest.mark.parametrize("case, argv, words", CASES, ids=[c[0] for c in CASES])
+def test_bad_input_gets_one_line_naming_it(case, argv, words, folder, capsys, monkeypatch):
+    one_line(argv, folder, capsys, monkeypatch, words)
 
 
 def test_an_unexpected_error_keeps_its_traceback_and_asks_for_a_report(monkeypatch, capsys):
@@ -181,3 +248,253 @@ def test_evals_that_never_run_are_warned_of(tmp_path, capsys):
     assert "warning: trainer.eval_every 50 > trainer.max_steps 5: the run never evaluates" in err
     main([*argv[:3], "--trainer.eval_every", "5", *argv[5:]])
     assert "warning" not in capsys.readouterr().err
+
+
+# --- Categories of mistake, generated over the registry of commands -------------------------------------------
+
+
+def command_parsers() -> dict[str, argparse.ArgumentParser]:
+    """Every registered command's parser, and each subcommand's ("analyze pythia"), as the CLI builds them."""
+    from emergence_bench.cli import parser
+
+    found = {}
+
+    def walk(p, name):
+        for action in p._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for sub_name, sub in action.choices.items():
+                    found[f"{name} {sub_name}".strip()] = sub
+                    walk(sub, f"{name} {sub_name}".strip())
+
+    walk(parser(), "")
+    return found
+
+
+PARSERS = command_parsers()
+
+
+def options(p: argparse.ArgumentParser):
+    """The flags of ``p`` that take a value (not --help, nor a switch)."""
+    return [a for a in p._actions if a.option_strings and a.nargs != 0 and not isinstance(a, argparse._HelpAction)]
+
+
+def a_usage_error(name: str, p: argparse.ArgumentParser) -> list[str]:
+    """A command line of the wrong shape for the command ``name``: a required argument left out, else
+    a number flag given a word, else a choice flag given none of its choices, else a flag it lacks."""
+    if any(a.required for a in p._actions if not a.option_strings or isinstance(a, argparse._SubParsersAction)):
+        return name.split()
+    for action in options(p):
+        if action.type in (int, finite):
+            return [*name.split(), action.option_strings[-1], "many"]
+    for action in options(p):
+        if action.choices:
+            return [*name.split(), action.option_strings[-1], "none-of-these"]
+    if not COMMANDS[name.split()[0]].takes_extra:
+        return [*name.split(), "--no-such-flag"]
+    raise AssertionError(f"{name}: no usage error to try (give the command one here)")
+
+
+@pytest.mark.parametrize("name", PARSERS)
+def test_a_command_line_of_the_wrong_shape_is_one_line_pointing_to_help(name, folder, capsys, monkeypatch):
+    """argparse's mistakes too: the error and where to look, not ten lines of usage first."""
+    line = one_line(a_usage_error(name, PARSERS[name]), folder, capsys, monkeypatch)
+    assert line.endswith(f"(see: emergence-bench {name} --help)"), line
+
+
+def test_every_registered_command_is_among_those_tried():
+    assert set(COMMANDS) <= set(PARSERS) and all(name.split()[0] in COMMANDS for name in PARSERS)
+
+
+@pytest.mark.parametrize("name", list(COMMANDS))
+def test_flags_before_the_command_are_named_with_where_they_go(name, folder, capsys, monkeypatch):
+    one_line(["--workers", "2", name, "x"], folder, capsys, monkeypatch,
+             ["--workers 2 comes before the command " + name, f"emergence-bench {name} --workers 2",
+              f"(see: emergence-bench {name} --help)"])
+
+
+@pytest.mark.parametrize("argv, words", [(["--workers", "2"], ["--workers comes before any command", "sweep"]),
+                                         (["sweeep", "quick"], ["no command 'sweeep'", "did you mean 'sweep'"])])
+def test_a_command_line_without_a_command_first_names_what_came_instead(argv, words, folder, capsys, monkeypatch):
+    one_line(argv, folder, capsys, monkeypatch, words)
+
+
+EMPTY_VALUES = [(name, a.option_strings[-1]) for name, p in PARSERS.items() for a in options(p)] + [
+    (name, None) for name, p in PARSERS.items()
+    if any(not a.option_strings and not isinstance(a, argparse._SubParsersAction) for a in p._actions)]
+
+
+@pytest.mark.parametrize("name, flag", EMPTY_VALUES, ids=[f"{n} {f or 'positional'}" for n, f in EMPTY_VALUES])
+def test_an_empty_value_is_refused_not_read_as_the_default(name, flag, folder, capsys, monkeypatch):
+    """`--mixers ''`, `--config ''`, a DIR of '': each names nothing; none may fall back to the default
+    (every mixer, the built-in config) or to the current folder."""
+    argv = [*name.split(), *([flag] if flag else []), ""]
+    one_line(argv, folder, capsys, monkeypatch, ["an empty value names nothing", f"argument {flag}" if flag else ""])
+
+
+NUMBERS = [(name, a.option_strings[-1]) for name, p in PARSERS.items() for a in options(p) if a.type is finite]
+
+
+def test_no_flag_takes_a_bare_float():
+    """float('nan') and float('inf') pass argparse's float: every number flag takes ``finite`` instead."""
+    assert NUMBERS and not [(name, a.option_strings) for name, p in PARSERS.items() for a in options(p)
+                            if a.type is float]
+
+
+@pytest.mark.parametrize("name, flag", NUMBERS, ids=[f"{n} {f}" for n, f in NUMBERS])
+@pytest.mark.parametrize("value", ["nan", "-inf"])
+def test_a_number_flag_that_is_not_finite_is_named(name, flag, value, folder, capsys, monkeypatch):
+    one_line([*name.split(), f"{flag}={value}"], folder, capsys, monkeypatch,
+             [f"argument {flag}", "finite", repr(value)])
+
+
+def tree(path):
+    """Every file under ``path`` with its size and modification time: what a failed command must leave."""
+    return {str(p): (p.stat().st_size, p.stat().st_mtime_ns) for p in sorted(path.rglob("*")) if p.is_file()}
+
+
+NOT_REFERENCES = ["not-gzip.json.gz", "a-config.yaml", "cut-short.json.gz", "a-list.json.gz", "not-json.json.gz",
+                  "not-utf8.json.gz", "a-part.json.gz", "empty"]
+WITH_REFERENCE = [name for name, p in PARSERS.items() if any("--reference" in a.option_strings for a in options(p))]
+
+
+@pytest.mark.parametrize("name", WITH_REFERENCE)
+@pytest.mark.parametrize("bad", NOT_REFERENCES)
+def test_a_reference_that_is_not_one_is_named_with_what_a_reference_is(name, bad, folder, capsys, monkeypatch):
+    """Binary garbage, a YAML file, a .gz cut short, gzip of a list, of YAML, of Latin-1, of a part of
+    one, a folder: the file named and what a reference is; nothing drawn or written."""
+    assert set(WITH_REFERENCE) == {"rank", "report"}
+    before = tree(folder / "two-runs")
+    line = one_line([name, "{tmp}/two-runs", "--reference", f"{{tmp}}/{bad}"], folder, capsys, monkeypatch, [bad])
+    assert ("is a folder" if bad == "empty" else "not a") in line and "a reference is the gzipped JSON" in line, line
+    assert tree(folder / "two-runs") == before
+
+
+@pytest.fixture(scope="module")
+def read_only(folder):
+    """A read-only copy of two-runs: a read-only bind mount as root (which permissions do not stop),
+    else a folder without write permission."""
+    path = folder / "read-only"
+    shutil.copytree(folder / "two-runs", path)
+    if os.geteuid() != 0:
+        folders = [path, *(p for p in path.rglob("*") if p.is_dir())]
+        for p in folders:
+            p.chmod(0o555)
+        yield path
+        for p in folders:
+            p.chmod(0o755)
+        return
+    mounted = subprocess.run(["mount", "--bind", str(path), str(path)], capture_output=True).returncode == 0 and \
+        subprocess.run(["mount", "-o", "remount,bind,ro", str(path)], capture_output=True).returncode == 0
+    if not mounted:
+        subprocess.run(["umount", str(path)], capture_output=True)
+        pytest.skip("root without a read-only bind mount: no read-only folder to try")
+    try:
+        yield path
+    finally:
+        subprocess.run(["umount", str(path)], check=True)
+
+
+RUN = "linear_map-transformer-seed0"  # a run folder of two-runs (its id follows)
+# What each command writes into a folder it is given, and the advice its line gives.
+WRITES = {
+    "leaderboard": (["leaderboard", "{ro}"], "writable copy"),
+    "rank": (["rank", "{ro}"], "writable copy"),
+    "report": (["report", "{ro}"], "--out"),
+    "report --out": (["report", "{tmp}/two-runs", "--out", "{ro}/r.html"], "another --out"),
+    "claims": (["claims", "{ro}"], "writable copy"),
+    "forecast": (["forecast", "{ro}"], "writable copy"),
+    "forecast --stopped": (["forecast", "{tmp}/two-runs", "--stopped", "{ro}"], "writable copy"),
+    "run": (["run", "--out", "{ro}", "--trainer.max_steps", "1"], "another --out"),
+    "sweep": (["sweep", "quick", "--out", "{ro}"], "another --out"),
+    "analyze emergence": (["analyze", "emergence", "{ro}/{run}"], "writable copy"),
+    "analyze patch": (["analyze", "patch", "{ro}/{run}", "--old", "0", "--new", "5"], "writable copy"),
+    "analyze abruptness": (["analyze", "abruptness", "{ro}"], "writable copy"),
+    "analyze pythia": (["analyze", "pythia", "--model", "{tmp}/empty", "--probe", "repetition", "--out", "{ro}"],
+                       "another --out"),
+    "lm-family train": (["lm-family", "train", "{ro}"], "another OUT"),
+    "lm-family analyze": (["lm-family", "analyze", "{ro}"], "writable copy"),
+    "speed": (["speed", "--quick", "--out", "{ro}/speed.json"], "another --out"),
+}
+WRITES_NOTHING = {"list", "check-mixer"}  # (check-mixer trains in memory only)
+
+
+def test_every_command_is_tried_on_a_read_only_folder_or_writes_none():
+    assert {case.split()[0] for case in WRITES} | WRITES_NOTHING == set(COMMANDS)
+    assert {name for name in PARSERS if not any(isinstance(a, argparse._SubParsersAction) for a in PARSERS[name]._actions)
+            and name.split()[0] not in WRITES_NOTHING} <= {" ".join(argv[:2]) if argv[0] in ("analyze", "lm-family")
+                                                         else argv[0] for argv, _ in WRITES.values()}
+
+
+@pytest.mark.parametrize("case", WRITES)
+def test_a_read_only_folder_is_named_with_what_to_do_before_anything_is_computed(case, read_only, folder, capsys,
+                                                                                 monkeypatch):
+    """EROFS (root: a read-only mount) or EACCES: one line naming the folder, and an --out or a writable copy."""
+    run = next(p.name for p in read_only.iterdir() if p.name.startswith(RUN))
+    argv, advice = WRITES[case]
+    argv = [a.replace("{ro}", str(read_only)).replace("{run}", run) for a in argv]
+    before = tree(folder / "two-runs")
+    line = one_line(argv, folder, capsys, monkeypatch, ["cannot write in ", str(read_only), advice])
+    assert ("(EROFS)" if os.geteuid() == 0 else "(EACCES)") in line, line
+    assert tree(folder / "two-runs") == before
+
+
+def test_a_comparison_that_fails_leaves_the_earlier_ranking_as_it_was(folder, tmp_path, capsys, monkeypatch):
+    """`rank DIR --against OTHER` with no cell in common: the comparison is made before DIR/rank.* are
+    replaced, so they hold the ranking of before (and the next report its reference)."""
+    against = [name for name, p in PARSERS.items() if any("--against" in a.option_strings for a in options(p))]
+    assert against == ["rank"]
+    ranked = tmp_path / "ranked"
+    shutil.copytree(folder / "two-runs", ranked)
+    other = tmp_path / "other"  # the same runs on another task: no cell (mixer, family, rung) in common
+    shutil.copytree(folder / "two-runs", other)
+    for path in other.glob("*/result.json"):
+        row = json.loads(path.read_text())
+        row["config"]["task"]["name"] = "another_task"
+        path.write_text(json.dumps(row))
+    assert answer(["rank", str(ranked)], folder, capsys, monkeypatch)[0] == 0
+    before = tree(ranked)
+    assert {p.rsplit("/", 1)[-1] for p in before} >= {"rank.md", "rank.csv", "rank.json"}
+    one_line(["rank", str(ranked), "--against", str(other)], folder, capsys, monkeypatch,
+             ["share no cell", "another_task"])
+    assert tree(ranked) == before  # no rank.* replaced, no reproduction.* written
+
+
+def test_claims_of_a_folder_without_claims_rows_is_refused_and_writes_nothing(folder, capsys, monkeypatch):
+    before = tree(folder / "two-runs")
+    one_line(["claims", "{tmp}/two-runs"], folder, capsys, monkeypatch,
+             ["no claims rows under", "two-runs", "claims-cpu-v2"])
+    assert tree(folder / "two-runs") == before
+
+
+WITH_WORKERS = {"sweep": ["sweep", "quick", "--dry-run"], "lm-family train": ["lm-family", "train", "{tmp}/lm"]}
+
+
+@pytest.mark.parametrize("name", WITH_WORKERS)
+def test_workers_far_beyond_the_cores_are_refused_and_beyond_them_warned_of(name, folder, capsys, monkeypatch):
+    from emergence_bench.machine.threads import available_cpus
+
+    assert {n for n, p in PARSERS.items() if any("--workers" in a.option_strings for a in options(p))} == set(WITH_WORKERS)
+    cores = available_cpus()
+    many = WORKERS_PER_CORE * cores + 1
+    one_line([*WITH_WORKERS[name], "--workers", str(many)], folder, capsys, monkeypatch,
+             [f"--workers {many}", f"{WORKERS_PER_CORE}× the {cores} core(s)", f"--workers {cores}"])
+    assert not (folder / "lm").exists()
+    if name == "sweep":  # a few more than the cores: legal, with a warning
+        code, err = answer([*WITH_WORKERS[name], "--workers", str(cores + 1)], folder, capsys, monkeypatch)
+        assert code == 0 and f"warning: --workers {cores + 1} > the {cores} core(s)" in err, err
+
+
+def test_a_mixer_key_with_mixers_is_set_on_each_of_them_not_dropped(folder, capsys, monkeypatch):
+    """`sweep --mixers lru --mixer.d_state 4`: the mixers are a grid axis, whose entries replace the
+    base's mixer; the key goes to each of them (and so into every run, and --print-config)."""
+    import yaml
+
+    code = main(["sweep", "quick", "--mixers", "lru", "--mixer.d_state", "4", "--print-config"])
+    out = capsys.readouterr().out
+    runs = list(yaml.safe_load_all(out))
+    assert code == 0 and len(runs) == 8
+    assert all(run["mixer"]["name"] == "lru" and run["mixer"]["d_state"] == 4 for run in runs)
+    code = main(["sweep", "standard-cpu", "--mixers", "transformer", "--mixer.n_heads", "2", "--print-config",
+                 "--group", "linear-map"])
+    runs = list(yaml.safe_load_all(capsys.readouterr().out))
+    assert code == 0 and runs and all(run["mixer"]["n_heads"] == 2 for run in runs)

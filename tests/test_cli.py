@@ -69,7 +69,8 @@ def test_a_command_that_takes_no_config_keys_refuses_them_as_argparse_does(capsy
     with pytest.raises(SystemExit) as exit:
         main(["leaderboard", "DIR", "--task.state_size", "4"])
     assert exit.value.code == EXIT_BAD_INPUT
-    assert "emergence-bench: error: unrecognized arguments: --task.state_size 4" in capsys.readouterr().err
+    assert capsys.readouterr().err == ("error: unrecognized arguments: --task.state_size 4 "
+                                       "(see: emergence-bench leaderboard --help)\n")
 
 
 @pytest.mark.slow

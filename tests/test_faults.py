@@ -189,6 +189,18 @@ def test_a_full_disk_mid_sweep_is_named_in_one_line_and_leaves_no_half_file(code
     assert "1 already finished, 2 to run" in capsys.readouterr().err
 
 
+def test_a_read_only_filesystem_is_reported_even_where_the_cleanup_fails_too(tmp_path, monkeypatch):
+    """On a filesystem gone read-only the temporary file cannot be removed either: the write's own
+    error (EROFS) is what is reported, as ResultsUnwritable, not the cleanup's."""
+    def refuse(*args, **kwargs):
+        raise OSError(errno.EROFS, "Read-only file system")
+
+    monkeypatch.setattr(os, "fsync", refuse)
+    monkeypatch.setattr(Path, "unlink", refuse)
+    with pytest.raises(results.ResultsUnwritable, match=r"\(EROFS\)"):
+        results.write_text(tmp_path / "x.json", "{}")
+
+
 def test_a_disk_error_crosses_from_a_worker_intact():
     error = results.unwritable("/r/x/result.json", OSError(errno.ENOSPC, "No space left on device"))
     back = pickle.loads(pickle.dumps(error))

@@ -23,6 +23,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from emergence_bench.commands.arguments import finite, results_folder, writable, writable_results
 from emergence_bench.commands.command import Subparsers, register_command
 
 
@@ -58,7 +59,7 @@ def add_parser(subparsers: Subparsers) -> argparse.ArgumentParser:
     e = sub.add_parser("emergence", help="bisect a run's checkpoints for the first that solves the task")
     e.add_argument("run_dir", metavar="RUN_DIR", help="one run's folder (DIR/<run id>), its checkpoints saved")
     e.add_argument("--probe-batches", type=int, help="eval batches in the probe set (default: the run's eval_batches)")
-    e.add_argument("--threshold", type=float, help="accuracy that counts as solved (default: the run's emergence threshold)")
+    e.add_argument("--threshold", type=finite, help="accuracy that counts as solved (default: the run's emergence threshold)")
     e.add_argument("--device", default="auto", help="auto | cpu | cuda (default auto)")
 
     pa = sub.add_parser("patch", help="patch heads' attention maps from a later checkpoint into an earlier one")
@@ -86,7 +87,7 @@ def add_parser(subparsers: Subparsers) -> argparse.ArgumentParser:
     py.add_argument("--prompts", type=int, default=64, help="prompts in the probe set (default 64)")
     py.add_argument("--single", action="store_true", help="the paper's single-prompt mode")
     py.add_argument("--probe-seed", type=int, default=0, help="seed of the templated prompts (default 0)")
-    py.add_argument("--threshold", type=float, default=0.5,
+    py.add_argument("--threshold", type=finite, default=0.5,
                     help="fraction of prompts greedy-correct that counts as solved (default 0.5)")
     py.add_argument("--top-k", type=int, default=4, help="patch the top 1..K heads together (default 4)")
     py.add_argument("--lexicon", default="modern", choices=sorted(LEXICONS),
@@ -106,6 +107,17 @@ def main(args: argparse.Namespace, extra: list[str] | None = None) -> int:
         raise ValueError(f"unrecognized arguments: {' '.join(extra)}")
     from emergence_bench.analysis.analyze import EMERGENCE_FILE, emergence, patch
     from emergence_bench.results import ANALYSIS_DIR
+
+    # Where each writes (a run's analysis/ folder, a results folder), checked before anything is computed.
+    if args.analysis in ("emergence", "patch") and Path(args.run_dir).is_dir():
+        writable(Path(args.run_dir), f"`analyze {args.analysis}` writes its report into {ANALYSIS_DIR}/ there: run it "
+                                     f"on a writable copy of the run's folder")
+    if args.analysis == "abruptness" and Path(args.folder).is_dir():
+        from emergence_bench.analysis.abruptness_check import CHECK_FILE
+
+        writable_results(Path(args.folder), "analyze abruptness", CHECK_FILE)
+    if args.analysis == "pythia":
+        results_folder(args.out)
 
     if args.analysis == "emergence":
         r = emergence(args.run_dir, args.probe_batches, args.threshold, args.device)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from emergence_bench.commands.arguments import add_results_dir, results_in
+from emergence_bench.commands.arguments import add_results_dir, results_in, writable_results
 from emergence_bench.commands.command import Subparsers, register_command
 
 
@@ -29,7 +29,7 @@ def main(args: argparse.Namespace, extra: list[str]) -> int:
 
     claims()  # declares the built-in claims, so --claim can name them
 
-    folder = results_in(args.dir)
+    folder = writable_results(results_in(args.dir), "claims", "claims.md, .csv and .json")
     only = [CLAIMS.get(name) for name in args.claim] if args.claim else None  # judged among all: one Holm family
     rows, markdown = scorecard.write(folder, only)
     print(markdown, end="")

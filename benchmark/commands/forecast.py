@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from emergence_bench.commands.arguments import add_results_dir
+from emergence_bench.commands.arguments import add_results_dir, finite, writable, writable_results
 from emergence_bench.commands.command import Subparsers, register_command
 from emergence_bench.forecast import PERMUTATIONS
 
@@ -102,7 +102,7 @@ def add_parser(subparsers: Subparsers) -> argparse.ArgumentParser:
     p.add_argument("--replay", metavar="MODEL",
                    help="what --forecast-stop with this saved forecast would have done to DIR's runs (their outcomes "
                         "known): steps saved and runs wrongly stopped, per fleet")
-    p.add_argument("--risk", type=float, default=0.05, help="with --replay: the stop's risk level (default 0.05)")
+    p.add_argument("--risk", type=finite, default=0.05, help="with --replay: the stop's risk level (default 0.05)")
     p.add_argument("--save", metavar="FLEET=PATH",
                    help="write the pipeline fitted on that whole fleet (its label, as printed) for sweep --forecast-stop")
     return p
@@ -116,6 +116,18 @@ def main(args: argparse.Namespace, extra: list[str] | None = None) -> int:
         raise ValueError(f"no such results directory: {args.dir}")
     if args.features < 1 or args.permutations < 1:
         raise ValueError("--features and --permutations must be ≥ 1")
+    # Every file it writes, checked before anything is computed or written.
+    writable_results(folder, "forecast", "forecast.md and .json")
+    saved_model = _saved_forecast(args.replay) if args.replay else None
+    if args.stopped is not None:
+        if not Path(args.stopped).is_dir():  # a second folder, named by its flag
+            raise ValueError(f"--stopped: no such results directory: {args.stopped}")
+        writable_results(Path(args.stopped), "forecast --stopped", "forecast-stop.json")
+    if args.save:
+        saved_to = Path(args.save.rpartition("=")[2] or ".")
+        if saved_to.is_dir():
+            raise ValueError(f"--save {args.save}: {saved_to} is a folder; give FLEET=FILE, the file to write")
+        writable(saved_to.parent, f"--save {args.save}: choose another PATH")
     from emergence_bench.forecast.evaluate import in_domain, transfer
     from emergence_bench.results import load_records, without_non_finite, write_json, write_text
 
@@ -149,21 +161,34 @@ def main(args: argparse.Namespace, extra: list[str] | None = None) -> int:
     write_json(folder / "forecast.json", {"results": without_non_finite(results)[0]})
     if args.save:
         _save(args.save, groups, args.features)
-    if args.replay:
+    if saved_model is not None:
         from emergence_bench.forecast.evaluate import replay_stop, stop_savings
 
-        saved_model = json.loads(Path(args.replay).read_text())
         for name, members in fleets(rows).items():
             print(f"\n{name}: " + _savings_line(stop_savings(members, replay_stop(saved_model, members, args.risk))))
     if args.stopped:
         from emergence_bench.forecast.evaluate import stop_savings
 
-        if not Path(args.stopped).is_dir():  # a second folder, named by its flag
-            raise ValueError(f"--stopped: no such results directory: {args.stopped}")
         saved = stop_savings(rows, [r for r in load_records(args.stopped) if r.get("status") == "ok"])
         print("\nforecast stop: " + _savings_line(saved))
         write_json(Path(args.stopped) / "forecast-stop.json", saved)
     return 0
+
+
+def _saved_forecast(path: str) -> dict:
+    """``--replay PATH``: a forecast ``--save`` wrote; else bad input naming it."""
+    how = "write one with `emergence-bench forecast DIR --save FLEET=PATH`"
+    if Path(path).is_dir():
+        raise ValueError(f"--replay {path} is a folder, not a saved forecast; {how}")
+    if not Path(path).is_file():
+        raise ValueError(f"--replay: no such file {path}; {how}")
+    try:
+        saved = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as error:
+        raise ValueError(f"--replay {path} is not a saved forecast ({' '.join(str(error).split())}); {how}") from None
+    if not isinstance(saved, dict) or "model" not in saved:
+        raise ValueError(f"--replay {path} is not a saved forecast (JSON without its model); {how}")
+    return saved
 
 
 def _savings_line(saved: dict) -> str:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from emergence_bench.commands.arguments import add_results_dir, add_strict, results_in
+from emergence_bench.commands.arguments import add_results_dir, add_strict, results_in, writable_results
 from emergence_bench.commands.command import Subparsers, register_command
 
 
@@ -30,7 +30,7 @@ def main(args: argparse.Namespace, extra: list[str]) -> int:
     from emergence_bench.reporting import leaderboard
     from emergence_bench.results import load_records, mixed_code_note
 
-    folder = results_in(args.dir)
+    folder = writable_results(results_in(args.dir), "leaderboard", "leaderboard.md, .csv and .json")
     over = tuple(k.strip() for k in args.over.split(",") if k.strip())
     table, markdown = leaderboard.write(folder, over, baseline=args.baseline, strict=args.strict)
     print(markdown, end="")

@@ -20,6 +20,7 @@ import time
 from dataclasses import asdict, fields
 from pathlib import Path
 
+from emergence_bench.commands.arguments import check_workers, finite, writable
 from emergence_bench.commands.command import Subparsers, register_command
 
 
@@ -38,13 +39,14 @@ def add_parser(subparsers: Subparsers) -> argparse.ArgumentParser:
     defaults = FamilyConfig()
     for f in fields(FamilyConfig):
         default = getattr(defaults, f.name)
-        t.add_argument(f"--{f.name.replace('_', '-')}", dest=f.name, type=type(default), default=default,
+        t.add_argument(f"--{f.name.replace('_', '-')}", dest=f.name, default=default,
+                       type=finite if isinstance(default, float) else type(default),
                        help=f"{FIELD_HELP[f.name]} (default {default})")
     a = sub.add_parser("analyze", help="bisect, score heads and patch every trained seed on the probes")
     a.add_argument("out", metavar="OUT", type=Path, help="the family's folder")
     a.add_argument("--probes", nargs="+", choices=sorted(PROBES), help="probes (default all four)")
     a.add_argument("--prompts", type=int, default=64, help="prompts per probe (default 64)")
-    a.add_argument("--threshold", type=float, default=0.5, help="accuracy that counts as solved (default 0.5)")
+    a.add_argument("--threshold", type=finite, default=0.5, help="accuracy that counts as solved (default 0.5)")
     a.add_argument("--device", default="auto", help="auto | cpu | cuda (default auto)")
     return p
 
@@ -56,6 +58,8 @@ def main(args: argparse.Namespace, extra: list[str] | None = None) -> int:
         from emergence_bench.analysis.lm_family import train_family
 
         config = FamilyConfig(**{f.name: getattr(args, f.name) for f in fields(FamilyConfig)})
+        check_workers(args.workers)
+        writable(args.out, "choose another OUT", "the family's folder ")
         print(f"lm-family: {describe(config)}; seeds {' '.join(map(str, args.seeds))}", flush=True)
         result = train_family(args.out, config, args.seeds, args.workers)
         failed = [seed for seed, r in result["seeds"].items() if r.get("status") != "ok"]
@@ -72,6 +76,8 @@ def main(args: argparse.Namespace, extra: list[str] | None = None) -> int:
     began = time.perf_counter()
     if not 0 < args.threshold <= 1 or args.prompts < 1:
         raise ValueError(f"--threshold must be in (0, 1] and --prompts ≥ 1, got {args.threshold}, {args.prompts}")
+    if args.out.is_dir():
+        writable(args.out, "run it on a writable copy of the family's folder", "the family's folder ")
     summary = analyze_family(args.out, args.probes, args.prompts, args.threshold, args.device)
     print_summary(summary)
     print(f"\nanalysed {len(summary['seeds'])} seeds in {(time.perf_counter() - began) / 60:.1f} min; "

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from emergence_bench.commands.arguments import add_results_dir, add_strict, results_in
+from emergence_bench.commands.arguments import add_results_dir, add_strict, results_in, writable_results
 from emergence_bench.commands.command import Subparsers, register_command
 
 
@@ -17,10 +17,10 @@ def add_parser(subparsers: Subparsers) -> argparse.ArgumentParser:
                                                "as DIR/rank.md, .csv and .json, replacing those of an earlier call. "
                                                "A read that fails (no readable result, no run finished ok, an "
                                                "unknown --rung family) writes nothing. With --against OTHER, "
-                                               "then compare DIR's results with OTHER's, cell by cell and tier by "
-                                               "tier, print it and write it as DIR/reproduction.md and .json "
-                                               "(a comparison that fails, e.g. no cell in common, is named in one "
-                                               "line after the ranking and writes no reproduction file).")
+                                               "also compare DIR's results with OTHER's, cell by cell and tier by "
+                                               "tier, print it and write it as DIR/reproduction.md and .json; the "
+                                               "comparison is made first, so one that fails (e.g. no cell in "
+                                               "common) is one line and writes nothing, the earlier rank.* kept.")
     add_results_dir(parser)
     parser.add_argument("--rung", action="append", metavar="FAMILY=KEY",
                         help="the ladder's task key of a family where several vary (repeatable)")
@@ -48,15 +48,19 @@ def main(args: argparse.Namespace, extra: list[str]) -> int:
         if not family or not key:
             raise ValueError(f"--rung takes FAMILY=KEY, e.g. linear_map=task.sparsity; got {spec!r}")
         axes[family] = key if "." in key else f"task.{key}"
+    writable_results(folder, "rank", "rank.md, .csv and .json" + (" and reproduction.md and .json" if other else ""))
+    if other is not None:  # compared first: a comparison that fails leaves the earlier rank.* as they were
+        from emergence_bench.reporting import reproduction
+
+        # DIR's unreadable files are named once, by its ranking below.
+        comparison, text = reproduction.compared(folder, other, axes, strict=args.strict, quiet=True)
     ranked, markdown = rank.write(folder, axes, strict=args.strict, baseline=args.baseline,
                                   reference_name=args.reference)
     print(markdown, end="")
     print(f"\nwrote {folder / 'rank.md'}, rank.csv and rank.json ({len(ranked['ranking'])} mixers, "
           f"{len(ranked['cells'])} cells)", file=sys.stderr)
     if other is not None:
-        from emergence_bench.reporting import reproduction
-
-        comparison, text = reproduction.write(folder, other, axes, strict=args.strict, quiet=True)
+        reproduction.save(folder, other, comparison, text)
         print("\n" + text, end="")
         print(f"\nwrote {folder / (reproduction.STEM + '.md')} and {reproduction.STEM}.json "
               f"({comparison['summary']['cells']} cells compared)", file=sys.stderr)

@@ -4,8 +4,9 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
-from emergence_bench.commands.arguments import add_results_dir, add_strict
+from emergence_bench.commands.arguments import add_results_dir, add_strict, writable, writable_results
 from emergence_bench.commands.command import Subparsers, register_command
 
 
@@ -39,11 +40,20 @@ def add_parser(subparsers: Subparsers) -> argparse.ArgumentParser:
 def main(args: argparse.Namespace, extra: list[str]) -> int:
     from emergence_bench.reporting import report
 
-    axes = tuple(a.strip() for a in args.axes.split(",")) if args.axes else None
-    if axes is not None and len(axes) != 2:
+    axes = tuple(a.strip() for a in args.axes.split(",")) if args.axes is not None else None
+    if axes is not None and (len(axes) != 2 or not all(axes)):
         raise ValueError(f"--axes takes two config keys, e.g. task.state_size,task.sparsity; got {args.axes!r}")
     over = tuple(k.strip() for k in args.over.split(",") if k.strip())
-    figures = tuple(f.strip() for f in args.figures.split(",") if f.strip()) if args.figures else None
+    figures = tuple(f.strip() for f in args.figures.split(",") if f.strip()) if args.figures is not None else None
+    if figures is not None and not figures:
+        raise ValueError("--figures takes figure names, comma-separated (e.g. curves,ranking); got ''; "
+                         "leave it out for every figure the results allow")
+    if args.out is not None and Path(args.out).is_dir():
+        raise ValueError(f"--out {args.out} is a folder: give the HTML file to write, e.g. {Path(args.out) / 'report.html'}")
+    if args.out is not None:  # (a missing DIR is named by the report: no result.json under it)
+        writable(Path(args.out).parent, f"choose another --out than {args.out}")
+    elif Path(args.dir).is_dir():
+        writable_results(Path(args.dir), "report", "report.html and its figures", out_flag=True)
     path = report.write(args.dir, args.out, axes=axes, maps=args.maps, over=over, strict=args.strict,
                         figures=figures, seed=args.seed, reference=args.reference)
     print(f"report: {path}")

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
+from emergence_bench.commands.arguments import writable
 from emergence_bench.commands.command import Subparsers, register_command
 
 
@@ -47,7 +49,13 @@ def main(args: argparse.Namespace, extra: list[str]) -> int:
     except ValueError:
         raise ValueError(f"--lengths and --seeds take comma-separated whole numbers, got {args.lengths!r} and "
                          f"{args.seeds!r}") from None
-    mixers = [m.strip() for m in args.mixers.split(",")] if args.mixers else None
+    mixers = [m.strip() for m in args.mixers.split(",") if m.strip()] if args.mixers is not None else None
+    if mixers == []:
+        raise ValueError(f"--mixers takes mixer names, comma-separated, got {args.mixers!r}; leave it out for the "
+                         "built-in ones")
+    if Path(args.out).is_dir():
+        raise ValueError(f"--out {args.out} is a folder: give the JSON file to write, e.g. {Path(args.out) / 'speed.json'}")
+    writable(Path(args.out).parent, f"choose another --out than {args.out}")  # before minutes of timing
     if args.forms:
         speed.forms_main(args.out, lengths=lengths, repeats=args.repeats)
         print(f"wrote {args.out}", file=sys.stderr)

@@ -4,6 +4,7 @@ stopped; with ``--dry-run`` or ``--print-config``, only the runs it would train.
 from __future__ import annotations
 
 import argparse
+import copy
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, get_args
@@ -12,12 +13,14 @@ from emergence_bench.commands.arguments import (
     BATCHING_HELP,
     CONFIG_FLAGS,
     THREADS_HELP,
+    check_workers,
     config_overrides,
+    finite,
     results_folder,
     threads,
 )
 from emergence_bench.commands.command import Subparsers, register_command
-from emergence_bench.config import Batching
+from emergence_bench.config import Batching, ConfigError, set_dotted
 
 if TYPE_CHECKING:
     from emergence_bench.execution.sweep_spec import Sweep
@@ -37,8 +40,8 @@ def add_parser(subparsers: Subparsers) -> argparse.ArgumentParser:
     parser.add_argument("--executor", choices=("local", "ray"), default="local",
                         help="local worker processes (default) or one Ray task per run")
     parser.add_argument("--address", help="Ray cluster address (default: start a local Ray instance)")
-    parser.add_argument("--num-cpus", type=float, default=1, help="CPUs per run on Ray (default 1)")
-    parser.add_argument("--num-gpus", type=float, default=0, help="GPUs per run on Ray, may be fractional (default 0)")
+    parser.add_argument("--num-cpus", type=finite, default=1, help="CPUs per run on Ray (default 1)")
+    parser.add_argument("--num-gpus", type=finite, default=0, help="GPUs per run on Ray, may be fractional (default 0)")
     parser.add_argument("--max-retries", type=int, default=3, help="Ray retries of a run whose worker died")
     parser.add_argument("--seed-parallel", type=int, metavar="K",
                         help="train up to K seeds of the same config together (local executor; default: the "
@@ -49,8 +52,8 @@ def add_parser(subparsers: Subparsers) -> argparse.ArgumentParser:
     parser.add_argument("--mixers", help="train exactly these mixers (comma-separated): the sweep's own settings "
                                          "for the ones it has; any other (e.g. a plugin) at its constructor's "
                                          "defaults, its learning rate tuned first where the preset tunes "
-                                         "(standard-cpu: into DIR/tuning)")
-    parser.add_argument("--scale", type=float, default=1.0,
+                                         "(standard-cpu: into DIR/tuning); a --mixer.KEY flag sets KEY on each of them")
+    parser.add_argument("--scale", type=finite, default=1.0,
                         help="multiply every run's max_steps and eval_every (e.g. 0.1 for a CPU-sized try)")
     parser.add_argument("--grid", action="append", metavar="KEY=V1,V2",
                         help="a grid axis from the command line (repeatable), e.g. optim.lr=1e-3,3e-3; "
@@ -58,7 +61,7 @@ def add_parser(subparsers: Subparsers) -> argparse.ArgumentParser:
     parser.add_argument("--forecast-stop", metavar="MODEL",
                         help="end each run that a saved forecast (`forecast --save`) gives less than --risk of "
                              "emerging within its budget; its row says forecast-stopped")
-    parser.add_argument("--risk", type=float, default=0.05,
+    parser.add_argument("--risk", type=finite, default=0.05,
                         help="with --forecast-stop: the forecast probability of emerging below which a run stops "
                              "(default 0.05)")
     parser.add_argument("--dry-run", action="store_true", help="list the run ids and exit")
@@ -67,12 +70,13 @@ def add_parser(subparsers: Subparsers) -> argparse.ArgumentParser:
     parser.add_argument("--list", action="store_true", help="list the presets with their run counts")
     parser.add_argument("--retune", action="store_true",
                         help="tune every mixer of a tuned preset again (into DIR/tuning), not only those without "
-                             "frozen values, and rank them at the new choices")
+                             "frozen values, and rank them at the new choices (a flag or --grid that sets a tuned "
+                             "key conflicts with it)")
     return parser
 
 
 def main(args: argparse.Namespace, extra: list[str]) -> int:
-    from emergence_bench.config import SECTIONS, resolve_sections, set_dotted
+    from emergence_bench.config import SECTIONS, resolve_sections
 
     fixed: dict = {}  # the flags' fixed-section keys, checked before the sweep's machinery loads
     for key, value in config_overrides(extra).items():
@@ -93,22 +97,36 @@ def main(args: argparse.Namespace, extra: list[str]) -> int:
         return 0
     if not args.sweep:
         raise ValueError("give a preset name or sweep file (see `emergence-bench sweep --list`)")
+    if Path(args.sweep).is_dir():
+        raise ValueError(f"{args.sweep} is a folder: give a preset name (`emergence-bench sweep --list`) or a sweep "
+                         "YAML file")
+    if args.executor == "local":
+        check_workers(args.workers)
     sweep = load_sweep(args.sweep)
-    if args.group:
-        sweep.select([g.strip() for g in args.group.split(",") if g.strip()])
-    if args.mixers:
+    if args.group is not None:
+        names = [g.strip() for g in args.group.split(",") if g.strip()]
+        if not names:
+            raise ValueError(f"--group takes group names, comma-separated, got {args.group!r}; leave it out for "
+                             "every group")
+        sweep.select(names)
+    if args.mixers is not None:  # `--mixers ,` is refused by choose_mixers, not taken for every mixer
         sweep.choose_mixers([m.strip() for m in args.mixers.split(",") if m.strip()])
     overrides = config_overrides(extra)
     if args.threads is not None:
         overrides["trainer.threads"] = args.threads
+    axes = [grid_axis(spec) for spec in args.grid or []]
+    if args.retune:
+        _check_retune(sweep, [f"--{key}" for key in overrides] + [f"--grid {key}" for key, _ in axes])
     if args.forecast_stop:
         if not Path(args.forecast_stop).is_file():
-            raise ValueError(f"--forecast-stop: no such file {args.forecast_stop} "
-                             "(write one with `emergence-bench forecast DIR --save FLEET=PATH`)")
+            raise ValueError(f"--forecast-stop: {args.forecast_stop} is "
+                             + ("a folder, not a saved forecast" if Path(args.forecast_stop).is_dir() else "no such file")
+                             + " (write one with `emergence-bench forecast DIR --save FLEET=PATH`)")
         overrides["callbacks.forecast_stop"] = {"model": str(Path(args.forecast_stop).resolve()), "risk": args.risk}
     sweep.override(overrides)
-    for spec in args.grid or []:
-        _add_axis(sweep, *grid_axis(spec))
+    for key, values in axes:
+        _add_axis(sweep, key, values)
+    _mixer_keys_on_axis(sweep, {key: value for key, value in overrides.items() if key.startswith("mixer.")})
     if args.scale <= 0:
         raise ValueError(f"--scale must be > 0, got {args.scale}")
     sweep.scale = args.scale
@@ -176,7 +194,7 @@ def main(args: argparse.Namespace, extra: list[str]) -> int:
 def grid_axis(spec: str) -> tuple[str, list[Any]]:
     """``--grid optim.lr=1e-3,3e-3`` → ("optim.lr", [0.001, 0.003]): the values are a YAML flow list
     without its brackets, so ``--grid "mixer={name: mamba},{name: lru}"`` works too."""
-    from emergence_bench.config import ConfigError, parse_value
+    from emergence_bench.config import parse_value
     from emergence_bench.execution.sweep_spec import check_distinct
 
     key, _, values = spec.partition("=")
@@ -189,6 +207,38 @@ def grid_axis(spec: str) -> tuple[str, list[Any]]:
         raise ConfigError(f"--grid {spec!r}: the values are not a comma-separated list ({error})".replace("\n", " ")) from None
     check_distinct(f"--grid {key}", parsed)
     return key, parsed
+
+
+def _check_retune(sweep: Sweep, flags: list[str]) -> None:
+    """``--retune`` tunes the keys of the sweep's tuning grid again: a flag that fixes one of them
+    (which would stop its tuning) conflicts with it, as does a sweep that tunes nothing."""
+    if sweep.tuning is None:
+        raise ConfigError(f"--retune: sweep {sweep.name!r} tunes nothing (it has no tuning section); leave --retune out")
+    for flag in flags:
+        key = flag.split()[-1].removeprefix("--")
+        if key in sweep.tuning.grid:
+            raise ConfigError(f"{flag} and --retune conflict: --retune tunes {key} again for every mixer, while {flag} "
+                              f"sets it for every run (which turns its tuning off); drop one of the two")
+
+
+def _mixer_keys_on_axis(sweep: Sweep, keys: dict[str, Any]) -> None:
+    """``--mixer.KEY VALUE`` where the mixers are a grid axis (the sweep's own, or made by --mixers):
+    KEY set on every mixer of the axis, since each entry replaces the base's mixer, which is where
+    ``Sweep.override`` put it. ``--mixer.name`` there would make every mixer the same: refused."""
+    grids = [grid for grid in [sweep.grid, *(group.grid for group in sweep.groups)] if "mixer" in grid]
+    if not keys or not grids:
+        return
+    if "mixer.name" in keys:
+        raise ConfigError("--mixer.name: this sweep trains several mixers (a grid axis): choose them with "
+                          "--mixers NAME,NAME")
+    for grid in grids:
+        entries = []
+        for entry in grid["mixer"]:
+            holder = {"mixer": copy.deepcopy(entry)}
+            for key, value in keys.items():
+                set_dotted(holder, key, copy.deepcopy(value))
+            entries.append(holder["mixer"])
+        grid["mixer"] = entries
 
 
 def _add_axis(sweep: Sweep, key: str, values: list[Any]) -> None:

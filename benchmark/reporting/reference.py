@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import zlib
 from collections.abc import Collection
 from pathlib import Path
 from typing import Any, cast
@@ -37,10 +38,19 @@ BUILTIN_PRESET = "standard-cpu"
 FORMAT = 1
 
 
+# What a reference is, for the line that refuses a file that is not one.
+WHAT_A_REFERENCE_IS = ("a reference is the gzipped JSON (.json.gz) that `python -m emergence_bench.commands."
+                       "reference_build DIR --preset PRESET` writes from a finished ranking sweep; or give builtin")
+# The keys a reference holds (reference_build's ``build``) that the ranking and the report read.
+KEYS = ("preset", "ladder", "commit", "versions", "machine", "created", "families", "tuned_keys", "tuning", "rows")
+
+
 def path_of(name: str) -> Path:
     """``builtin``, a preset name with a shipped reference, or the path of a reference file."""
     if Path(name).is_file():
         return Path(name)
+    if Path(name).is_dir():
+        raise ConfigError(f"reference {name!r} is a folder, not a reference file; {WHAT_A_REFERENCE_IS}")
     preset = BUILTIN_PRESET if name == BUILTIN else name
     found = REFERENCE_DIR / f"{preset}.json.gz"
     if not found.is_file():
@@ -51,10 +61,29 @@ def path_of(name: str) -> Path:
 
 
 def load(name: str) -> dict:
-    with gzip.open(path_of(name), "rt", encoding="utf-8") as file:
-        reference = json.load(file)
+    """The reference ``name`` (see ``path_of``). A file that is not one (not gzip, cut short, not
+    UTF-8 JSON, JSON of another shape, another format) is a ConfigError naming it and saying what a
+    reference is."""
+    path = path_of(name)
+    name = name if str(path) == name else f"{name!r} ({path})"  # what the lines below call it
+    try:
+        with gzip.open(path, "rt", encoding="utf-8") as file:
+            reference = json.load(file)
+    # BadGzipFile and a read error are OSErrors, a cut-short file an EOFError (or zlib's error), a
+    # JSON error a ValueError, like a text that is not UTF-8.
+    except (OSError, EOFError, zlib.error, ValueError) as error:
+        why = " ".join(str(error).split()) or type(error).__name__
+        raise ConfigError(f"reference {name} is not a reference file ({why}); {WHAT_A_REFERENCE_IS}") from None
+    if not isinstance(reference, dict):
+        raise ConfigError(f"reference {name} holds a JSON {type(reference).__name__}, not a reference file; "
+                          f"{WHAT_A_REFERENCE_IS}")
     if reference.get("format") != FORMAT:
-        raise ConfigError(f"reference {name!r} has format {reference.get('format')!r}; this version reads {FORMAT}")
+        raise ConfigError(f"reference {name} has format {reference.get('format')!r}; this version reads {FORMAT}; "
+                          f"{WHAT_A_REFERENCE_IS}")
+    missing = [key for key in KEYS if key not in reference]
+    if missing:
+        raise ConfigError(f"reference {name} lacks {', '.join(missing)}: not a whole reference file; "
+                          f"{WHAT_A_REFERENCE_IS}")
     return reference
 
 

@@ -270,14 +270,28 @@ def render(comparison: dict[str, Any], first_name: str, second_name: str) -> str
     return "\n".join(parts) + "\n"
 
 
-def write(root: str | Path, other: str | Path, axes: dict[str, str] | None = None, strict: bool = False,
-          quiet: bool = False) -> tuple[dict[str, Any], str]:
-    """Compare the results under ``root`` against those under ``other`` (each read as a ranking reads
-    it) and write root/reproduction.md and root/reproduction.json, each atomically. ``quiet``: root's
-    unreadable files are not named again (its ranking just named them)."""
+def compared(root: str | Path, other: str | Path, axes: dict[str, str] | None = None, strict: bool = False,
+             quiet: bool = False) -> tuple[dict[str, Any], str]:
+    """The results under ``root`` compared against those under ``other`` (each read as a ranking reads
+    it), and the comparison as Markdown; nothing written (``save`` writes them). ``quiet``: root's
+    unreadable files are not named (its ranking names them)."""
     root, other = Path(root), Path(other)
     comparison = compare(read(root, strict, quiet), read(other, strict), axes)
-    markdown = render(comparison, str(root), str(other))
+    return comparison, render(comparison, str(root), str(other))
+
+
+def save(root: str | Path, other: str | Path, comparison: dict[str, Any], markdown: str) -> None:
+    """Write ``compared``'s answer as root/reproduction.md and root/reproduction.json, each atomically."""
+    root = Path(root)
     write_text(root / f"{STEM}.md", markdown)
-    write_json(root / f"{STEM}.json", {"first": str(root), "second": str(other), **comparison})
+    write_json(root / f"{STEM}.json", {"first": str(root), "second": str(Path(other)), **comparison})
+
+
+def write(root: str | Path, other: str | Path, axes: dict[str, str] | None = None, strict: bool = False,
+          quiet: bool = False) -> tuple[dict[str, Any], str]:
+    """Compare the results under ``root`` against those under ``other`` (``compared``) and write
+    root/reproduction.md and root/reproduction.json (``save``). ``quiet``: root's unreadable files are
+    not named again (its ranking just named them)."""
+    comparison, markdown = compared(root, other, axes, strict, quiet)
+    save(root, other, comparison, markdown)
     return comparison, markdown

@@ -22,6 +22,7 @@ import pandas as pd
 
 from emergence_bench.claim import Claim, ScoreRow, confirmation, scorecard
 from emergence_bench.claims import claims
+from emergence_bench.config import ConfigError
 from emergence_bench.result_row import ResultRow, emergence_step
 from emergence_bench.results import (
     ANALYSIS_DIR,
@@ -37,16 +38,17 @@ PATCHING_GROUP = "patching"
 TOP_K = 16
 
 
-def rows_by_group(folder: Path) -> dict[str, list[ResultRow]]:
+def rows_by_group(folder: Path, quiet: bool = False) -> dict[str, list[ResultRow]]:
     """The folder's readable rows by sweep group (the first folder under ``folder``; rows directly in
-    it belong to the group ``""``)."""
+    it belong to the group ``""``); ``quiet``: an unreadable row is not named (again)."""
     groups: dict[str, list[ResultRow]] = defaultdict(list)
     for path in result_paths(folder):
         parts = path.relative_to(folder).parts
         try:
             groups[parts[0] if len(parts) > 2 else ""].append(parse_result(path))
         except UnreadableResult as error:
-            print(f"warning: {error}; left out of the scorecard", file=sys.stderr)
+            if not quiet:
+                print(f"warning: {error}; left out of the scorecard", file=sys.stderr)
     return dict(groups)
 
 
@@ -144,8 +146,15 @@ def judge(folder: Path, only: Sequence[Claim] | None = None, patch: bool = True)
 
 def write(folder: Path, only: Sequence[Claim] | None = None) -> tuple[list[dict[str, Any]], str]:
     """Judges the claims on ``folder``'s rows and writes claims.{md,csv,json} there (the whole
-    scorecard; ``only`` chooses the rows returned)."""
+    scorecard; ``only`` chooses the rows returned). A folder where no claim finds its rows (every
+    verdict "not run": not a claims sweep) is a ConfigError, and nothing is written."""
     card = judge(folder)
+    if all(row.verdict == "not run" for row in card):
+        found = [repr(g) if g else "none (runs directly in it)" for g in sorted(rows_by_group(folder, quiet=True))]
+        read = sorted({group for row in card for group in row.claim.groups})
+        raise ConfigError(f"no claims rows under {folder}: no claim finds its confirmation runs there (its runs' "
+                          f"group(s): {', '.join(found)}; the claims read group(s) {', '.join(read)}); "
+                          f"run `emergence-bench sweep claims-cpu-v2 --out {folder}` first")
     written = table(card)
     rows = [r.to_dict() for r in card if only is None or r.claim in only]
     write_text(folder / "claims.md", to_markdown(written))
