@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from emergence_bench.claim import CLAIMS, scorecard
 from emergence_bench.claims import claims
+from emergence_bench.claims.claim import CLAIMS, scorecard
 from emergence_bench.claims.design import SEEDS, TASK_SEEDS
 from emergence_bench.claims.heads import independence_fit
 from emergence_bench.execution.sweep_spec import load_sweep

@@ -1,8 +1,8 @@
-"""The paper's claims, each declared once as a pre-registered test (``emergence_bench.claim``): one
-module per claim of PAPER.md, in its order. Importing this package declares them all; ``compare``
-holds the comparisons they share, and ``design`` the frozen settings of the confirmation."""
+"""The paper's claims, each declared once as a pre-registered test (``claim``: a claim, its verdict
+and the scorecard): one module per claim of PAPER.md, in its order. Importing this package declares
+them all; ``compare`` holds the comparisons they share, and ``design`` the frozen settings of the
+confirmation."""
 
-from emergence_bench.claim import CLAIMS, Claim
 from emergence_bench.claims import (  # noqa: F401
     abrupt,
     architectures,
@@ -13,6 +13,7 @@ from emergence_bench.claims import (  # noqa: F401
     patching,
     seeds,
 )
+from emergence_bench.claims.claim import CLAIMS, Claim
 
 
 def claims() -> tuple[Claim, ...]:

@@ -17,8 +17,17 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from emergence_bench.claim import Claim, NotApplicable, Outcome, Rows, arm, config_value, final_metric, register_claim
 from emergence_bench.claims import compare
+from emergence_bench.claims.claim import (
+    Claim,
+    NotApplicable,
+    Outcome,
+    Rows,
+    arm,
+    config_value,
+    final_metric,
+    register_claim,
+)
 from emergence_bench.claims.design import CA_STATE_SIZE, frozen
 
 TRANSFORMER = "transformer"

@@ -13,8 +13,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from emergence_bench.claim import Claim, NotApplicable, Outcome, Rows, arm, has_attention, register_claim
 from emergence_bench.claims import compare
+from emergence_bench.claims.claim import Claim, NotApplicable, Outcome, Rows, arm, has_attention, register_claim
 from emergence_bench.claims.design import frozen
 
 

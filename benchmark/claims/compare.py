@@ -20,7 +20,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from emergence_bench.claim import Evidence, event_times, never_as_inf
+from emergence_bench.claims.claim import Evidence, event_times, never_as_inf
 from emergence_bench.result_row import Row
 from emergence_bench.significance import (
     binomial_test,

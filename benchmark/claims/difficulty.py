@@ -17,8 +17,17 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
-from emergence_bench.claim import Claim, NotApplicable, Outcome, Rows, arm, config_value, final_metric, register_claim
 from emergence_bench.claims import compare
+from emergence_bench.claims.claim import (
+    Claim,
+    NotApplicable,
+    Outcome,
+    Rows,
+    arm,
+    config_value,
+    final_metric,
+    register_claim,
+)
 from emergence_bench.claims.design import frozen
 
 

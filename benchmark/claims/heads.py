@@ -22,7 +22,8 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from emergence_bench.claim import (
+from emergence_bench.claims import compare
+from emergence_bench.claims.claim import (
     Claim,
     Evidence,
     NotApplicable,
@@ -33,7 +34,6 @@ from emergence_bench.claim import (
     has_attention,
     register_claim,
 )
-from emergence_bench.claims import compare
 from emergence_bench.claims.design import CA_STATE_SIZE, frozen
 from emergence_bench.result_row import Row, emergence_step
 from emergence_bench.significance import chi2_sf, trend_test

@@ -19,8 +19,8 @@ import statistics
 from collections.abc import Mapping, Sequence
 from typing import Any, cast
 
-from emergence_bench.claim import Claim, Evidence, NotApplicable, Outcome, Rows, has_attention, register_claim
 from emergence_bench.claims import compare
+from emergence_bench.claims.claim import Claim, Evidence, NotApplicable, Outcome, Rows, has_attention, register_claim
 from emergence_bench.claims.design import frozen
 from emergence_bench.result_row import Row, emergence_step
 from emergence_bench.significance import sign_test

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from emergence_bench.claim import (
+from emergence_bench.claims.claim import (
     Claim,
     Evidence,
     NotApplicable,

@@ -23,8 +23,8 @@ def add_parser(subparsers: Subparsers) -> argparse.ArgumentParser:
 
 
 def main(args: argparse.Namespace, extra: list[str]) -> int:
-    from emergence_bench.claim import CLAIMS
     from emergence_bench.claims import claims
+    from emergence_bench.claims.claim import CLAIMS
     from emergence_bench.reporting import scorecard
 
     claims()  # declares the built-in claims, so --claim can name them

@@ -1,6 +1,6 @@
 """The claims scorecard of a results folder (``emergence-bench claims DIR``): every declared claim
-(``emergence_bench.claim``) judged on the folder's rows, grouped by sweep group, and written beside
-them as ``claims.md``, ``claims.csv`` and ``claims.json``.
+(``emergence_bench.claims.claim``) judged on the folder's rows, grouped by sweep group, and written
+beside them as ``claims.md``, ``claims.csv`` and ``claims.json``.
 
 Before judging, the runs of the ``patching`` group that emerged between two checkpoints are patched
 (``analyze patch``: the top 1…16 heads of the post-emergence checkpoint into the pre-emergence one,
@@ -20,8 +20,8 @@ from typing import Any, cast
 
 import pandas as pd
 
-from emergence_bench.claim import Claim, ScoreRow, confirmation, scorecard
 from emergence_bench.claims import claims
+from emergence_bench.claims.claim import Claim, ScoreRow, confirmation, scorecard
 from emergence_bench.config import ConfigError
 from emergence_bench.result_row import ResultRow, emergence_step
 from emergence_bench.results import (

@@ -9,7 +9,7 @@ import math
 import numpy as np
 from matplotlib.figure import Figure
 
-from emergence_bench.claim import Evidence, ScoreRow
+from emergence_bench.claims.claim import Evidence, ScoreRow
 from emergence_bench.reporting.figure import Drawn, Results, register_figure
 from emergence_bench.reporting.plotting import PAGE_INCHES, plt
 from emergence_bench.reporting.scorecard import effect_cell, number
