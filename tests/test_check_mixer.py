@@ -4,7 +4,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from emergence_bench import cli, mixer_check
+from emergence_bench import cli
+from emergence_bench.commands import mixer_checks
 from emergence_bench.mixers.base import TokenMixer
 from emergence_bench.registry import register_mixer
 
@@ -77,9 +78,9 @@ def by_check(results) -> dict:
 
 
 def test_a_correct_mixer_passes_every_check():
-    results = by_check(mixer_check.check_mixer("test_check_prefix_mix", {"width": 8}))
-    assert list(results) == mixer_check.check_names()
-    assert [name for name, r in results.items() if r.status != mixer_check.PASS] == ["attention", "speed"]
+    results = by_check(mixer_checks.check_mixer("test_check_prefix_mix", {"width": 8}))
+    assert list(results) == mixer_checks.check_names()
+    assert [name for name, r in results.items() if r.status != mixer_checks.PASS] == ["attention", "speed"]
     assert "PrefixMix(width=8)" in results["builds"].detail
     assert "exposes no attention scores" in results["attention"].detail
     assert "attention_probe" in results["attention"].detail and "attention_bias" in results["attention"].detail
@@ -88,41 +89,41 @@ def test_a_correct_mixer_passes_every_check():
 
 
 def test_a_mixer_that_looks_ahead_fails_causal_naming_the_first_position_that_saw_the_future():
-    results = by_check(mixer_check.check_mixer("test_check_peek", {"start": 3}, skip=CHEAP))
+    results = by_check(mixer_checks.check_mixer("test_check_peek", {"start": 3}, skip=CHEAP))
     assert [name for name, r in results.items() if r.failed] == ["causal"]
     assert "output 3 changes when token 4 is perturbed (position 3 sees 1 position ahead)" in results["causal"].detail
 
 
 def test_a_mixer_that_sees_the_next_token_beats_chance_on_noise_and_fails():
-    result = mixer_check.check_noise(mixer_check.Subject("test_check_peek", {"start": 0}))
+    result = mixer_checks.check_noise(mixer_checks.Subject("test_check_peek", {"start": 0}))
     assert result.failed and "above chance 0.125: it sees the future in training" in result.detail
 
 
 def test_a_parameter_without_gradient_fails_gradients_naming_it():
-    results = by_check(mixer_check.check_mixer("test_check_unused", skip=CHEAP))
+    results = by_check(mixer_checks.check_mixer("test_check_unused", skip=CHEAP))
     assert [name for name, r in results.items() if r.failed] == ["gradients"]
     assert "no gradient reaches layer 0 unused.weight, layer 0 unused.bias, layer 1 unused.weight" \
         in results["gradients"].detail
 
 
 def test_a_nondeterministic_mixer_fails_deterministic():
-    results = by_check(mixer_check.check_mixer("test_check_noisy", skip=CHEAP))
+    results = by_check(mixer_checks.check_mixer("test_check_noisy", skip=CHEAP))
     assert [name for name, r in results.items() if r.failed] == ["deterministic"]
     assert "in eval mode two forwards of one input differ" in results["deterministic"].detail
-    assert results["seed_parallel"].status == mixer_check.WARN  # vmap refuses the randomness: seeds one by one
-    unseeded = mixer_check.check_deterministic(mixer_check.Subject("test_check_unseeded"))
+    assert results["seed_parallel"].status == mixer_checks.WARN  # vmap refuses the randomness: seeds one by one
+    unseeded = mixer_checks.check_deterministic(mixer_checks.Subject("test_check_unseeded"))
     assert unseeded.failed and "two builds under seed 0 differ in mix" in unseeded.detail
 
 
 def test_a_mixer_that_does_not_build_fails_builds_and_skips_the_rest():
-    results = mixer_check.check_mixer("test_check_prefix_mix", {"widht": 8})
+    results = mixer_checks.check_mixer("test_check_prefix_mix", {"widht": 8})
     assert results[0].check == "builds" and results[0].failed and "'mixer.widht'" in results[0].detail
-    assert all(r.status == mixer_check.SKIP for r in results[1:])
+    assert all(r.status == mixer_checks.SKIP for r in results[1:])
 
 
 def test_the_attention_a_mixer_exposes_is_checked():
-    result = mixer_check.check_attention(mixer_check.Subject("transformer", {"n_heads": 2, "head_dim": 4}))
-    assert result.status == mixer_check.PASS and "2 heads" in result.detail
+    result = mixer_checks.check_attention(mixer_checks.Subject("transformer", {"n_heads": 2, "head_dim": 4}))
+    assert result.status == mixer_checks.PASS and "2 heads" in result.detail
 
 
 PLUGIN = '''
@@ -184,7 +185,7 @@ class NotANumber(PrefixMix):
 
 
 def test_a_mixer_whose_output_is_nan_is_told_so_by_every_check_that_compares_outputs():
-    results = by_check(mixer_check.check_mixer("test_check_nan", skip=("learns", "speed")))
+    results = by_check(mixer_checks.check_mixer("test_check_nan", skip=("learns", "speed")))
     assert results["shape"].failed and "NaN or inf" in results["shape"].detail
     for name in ("causal", "gradients", "deterministic", "state_dict", "noise"):
         assert results[name].failed and results[name].detail.startswith("forward returns NaN or inf (100% of"), name
@@ -200,4 +201,4 @@ def test_a_misspelt_mixer_key_is_bad_input_not_a_failed_check(capsys):
 def test_the_help_lists_every_check_by_name():
     from emergence_bench.commands.check_mixer import CHECK_NAMES
 
-    assert list(CHECK_NAMES) == mixer_check.check_names()
+    assert list(CHECK_NAMES) == mixer_checks.check_names()

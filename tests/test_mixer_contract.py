@@ -1,12 +1,13 @@
 """The TokenMixer contract, checked for every registered mixer (built-ins and installed plugins).
 
-The checks are `emergence-bench check-mixer`'s own (``emergence_bench.mixer_check``), so what a
-plugin author runs and what these tests assert cannot drift apart.
+The checks are `emergence-bench check-mixer`'s own (``emergence_bench.commands.mixer_checks``), so
+what a plugin author runs and what these tests assert cannot drift apart.
 """
 
 import pytest
 
-from emergence_bench import mixer_check, registry
+from emergence_bench import registry
+from emergence_bench.commands import mixer_checks
 from emergence_bench.engine.run import run
 
 D, L = 16, 12
@@ -21,13 +22,13 @@ for name in NAMES:
 MIXERS = list(SMALL)
 
 
-def subject(form: str) -> mixer_check.Subject:
-    return mixer_check.Subject(form.split(":")[0], SMALL.get(form, {}), d_model=D, length=L)
+def subject(form: str) -> mixer_checks.Subject:
+    return mixer_checks.Subject(form.split(":")[0], SMALL.get(form, {}), d_model=D, length=L)
 
 
 # Every check but `learns` and `noise` (their own tests below: the slow ones) and `speed` (speed
 # claims live in `emergence-bench speed`, never in a timed unit test).
-CONTRACT = [c for c in mixer_check.CHECKS.values() if c.check_name not in ("learns", "noise", "speed")]
+CONTRACT = [c for c in mixer_checks.CHECKS.values() if c.check_name not in ("learns", "noise", "speed")]
 
 
 @pytest.mark.parametrize("check", CONTRACT, ids=lambda c: c.check_name)
@@ -45,21 +46,21 @@ def test_the_registered_settings_build_at_their_widths(name):
     mixer's own config keys that builds, so tests, check-mixer and speed can rely on them."""
     cls = registry.mixers.get(name)
     for settings in (getattr(cls, "small", {}), *getattr(cls, "forms", {}).values()):
-        mixer_check.Subject(name, dict(settings), d_model=D, length=L).build()
-    mixer_check.Subject(name, dict(getattr(cls, "width_matched", {})), d_model=64, length=L).build()
+        mixer_checks.Subject(name, dict(settings), d_model=D, length=L).build()
+    mixer_checks.Subject(name, dict(getattr(cls, "width_matched", {})), d_model=64, length=L).build()
 
 
 @pytest.mark.parametrize("name", MIXERS)
 def test_a_short_run_learns_a_one_sparse_map(name):
-    result = mixer_check.check_learns(subject(name))
-    assert result.status == mixer_check.PASS, result.detail
+    result = mixer_checks.check_learns(subject(name))
+    assert result.status == mixer_checks.PASS, result.detail
 
 
 @pytest.mark.parametrize("name", NAMES)
 def test_trained_on_noise_a_mixer_stays_at_chance(name):
     """No leak from the future in training: the next random token is not predictable from the past."""
-    result = mixer_check.check_noise(subject(name))
-    assert result.status == mixer_check.PASS, result.detail
+    result = mixer_checks.check_noise(subject(name))
+    assert result.status == mixer_checks.PASS, result.detail
 
 
 @pytest.mark.parametrize("name", [m for m in MIXERS if not getattr(registry.mixers.get(m.split(":")[0]),

@@ -125,7 +125,7 @@ def test_a_plugin_that_does_not_meet_the_contract_is_named_as_broken_and_the_res
 
 
 def test_the_suites_lists_are_registries_of_their_entries():
-    from emergence_bench import mixer_check
+    from emergence_bench.commands import mixer_checks
     from emergence_bench.config import Batching
     from emergence_bench.execution.seed_parallel import BATCHING, BATCHING_MODES
     from emergence_bench.reporting.figure import REGISTRY, ReportFigure
@@ -133,7 +133,7 @@ def test_the_suites_lists_are_registries_of_their_entries():
 
     assert list(BATCHING_MODES) == list(BATCHING) == list(get_args(Batching))
     assert all(isinstance(figure, ReportFigure) for figure in REGISTRY.values()) and set(FIGURES) <= set(REGISTRY)
-    assert mixer_check.check_names()[:3] == ["builds", "shape", "causal"]  # the table's order
+    assert mixer_checks.check_names()[:3] == ["builds", "shape", "causal"]  # the table's order
     with pytest.raises(TypeError, match="figure 'test_not_a_figure' .* it is not an instance of "
                                         "emergence_bench.reporting.figure.ReportFigure"):
         REGISTRY.add("test_not_a_figure", "curves")  # type: ignore[arg-type]

@@ -1,6 +1,7 @@
 """The subcommands of `emergence-bench`, one module each: its parser and what it does, registered in
 ``COMMANDS`` when the module is imported. They are imported here in the order `emergence-bench --help`
-lists them."""
+lists them. Two modules are not commands: ``mixer_checks`` (the checks `check-mixer` runs, imported
+when it runs) and ``reference_build`` (a maintainer's, run as a module)."""
 
 from emergence_bench.commands.command import COMMANDS, Command, Subparsers, register_command
 

@@ -1,5 +1,6 @@
 """`emergence-bench check-mixer NAME`: is a mixer (e.g. a plugin) fit for the suite? The table of
-emergence_bench.mixer_check's checks; exit status 1 if one fails."""
+the checks in ``mixer_checks`` (beside this module, imported when the command runs); exit status 1
+if one fails."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from typing import Any
 from emergence_bench.commands.arguments import config_overrides
 from emergence_bench.commands.command import Subparsers, register_command
 
-# mixer_check's checks in its order, named here so that --help imports no torch (a test keeps them equal)
+# mixer_checks' checks in its order, named here so that --help imports no torch (a test keeps them equal)
 CHECK_NAMES = ("builds", "shape", "causal", "gradients", "deterministic", "state_dict", "attention", "seed_parallel",
                "learns", "noise", "speed")
 
@@ -29,8 +30,9 @@ def add_parser(subparsers: Subparsers) -> argparse.ArgumentParser:
 
 
 def main(args: argparse.Namespace, extra: list[str]) -> int:
-    """`check-mixer NAME [--mixer.KEY VALUE ...]`: the table of mixer_check's checks; 1 if one fails."""
-    from emergence_bench import mixer_check, registry
+    """`check-mixer NAME [--mixer.KEY VALUE ...]`: the table of mixer_checks' checks; 1 if one fails."""
+    from emergence_bench import registry
+    from emergence_bench.commands import mixer_checks
     from emergence_bench.config import ConfigError
 
     overrides: dict[str, Any] = {}
@@ -39,13 +41,13 @@ def main(args: argparse.Namespace, extra: list[str]) -> int:
             raise ConfigError(f"check-mixer takes the mixer's name, then its keys as --mixer.KEY VALUE; got --{key}")
         overrides[key[len("mixer."):]] = value
     skip = [c.strip() for c in (args.skip or "").split(",") if c.strip()]
-    unknown = [c for c in skip if c not in mixer_check.check_names()]
+    unknown = [c for c in skip if c not in mixer_checks.check_names()]
     if unknown:
-        raise ConfigError(f"--skip: no check named {', '.join(unknown)}; checks: {', '.join(mixer_check.check_names())}")
+        raise ConfigError(f"--skip: no check named {', '.join(unknown)}; checks: {', '.join(mixer_checks.check_names())}")
     registry.mixers.get(args.name)  # an unknown name is bad input (exit 2, with the closest name), not a failed check
-    mixer_check.Subject(args.name, overrides).resolved  # so is a misspelt or mistyped key (resolving raises)
-    results = mixer_check.check_mixer(args.name, overrides, skip=skip)
-    print(mixer_check.render(args.name, results))
+    mixer_checks.Subject(args.name, overrides).resolved  # so is a misspelt or mistyped key (resolving raises)
+    results = mixer_checks.check_mixer(args.name, overrides, skip=skip)
+    print(mixer_checks.render(args.name, results))
     return 1 if any(r.failed for r in results) else 0
 
 
