@@ -29,7 +29,7 @@ share is an upper bound).
 The share stays a column, but it ties abruptness to timing: a drop of fixed width reads more abrupt
 the later it comes. The abruptness *rule* is ``emergence_bench.transition_fit``'s model comparison
 (a plateau then a drop, against a power law and an exponential from step 0, and the width in
-decades); ``cell_fits`` and ``loss_fit`` apply it to a row's curves.
+decades). ``emergence_bench.row_curves`` applies both to a result row's curves.
 """
 
 from __future__ import annotations
@@ -39,12 +39,8 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from emergence_bench.result_row import Row, section
-from emergence_bench.transition_fit import TransitionFit, fit_transition
-
 ABRUPT_SHARE = 0.25  # a transition at most this share of the time to its end is abrupt
 DROP_SHARE = 0.8  # the share of the drop the transition window holds
-MIN_DROP = 0.1  # of the task's chance − floor gap: a smaller drop in a result row's curve is no transition
 
 
 @dataclass(frozen=True)
@@ -105,48 +101,3 @@ def transition(steps: Sequence[float], values: Sequence[float], min_drop: float 
     midpoint = next(t for t, m in zip(times, low) if m <= half + 1e-12 * max(1.0, abs(half)))
     return Transition(start=times[a], end=times[b], width=width, share=width / times[b] if times[b] > 0 else 1.0,
                       midpoint=midpoint, drop=drop, resolved=b - a > 1)
-
-
-# A result row's curves (its recorder's ``curves`` section), per output cell and over every scored token.
-
-
-def cell_curves(row: Row) -> tuple[list[int], list[list[float]]]:
-    """The eval steps [n] and, per output cell, its eval loss at each [cells][n] (empty where the row
-    has no per-cell curve)."""
-    points = section(row, "curves").get("eval_cells") or []
-    steps = [int(step) for step, _ in points]
-    cells = len(points[0][1]) if points else 0
-    return steps, [[losses[i] for _, losses in points] for i in range(cells)]
-
-
-def min_drop(row: Row) -> float:
-    """The smallest loss drop that counts as a transition for this row's task."""
-    facts = section(row, "task_facts")
-    return MIN_DROP * (facts.get("chance_loss", 0.0) - facts.get("floor_loss", 0.0))
-
-
-def cell_transitions(row: Row) -> list[Transition | None]:
-    """Per output cell, its transition (None: no drop worth the name)."""
-    steps, cells = cell_curves(row)
-    floor = min_drop(row)
-    return [transition(steps, losses, min_drop=floor) for losses in cells]
-
-
-def loss_transition(row: Row) -> Transition | None:
-    """The transition of the run's eval loss over every scored token."""
-    points = section(row, "curves").get("eval") or []
-    return transition([p[0] for p in points], [p[1] for p in points], min_drop=min_drop(row))
-
-
-def cell_fits(row: Row) -> list[TransitionFit | None]:
-    """Per output cell, the abruptness rule's model comparison (``emergence_bench.transition_fit``;
-    None: too few evals to judge)."""
-    steps, cells = cell_curves(row)
-    floor = min_drop(row)
-    return [fit_transition(steps, losses, min_drop=floor) for losses in cells]
-
-
-def loss_fit(row: Row) -> TransitionFit | None:
-    """The abruptness rule's model comparison on the run's eval loss over every scored token."""
-    points = section(row, "curves").get("eval") or []
-    return fit_transition([p[0] for p in points], [p[1] for p in points], min_drop=min_drop(row))

@@ -6,7 +6,8 @@ of steps into a run, long before emergence: a model first learns what needs no s
 answer is a value, a closer, a bit), and its loss falls from chance to that shortcut's level, where
 it is then held until the pattern is found. This module measures that hold, on the train-loss curve
 a run records (``curves.train_loss``: the mean loss of every ``curve_every`` steps), so every row
-written since the recorder kept curves has it and no run id changes.
+written since the recorder kept curves has it and no run id changes (``emergence_bench.row_curves``
+reads it off a row: ``plateau_time``, ``held_plateaus``).
 
 On a curve of steps t [n] and losses y [n], with the task's chance and floor losses (G = chance −
 floor, the scale of every band):
@@ -39,9 +40,6 @@ import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
-
-from emergence_bench.result_row import Row, plateau_section, section, step_budget
-from emergence_bench.stats import kaplan_meier_median
 
 BAND = 0.05  # of chance − floor: the loss is held while its running minimum stays within this band
 LEVEL_SHARE = 0.2  # of chance − floor: a plateau's level lies at least this far above the floor
@@ -132,53 +130,3 @@ def plateau_fields(steps: Sequence[float], values: Sequence[float], chance: floa
                 "drop_width": None, "worth": False}
     return {"end_step": found.end, "censored": found.end is None, "start_step": found.start, "level": found.level,
             "drop": found.drop, "drop_width": found.drop_width, "worth": found.worth}
-
-
-def run_plateau(row: Row) -> HeldPlateau | None:
-    """The plateau of a result row's recorded train-loss curve (None: the row has no curve, or it
-    never sat above the floor)."""
-    points = section(row, "curves").get("train_loss") or []
-    facts = section(row, "task_facts")
-    if not points or "chance_loss" not in facts:
-        return None
-    return held_plateau([p[0] for p in points], [p[1] for p in points], facts["chance_loss"],
-                        facts.get("floor_loss", 0.0))
-
-
-def plateau_time(row: Row) -> tuple[float, bool] | None:
-    """(time, censored) of a run's held-plateau end, for a Kaplan–Meier median: the end step, the
-    run's budget where it was still held (censored), or the curve's first step where it held no
-    plateau (it fell from the start, or ended within a few points); None where the row has no curve.
-    Read from the row's plateau section where it holds them (rows of schema 3, or upgraded on read),
-    else from its curve."""
-    held = plateau_section(row)
-    if "worth" in held:
-        end = held.get("end_step")
-        return (float(step_budget(row)), True) if end is None else (float(end), False)
-    points = section(row, "curves").get("train_loss") or []
-    if not points or "chance_loss" not in section(row, "task_facts"):
-        return None
-    found = run_plateau(row)
-    if found is None:
-        return float(points[0][0]), False
-    if found.end is None:
-        return float(step_budget(row)), True
-    return float(found.end), False
-
-
-def held_plateaus(runs: Sequence[Row]) -> dict[str, Any]:
-    """Over ``runs``: the Kaplan–Meier median held-plateau end (None where not reached or no run has a
-    curve), the runs whose plateau is worth the name, and the runs with a curve to read."""
-    times = [t for r in runs if (t := plateau_time(r)) is not None]
-    median = kaplan_meier_median([t for t, _ in times], [c for _, c in times]) if times else None
-    return {"median_held_plateau_end": median, "runs_with_curves": len(times),
-            "held_plateaus": sum(1 for r in runs if worth(r))}
-
-
-def worth(row: Row) -> bool:
-    """Whether the run held a plateau worth the name (its plateau section, else its curve)."""
-    held = plateau_section(row)
-    if "worth" in held:
-        return bool(held["worth"])
-    found = run_plateau(row)
-    return found is not None and found.worth

@@ -18,12 +18,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
-from emergence_bench.abruptness import ABRUPT_SHARE, cell_transitions, loss_transition, transition
+from emergence_bench.abruptness import ABRUPT_SHARE, transition
 from emergence_bench.callbacks.attention_probe import ATTENTION_PROBE
 from emergence_bench.claims import compare
 from emergence_bench.claims.claim import Claim, Evidence, NotApplicable, Outcome, Rows, has_attention, register_claim
 from emergence_bench.claims.design import frozen
 from emergence_bench.result_row import Row, section
+from emergence_bench.row_curves import cell_transitions, loss_transition
 from emergence_bench.significance import sign_test
 
 

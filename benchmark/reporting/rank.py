@@ -30,7 +30,6 @@ from pathlib import Path
 import pandas as pd
 
 from emergence_bench.config import ConfigError, hashed_config
-from emergence_bench.held_plateau import held_plateaus, plateau_time
 from emergence_bench.measurement import measurement
 from emergence_bench.reporting import plateau_score, reference
 from emergence_bench.reporting.ladder import ladders
@@ -46,6 +45,7 @@ from emergence_bench.results import (
     write_json,
     write_text,
 )
+from emergence_bench.row_curves import held_plateaus, plateau_time
 from emergence_bench.stats import kaplan_meier_median, wilson_interval
 
 Z = 1.96  # 95%
