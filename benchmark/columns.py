@@ -22,7 +22,7 @@ from typing import Any
 
 from emergence_bench.measurement import Better, Shown, Source
 from emergence_bench.result_row import Row, forecast_stopped, section, step_budget
-from emergence_bench.stats import kaplan_meier_median, kaplan_meier_median_ci, wilson_interval
+from emergence_bench.stats.medians import kaplan_meier_median, kaplan_meier_median_ci, wilson_interval
 
 BUDGET = "budget"  # the leaderboard column with a group's step budget (declared by the recorder)
 

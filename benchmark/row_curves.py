@@ -1,7 +1,7 @@
 """A result row's recorded curves read by the statistics: the transitions of its eval losses (per
-output cell and over every scored token: the share, ``emergence_bench.abruptness``, and the
-abruptness rule's model comparison, ``emergence_bench.transition_fit``) and the plateau its train
-loss held (``emergence_bench.held_plateau``), one run's and a group's.
+output cell and over every scored token: the share, ``emergence_bench.stats.transition_share``, and the
+abruptness rule's model comparison, ``emergence_bench.stats.transition_fit``) and the plateau its train
+loss held (``emergence_bench.stats.held_plateau``), one run's and a group's.
 
 The statistics take steps and values and know nothing of rows; this module takes a row (its
 ``curves``, ``task_facts`` and plateau sections), so the statistics sit below the results they are
@@ -13,11 +13,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from emergence_bench.abruptness import Transition, transition
-from emergence_bench.held_plateau import HeldPlateau, held_plateau
 from emergence_bench.result_row import Row, plateau_section, section, step_budget
-from emergence_bench.stats import kaplan_meier_median
-from emergence_bench.transition_fit import TransitionFit, fit_transition
+from emergence_bench.stats.held_plateau import HeldPlateau, held_plateau
+from emergence_bench.stats.medians import kaplan_meier_median
+from emergence_bench.stats.transition_fit import TransitionFit, fit_transition
+from emergence_bench.stats.transition_share import Transition, transition
 
 MIN_DROP = 0.1  # of the task's chance − floor gap: a smaller drop in a result row's curve is no transition
 
@@ -54,7 +54,7 @@ def loss_transition(row: Row) -> Transition | None:
 
 
 def cell_fits(row: Row) -> list[TransitionFit | None]:
-    """Per output cell, the abruptness rule's model comparison (``emergence_bench.transition_fit``;
+    """Per output cell, the abruptness rule's model comparison (``emergence_bench.stats.transition_fit``;
     None: too few evals to judge)."""
     steps, cells = cell_curves(row)
     floor = min_drop(row)

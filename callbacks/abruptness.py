@@ -2,7 +2,7 @@
 
 Derived from the recorder's eval curves (``curves.eval_cells``: the eval loss of each output cell at
 each eval), so every run has it, rows written before it existed too, and no run id changed when it
-came. Per output cell, ``emergence_bench.abruptness.transition`` times the cell's drop: the shortest
+came. Per output cell, ``emergence_bench.stats.transition_share.transition`` times the cell's drop: the shortest
 window of evals holding 80% of it, as a share of the time until that window ended; a share ≤ 0.25 is
 abrupt. A cell whose loss fell by less than a tenth of the task's chance-to-floor gap has no
 transition to time (it never left its plateau, or it was never on one).
@@ -13,7 +13,7 @@ family that shows the phenomenon (linear map: each cell's loss drops late and fa
 measures how fast accuracy accrues (a share near 1: the loss fell from the first eval on).
 
 The share ties abruptness to timing (a drop of fixed width reads more abrupt the later it comes), so
-the verdict is the abruptness *rule* (``emergence_bench.transition_fit``): per cell, a plateau then a
+the verdict is the abruptness *rule* (``emergence_bench.stats.transition_fit``): per cell, a plateau then a
 logistic drop must beat a power law and an exponential from step 0 by BIC, within 0.3 decades. Its
 column, ``abrupt cells by the rule (onset, decades)``, counts over a group's runs the cells abrupt by
 the rule, of those whose curve fell by a tenth of chance − floor, with the median onset (the drop's

@@ -1,7 +1,7 @@
 """Plateau: the loss held at one level until its last sharp drop (the paper's plateau), and the first
 drop from chance.
 
-The plateau's end (``end_step``) is the held plateau's (``emergence_bench.held_plateau``), read on
+The plateau's end (``end_step``) is the held plateau's (``emergence_bench.stats.held_plateau``), read on
 the train loss averaged over every ``CURVE_EVERY`` steps, the curve the recorder keeps. The first
 drop (``first_drop_step``) is the first step the smoothed loss falls below a threshold just under
 chance: on most tasks the fall to a shortcut's level, tens of steps in, long before the pattern is
@@ -18,10 +18,10 @@ from typing import TYPE_CHECKING, Any, TypedDict
 import lightning as L
 
 from emergence_bench.columns import Computed, Median, missing
-from emergence_bench.held_plateau import plateau_fields
 from emergence_bench.measurement import Measurement, every_run, register_measurement
 from emergence_bench.registry import register_callback
 from emergence_bench.result_row import Row, plateau_section
+from emergence_bench.stats.held_plateau import plateau_fields
 
 if TYPE_CHECKING:
     from emergence_bench.tasks.base import SyntheticTask
@@ -30,7 +30,7 @@ CURVE_EVERY = 10  # steps per point of the curve the held plateau is read on (th
 
 
 class PlateauSection(TypedDict, total=False):
-    # The held plateau (emergence_bench.held_plateau): absent in an upgraded row without a curve.
+    # The held plateau (emergence_bench.stats.held_plateau): absent in an upgraded row without a curve.
     end_step: int | None  # where the last sharp drop starts; None: still held at the budget (censored)
     censored: bool
     start_step: int | None  # where the hold began (None: no hold, the loss fell at once)
@@ -159,7 +159,7 @@ class Plateau(L.Callback):
         return spans
 
     def held(self) -> dict:
-        """The held plateau's fields (``emergence_bench.held_plateau.plateau_fields``)."""
+        """The held plateau's fields (``emergence_bench.stats.held_plateau.plateau_fields``)."""
         return plateau_fields([p[0] for p in self.curve], [p[1] for p in self.curve], self.task.chance_loss,
                               self.task.floor_loss)
 

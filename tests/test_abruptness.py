@@ -7,9 +7,9 @@ import random
 
 import pytest
 
-from emergence_bench.abruptness import ABRUPT_SHARE, transition
 from emergence_bench.callbacks.abruptness import abrupt_cells
 from emergence_bench.row_curves import cell_transitions
+from emergence_bench.stats.transition_share import ABRUPT_SHARE, transition
 
 GRID = list(range(25, 3001, 25))  # evals every 25 steps, the first at 25 (as the Trainer evaluates)
 

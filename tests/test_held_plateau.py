@@ -1,4 +1,4 @@
-"""The held plateau (benchmark/held_plateau.py) on constructed loss curves with known answers."""
+"""The held plateau (benchmark/stats/held_plateau.py) on constructed loss curves with known answers."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ import math
 
 import pytest
 
-from emergence_bench.held_plateau import held_plateau
 from emergence_bench.reporting.plateau_score import first_drop
 from emergence_bench.row_curves import plateau_time, run_plateau
+from emergence_bench.stats.held_plateau import held_plateau
 
 CHANCE = math.log(4)
 STEPS = list(range(9, 2000, 10))  # the recorder's curve: the mean of every 10 steps

@@ -9,7 +9,7 @@ import pytest
 
 from emergence_bench.config import ConfigError
 from emergence_bench.reporting import plateau_score
-from emergence_bench.stats import kaplan_meier_median, kaplan_meier_medians
+from emergence_bench.stats.medians import kaplan_meier_median, kaplan_meier_medians
 
 BUDGET = 1000
 

@@ -7,7 +7,7 @@ import pytest
 
 from emergence_bench.config import ConfigError
 from emergence_bench.reporting import rank, rank_tables
-from emergence_bench.stats import wilson_interval
+from emergence_bench.stats.medians import wilson_interval
 
 BUDGET = 1000
 

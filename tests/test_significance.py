@@ -11,8 +11,8 @@ from statistics import NormalDist
 import numpy as np
 import pytest
 
-from emergence_bench import significance as sig
-from emergence_bench.stats import kaplan_meier_median
+from emergence_bench.stats import significance as sig
+from emergence_bench.stats.medians import kaplan_meier_median
 
 INF = math.inf
 

@@ -1,6 +1,6 @@
 import pytest
 
-from emergence_bench.stats import kaplan_meier_median, wilson_interval
+from emergence_bench.stats.medians import kaplan_meier_median, wilson_interval
 
 
 def test_kaplan_meier_without_censoring_is_the_lower_median():
@@ -43,7 +43,7 @@ def test_wilson_interval_hand_computed():
 
 
 def test_kaplan_meier_curve_and_greenwood_variance_by_hand():
-    from emergence_bench.stats import kaplan_meier
+    from emergence_bench.stats.medians import kaplan_meier
 
     # Without censoring, S(t_j) = 1 − j/n and Greenwood's variance is the binomial p(1 − p)/n.
     curve = kaplan_meier(list(range(1, 11)), [False] * 10)
@@ -56,7 +56,7 @@ def test_kaplan_meier_curve_and_greenwood_variance_by_hand():
 
 
 def test_kaplan_meier_median_interval_by_hand():
-    from emergence_bench.stats import kaplan_meier_median_ci
+    from emergence_bench.stats.medians import kaplan_meier_median_ci
 
     # n = 10 events at 1..10: se(j) = sqrt((10 − j) j / 1000).
     # low: j = 3 (S = 0.7 ≤ 0.5 + 1.96·0.1449 = 0.784; at j = 2, 0.8 > 0.748).

@@ -14,7 +14,7 @@ import math
 import numpy as np
 import pytest
 
-from emergence_bench.transition_fit import MAX_DECADES, fit_transition, smooth_surrogates
+from emergence_bench.stats.transition_fit import MAX_DECADES, fit_transition, smooth_surrogates
 
 CHANCE = math.log(2)
 NOISE = 0.05 * CHANCE  # see the module docstring

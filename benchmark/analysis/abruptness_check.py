@@ -4,7 +4,7 @@ For a results folder, per group of runs (the run id's group folder, else the tas
 every output cell's eval-loss curve:
 
 - the cells with a drop (the plateau model fell by at least a tenth of chance − floor), those abrupt
-  by the rule (``emergence_bench.transition_fit``) and by the share (``emergence_bench.abruptness``);
+  by the rule (``emergence_bench.stats.transition_fit``) and by the share (``emergence_bench.stats.transition_share``);
 - the onset, the width in steps and in decades of the abrupt ones (medians over runs of each run's
   median, with the runs' range);
 - the eval noise: the residual standard deviation of the best model, as a share of chance − floor;
@@ -27,7 +27,7 @@ import numpy as np
 from emergence_bench.result_row import Row
 from emergence_bench.results import RESULT_FILE, TUNING_DIR, load_records
 from emergence_bench.row_curves import cell_curves, cell_fits, cell_transitions, min_drop
-from emergence_bench.transition_fit import fit_transition, smooth_surrogates
+from emergence_bench.stats.transition_fit import fit_transition, smooth_surrogates
 
 
 def spearman(x: Sequence[float], y: Sequence[float]) -> tuple[float, float, float] | None:

@@ -19,12 +19,12 @@ import statistics
 import warnings
 from pathlib import Path
 
-from emergence_bench.abruptness import transition
 from emergence_bench.analysis import pythia
 from emergence_bench.analysis.head_scores import JUMP
 from emergence_bench.analysis.language_probes import PROBES, SHAKESPEARE
 from emergence_bench.analysis.lm_family import FamilyConfig, model_folder, trained_seeds
 from emergence_bench.results import write_json
+from emergence_bench.stats.transition_share import transition
 
 K_SHOWN = (1, 2, 4, 8, 16)
 MOST = 0.8  # "carried by k heads": the fewest top heads that recover this much of the gap

@@ -3,7 +3,7 @@
 Two tests on the ``emergence`` group:
 
 - ``abrupt``: a run is abrupt when the median share of its pattern cells' transitions is at most
-  ``ABRUPT_SHARE`` (``emergence_bench.abruptness``: the shortest window holding 80% of a cell's loss
+  ``ABRUPT_SHARE`` (``emergence_bench.stats.transition_share``: the shortest window holding 80% of a cell's loss
   drop, over the time to its end). The claim: most runs are abrupt (exact binomial test against 1/2).
 - ``with-attention``: per run, the midpoint of the best head's jump in mass on the true sources
   (the attention probe's history) against the midpoint of the eval loss's drop, as a lag relative to
@@ -18,14 +18,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
-from emergence_bench.abruptness import ABRUPT_SHARE, transition
 from emergence_bench.callbacks.attention_probe import ATTENTION_PROBE
 from emergence_bench.claims import compare
 from emergence_bench.claims.claim import Claim, Evidence, NotApplicable, Outcome, Rows, has_attention, register_claim
 from emergence_bench.claims.design import frozen
 from emergence_bench.result_row import Row, section
 from emergence_bench.row_curves import cell_transitions, loss_transition
-from emergence_bench.significance import sign_test
+from emergence_bench.stats.significance import sign_test
+from emergence_bench.stats.transition_share import ABRUPT_SHARE, transition
 
 
 def run_share(row: Row) -> float | None:

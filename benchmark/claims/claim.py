@@ -35,7 +35,7 @@ from typing import Any, Literal, Union, cast
 from emergence_bench import registry
 from emergence_bench.measurement import measurement
 from emergence_bench.result_row import Row, section, step_budget
-from emergence_bench.significance import holm
+from emergence_bench.stats.significance import holm
 
 ALPHA = 0.05
 Verdict = Literal["agrees", "disagrees", "inconclusive", "n/a", "not run"]

@@ -22,7 +22,8 @@ import numpy as np
 
 from emergence_bench.claims.claim import Evidence, event_times, never_as_inf
 from emergence_bench.result_row import Row
-from emergence_bench.significance import (
+from emergence_bench.stats.medians import kaplan_meier_median, wilson_interval
+from emergence_bench.stats.significance import (
     binomial_test,
     bootstrap_difference,
     bootstrap_ratio,
@@ -31,7 +32,6 @@ from emergence_bench.significance import (
     logrank,
     mann_whitney,
 )
-from emergence_bench.stats import kaplan_meier_median, wilson_interval
 
 
 def _finite(value: float) -> float | None:

@@ -36,7 +36,7 @@ from emergence_bench.claims.claim import (
 )
 from emergence_bench.claims.design import CA_STATE_SIZE, frozen
 from emergence_bench.result_row import Row, emergence_step
-from emergence_bench.significance import chi2_sf, trend_test
+from emergence_bench.stats.significance import chi2_sf, trend_test
 
 
 def by_heads(rows: Rows, group: str) -> list[tuple[int, list[Row]]]:

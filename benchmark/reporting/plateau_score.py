@@ -4,7 +4,7 @@ It was called the plateau score; it does not measure the paper's plateau. A run'
 is the Plateau callback's end step: the first step whose smoothed train loss is below a threshold
 just under chance (or the task's shortcut). On the ranking's ladders that step comes tens of steps in,
 long before emergence: it times the fall from chance to the shortcut's level, not the hold there
-(``emergence_bench.held_plateau`` measures the hold and its end; `rank` shows it per cell, and
+(``emergence_bench.stats.held_plateau`` measures the hold and its end; `rank` shows it per cell, and
 docs/ranking.md says which families have one). A run that emerged without a first drop (it stopped at
 emergence while its smoothed loss still lagged above the threshold) had dropped by its emergence
 step, which is used; a run that did neither is censored at the steps it ran.
@@ -38,7 +38,7 @@ import pandas as pd
 from emergence_bench.callbacks.plateau import PLATEAU
 from emergence_bench.config import ConfigError
 from emergence_bench.result_row import ResultRow, emergence_step, step_budget
-from emergence_bench.stats import kaplan_meier_medians
+from emergence_bench.stats.medians import kaplan_meier_medians
 
 DRAWS = 2000
 SEED = 0

@@ -5,7 +5,7 @@ A *family* is a task (``task.name``); its *ladder* is the one numeric task key t
 family's runs (state size, sparsity, pairs, depth), its values the rungs, harder as they rise. A
 *cell* is one (mixer, family, rung): its seeds' success rate (emerged within the budget) with a 95%
 Wilson interval; Kaplan–Meier medians of the first loss drop (``plateau_score``), the held plateau's
-end (``emergence_bench.held_plateau``) and the emergence step, runs that never got there censored.
+end (``emergence_bench.stats.held_plateau``) and the emergence step, runs that never got there censored.
 
 Per mixer and family:
   - frontier: the hardest rung whose success rate is ≥ 50%, with an interval: the hardest rung whose
@@ -46,7 +46,7 @@ from emergence_bench.results import (
     write_text,
 )
 from emergence_bench.row_curves import held_plateaus, plateau_time
-from emergence_bench.stats import kaplan_meier_median, wilson_interval
+from emergence_bench.stats.medians import kaplan_meier_median, wilson_interval
 
 Z = 1.96  # 95%
 

@@ -32,7 +32,7 @@ from emergence_bench.reporting import rank
 from emergence_bench.reporting.table import Table
 from emergence_bench.result_row import ResultRow
 from emergence_bench.results import TUNING_DIR, load_records, write_json, write_text
-from emergence_bench.significance import fisher_exact, holm
+from emergence_bench.stats.significance import fisher_exact, holm
 
 ALPHA = 0.05
 STEM = "reproduction"  # DIR/reproduction.md and DIR/reproduction.json

@@ -28,7 +28,7 @@ from emergence_bench.reporting import rank  # noqa: E402
 from emergence_bench.reporting.plotting import plain_log  # noqa: E402
 from emergence_bench.result_row import ResultRow, emergence_step, step_budget  # noqa: E402
 from emergence_bench.row_curves import plateau_time  # noqa: E402
-from emergence_bench.stats import kaplan_meier  # noqa: E402
+from emergence_bench.stats.medians import kaplan_meier  # noqa: E402
 
 
 def _colours(mixers: list[str]) -> dict[str, str]:

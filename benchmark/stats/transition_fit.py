@@ -1,6 +1,6 @@
 """Is a learning curve's drop a phase change? A model comparison, as a reviewer would ask it.
 
-The share (``emergence_bench.abruptness``) times a curve's drop against the time to its end, so a
+The share (``emergence_bench.stats.transition_share``) times a curve's drop against the time to its end, so a
 drop of fixed width reads more abrupt the later it comes: random timing and an abrupt jump, the
 paper's two claims, become one number. This module asks the question apart from the timing. On a
 curve of eval steps t [n] and losses y [n] (pass a mass or an accuracy negated), three models are

@@ -30,7 +30,7 @@ from typing import Literal, TypeAlias
 
 import numpy as np
 
-from emergence_bench.stats import kaplan_meier_medians
+from emergence_bench.stats.medians import kaplan_meier_medians
 
 Alternative: TypeAlias = Literal["two-sided", "greater", "less"]
 Values: TypeAlias = Sequence[float] | np.ndarray

@@ -1,4 +1,5 @@
-"""Censoring-aware statistics over seeds."""
+"""Medians and intervals over seeds: the Kaplan–Meier median of right-censored times (one sample, a
+batch of resamples) and its interval, and the Wilson interval of a proportion."""
 
 from __future__ import annotations
 
