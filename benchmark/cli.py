@@ -112,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
     command = COMMANDS[args.command]
     if extra and not command.takes_extra:
         usage_error(f"emergence-bench {args.command}", f"unrecognized arguments: {' '.join(extra)}")
-    from emergence_bench.results import COMMAND_ENV
+    from emergence_bench.results.store import COMMAND_ENV
 
     before = os.environ.get(COMMAND_ENV)
     os.environ[COMMAND_ENV] = shlex.join(["emergence-bench", *argv])  # each result records it (sweep workers too)

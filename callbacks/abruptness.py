@@ -26,10 +26,10 @@ import statistics
 from collections.abc import Sequence
 from typing import Any
 
-from emergence_bench.columns import Computed, missing
-from emergence_bench.measurement import Measurement, register_measurement
-from emergence_bench.result_row import Curves, Row, section
-from emergence_bench.row_curves import cell_fits, cell_transitions, min_drop
+from emergence_bench.results.columns import Computed, missing
+from emergence_bench.results.measurement import Measurement, register_measurement
+from emergence_bench.results.row import Curves, Row, section
+from emergence_bench.results.row_curves import cell_fits, cell_transitions, min_drop
 
 COLUMNS = ("abrupt_cells", "cells_with_transition", "median_transition_share")
 RULE_COLUMNS = ("abrupt_cells_rule", "cells_with_drop", "median_onset", "median_decades")

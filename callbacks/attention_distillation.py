@@ -10,7 +10,7 @@ import torch
 
 from emergence_bench.callbacks.attention_bias import AttentionBias
 from emergence_bench.registry import register_callback
-from emergence_bench.results import MAPS_FILE
+from emergence_bench.results.store import MAPS_FILE
 
 if TYPE_CHECKING:
     from emergence_bench.tasks.base import SyntheticTask

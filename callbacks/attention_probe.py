@@ -9,12 +9,12 @@ import lightning as L
 import torch
 
 from emergence_bench.callbacks.emergence import Emergence
-from emergence_bench.columns import Median
-from emergence_bench.measurement import Measurement, register_measurement
 from emergence_bench.mixers.base import MixerContext
 from emergence_bench.registry import register_callback
-from emergence_bench.result_row import Row
-from emergence_bench.results import MAPS_FILE, write_atomic
+from emergence_bench.results.columns import Median
+from emergence_bench.results.measurement import Measurement, register_measurement
+from emergence_bench.results.row import Row
+from emergence_bench.results.store import MAPS_FILE, write_atomic
 
 if TYPE_CHECKING:
     from emergence_bench.callbacks.contract import MeasuredModule

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 import lightning as L
 import torch
 
-from emergence_bench.results import CHECKPOINT_DIR, write_atomic
+from emergence_bench.results.store import CHECKPOINT_DIR, write_atomic
 
 if TYPE_CHECKING:
     from emergence_bench.callbacks.contract import MeasuredModule

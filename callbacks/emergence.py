@@ -8,9 +8,9 @@ from typing import TYPE_CHECKING, Any, TypedDict
 
 import lightning as L
 
-from emergence_bench.columns import Median, SuccessRate
-from emergence_bench.measurement import Measurement, every_run, register_measurement
 from emergence_bench.registry import register_callback
+from emergence_bench.results.columns import Median, SuccessRate
+from emergence_bench.results.measurement import Measurement, every_run, register_measurement
 
 if TYPE_CHECKING:
     from emergence_bench.tasks.base import SyntheticTask

@@ -19,8 +19,8 @@ import lightning as L
 from emergence_bench.callbacks.contract import MeasuredModule
 from emergence_bench.forecast.stop import decide
 from emergence_bench.forecast.survival import LogNormalAFT
-from emergence_bench.measurement import Measurement, pattern_probes, register_measurement
 from emergence_bench.registry import register_callback
+from emergence_bench.results.measurement import Measurement, pattern_probes, register_measurement
 from emergence_bench.tasks.base import SyntheticTask
 
 

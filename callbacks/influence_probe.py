@@ -19,10 +19,10 @@ import lightning as L
 import torch
 
 from emergence_bench.callbacks.attention_probe import attention_stats
-from emergence_bench.columns import Median
-from emergence_bench.measurement import Measurement, register_measurement
 from emergence_bench.mixers.base import MixerContext
 from emergence_bench.registry import register_callback
+from emergence_bench.results.columns import Median
+from emergence_bench.results.measurement import Measurement, register_measurement
 
 if TYPE_CHECKING:
     from emergence_bench.callbacks.contract import MeasuredModel

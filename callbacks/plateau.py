@@ -6,7 +6,7 @@ the train loss averaged over every ``CURVE_EVERY`` steps, the curve the recorder
 drop (``first_drop_step``) is the first step the smoothed loss falls below a threshold just under
 chance: on most tasks the fall to a shortcut's level, tens of steps in, long before the pattern is
 found. Rows of schema 2 named the first drop ``end_step``; they are upgraded when read
-(``emergence_bench.results``)."""
+(``emergence_bench.results.store``)."""
 
 from __future__ import annotations
 
@@ -17,10 +17,10 @@ from typing import TYPE_CHECKING, Any, TypedDict
 
 import lightning as L
 
-from emergence_bench.columns import Computed, Median, missing
-from emergence_bench.measurement import Measurement, every_run, register_measurement
 from emergence_bench.registry import register_callback
-from emergence_bench.result_row import Row, plateau_section
+from emergence_bench.results.columns import Computed, Median, missing
+from emergence_bench.results.measurement import Measurement, every_run, register_measurement
+from emergence_bench.results.row import Row, plateau_section
 from emergence_bench.stats.held_plateau import plateau_fields
 
 if TYPE_CHECKING:

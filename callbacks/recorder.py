@@ -13,9 +13,9 @@ import lightning as L
 
 from emergence_bench.callbacks.emergence import EMERGENCE
 from emergence_bench.callbacks.plateau import PLATEAU
-from emergence_bench.columns import AnyOf, Computed, First, Mean, missing
-from emergence_bench.measurement import Measurement, every_run, register_measurement
-from emergence_bench.result_row import Metrics, Row, TaskFacts, Timing, section, step_budget
+from emergence_bench.results.columns import AnyOf, Computed, First, Mean, missing
+from emergence_bench.results.measurement import Measurement, every_run, register_measurement
+from emergence_bench.results.row import Metrics, Row, TaskFacts, Timing, section, step_budget
 
 
 class Recorder(L.Callback):

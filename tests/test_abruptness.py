@@ -8,7 +8,7 @@ import random
 import pytest
 
 from emergence_bench.callbacks.abruptness import abrupt_cells
-from emergence_bench.row_curves import cell_transitions
+from emergence_bench.results.row_curves import cell_transitions
 from emergence_bench.stats.transition_share import ABRUPT_SHARE, transition
 
 GRID = list(range(25, 3001, 25))  # evals every 25 steps, the first at 25 (as the Trainer evaluates)

@@ -6,7 +6,7 @@ import pytest
 from test_rank import ladder_records
 
 from emergence_bench.reporting import leaderboard
-from emergence_bench.results import UnreadableResult, load_records, read_result
+from emergence_bench.results.store import UnreadableResult, load_records, read_result
 
 
 def folder_with(tmp_path, bad: dict[str, str]) -> None:
@@ -50,7 +50,7 @@ def test_a_resumed_sweep_sees_a_corrupt_result_as_unfinished(tmp_path, capsys):
 def test_written_files_follow_the_umask_like_any_other_file(tmp_path):
     import os
 
-    from emergence_bench.results import write_json
+    from emergence_bench.results.store import write_json
 
     previous = os.umask(0o022)
     try:

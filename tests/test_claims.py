@@ -17,7 +17,7 @@ from emergence_bench.claims.claim import CLAIMS, scorecard
 from emergence_bench.claims.design import SEEDS, TASK_SEEDS
 from emergence_bench.claims.heads import independence_fit
 from emergence_bench.execution.sweep_spec import load_sweep
-from emergence_bench.results import SCHEMA_VERSION
+from emergence_bench.results.store import SCHEMA_VERSION
 from emergence_bench.stats.significance import holm
 
 BUDGET = 1500

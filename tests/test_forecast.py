@@ -23,7 +23,7 @@ from emergence_bench.forecast.evaluate import (
 )
 from emergence_bench.forecast.features import FEATURES, outcome, window_features
 from emergence_bench.forecast.survival import LogNormalAFT, concordance, fit
-from emergence_bench.results import load_records, write_json
+from emergence_bench.results.store import load_records, write_json
 
 
 def censored_sample(n: int, seed: int, budget: float = 7.0):
@@ -146,8 +146,8 @@ def test_a_score_not_defined_has_no_p_and_is_written_as_null(tmp_path, monkeypat
     monkeypatch.setattr(command, "fleet", lambda name, rows, window: SimpleNamespace(y=y, window=window))
     monkeypatch.setattr(evaluate, "in_domain", lambda one, k, permutations: {
         "fit": "all runs", "apply": "all runs", "window": 5, "features": ["mass"], **observed, **p})
-    import emergence_bench.results as results
-    monkeypatch.setattr(results, "load_records", lambda root: [{"status": "ok"}] * 3)
+    from emergence_bench.results import store
+    monkeypatch.setattr(store, "load_records", lambda root: [{"status": "ok"}] * 3)
     from emergence_bench.cli import main
 
     assert main(["forecast", str(tmp_path)]) == 0

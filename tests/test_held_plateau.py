@@ -7,7 +7,7 @@ import math
 import pytest
 
 from emergence_bench.reporting.plateau_score import first_drop
-from emergence_bench.row_curves import plateau_time, run_plateau
+from emergence_bench.results.row_curves import plateau_time, run_plateau
 from emergence_bench.stats.held_plateau import held_plateau
 
 CHANCE = math.log(4)

@@ -284,7 +284,7 @@ def test_a_contract_module_loads_none_of_the_builtins_until_the_registry_is_read
 def test_the_measurements_order_is_the_builtins_whichever_module_is_imported_first(tmp_path):
     code = (
         "import emergence_bench.callbacks.recorder\n"  # as run_folder does, before any registry read
-        "from emergence_bench.measurement import measurements\n"
+        "from emergence_bench.results.measurement import measurements\n"
         "print(' '.join(m.name for m in measurements()))\n"
     )
     result = _python(code, tmp_path)
@@ -359,17 +359,17 @@ def test_a_result_rows_sections_are_read_through_section():
     import re
     from typing import get_args
 
-    from emergence_bench.measurement import measurements
-    from emergence_bench.result_row import SectionName
+    from emergence_bench.results.measurement import measurements
+    from emergence_bench.results.row import SectionName
 
     # The row's own sections and those the measurements declare (the influence probe's, a plugin's).
     names = "|".join(sorted(set(get_args(SectionName)) | {m.section for m in measurements()}))
     # (a config's callbacks section shares two names with row sections: ``callbacks.get("emergence")``)
     bypass = re.compile(rf"""(?<!callbacks)\.get\(\s*["']({names})["']\s*\)\s*or\s*\{{\}}""")
     found = [f"{path.relative_to(REPO)}:{number}: {line.strip()}"
-             for module, path in modules().items() if module != f"{PACKAGE}.result_row"
+             for module, path in modules().items() if module != f"{PACKAGE}.results.row"
              for number, line in enumerate(path.read_text().splitlines(), 1) if bypass.search(line)]
-    assert not found, "read these sections with emergence_bench.result_row.section:\n" + "\n".join(found)
+    assert not found, "read these sections with emergence_bench.results.row.section:\n" + "\n".join(found)
 
 
 def test_a_module_over_400_lines_says_why():

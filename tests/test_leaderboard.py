@@ -126,7 +126,7 @@ def test_one_table_helper_renders_markdown_and_html():
 
 
 def test_a_section_a_row_lacks_reads_as_empty():
-    from emergence_bench.result_row import emergence_step, section, step_budget
+    from emergence_bench.results.row import emergence_step, section, step_budget
 
     failed = {"status": "failed", "config": {"trainer": {"max_steps": 300}}}  # failed before training
     assert section(failed, "emergence") == {} and emergence_step(failed) is None and step_budget(failed) == 300

@@ -1,4 +1,4 @@
-"""A measurement declares itself once (``emergence_bench.measurement``): a measurement registered here
+"""A measurement declares itself once (``emergence_bench.results.measurement``): a measurement registered here
 becomes leaderboard columns aggregated as declared, censoring included, and the influence probe is
 declared in its callback's file alone."""
 
@@ -10,17 +10,17 @@ from typing import TypedDict
 
 import pytest
 
-from emergence_bench.columns import Mean, Median
 from emergence_bench.config import resolve
 from emergence_bench.forecast.features import probe_history
-from emergence_bench.measurement import (
+from emergence_bench.reporting import leaderboard
+from emergence_bench.results.columns import Mean, Median
+from emergence_bench.results.measurement import (
     Measurement,
     measurement,
     measurements,
     register_measurement,
     unregister_measurement,
 )
-from emergence_bench.reporting import leaderboard
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -113,7 +113,7 @@ def test_the_influence_probe_is_declared_in_its_callbacks_file_only():
     from emergence_bench.callbacks.influence_probe import INFLUENCE_PROBE, InfluenceProbeSection
 
     assert measurement("influence_probe") is INFLUENCE_PROBE and INFLUENCE_PROBE.fields is InfluenceProbeSection
-    for path in ("benchmark/result_row.py", "benchmark/reporting/leaderboard.py", "benchmark/reporting/rank.py",
+    for path in ("benchmark/results/row.py", "benchmark/reporting/leaderboard.py", "benchmark/reporting/rank.py",
                  "benchmark/reporting/report.py", "benchmark/forecast/features.py", "callbacks/forecast_stop.py"):
         source = (REPO / path).read_text()
         assert "influence_probe" not in source and "median_influence_found" not in source, path
@@ -142,8 +142,8 @@ from typing import TypedDict
 
 import lightning as L
 
-from emergence_bench.measurement import Measurement, register_measurement
-from emergence_bench.columns import Median
+from emergence_bench.results.measurement import Measurement, register_measurement
+from emergence_bench.results.columns import Median
 
 
 class GlintSection(TypedDict, total=False):

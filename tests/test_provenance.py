@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from emergence_bench.results import code_version, git_state, mixed_code_note
+from emergence_bench.results.store import code_version, git_state, mixed_code_note
 
 
 def test_a_result_records_the_commit_the_command_and_the_policies(tmp_path, cli, tiny_config):
@@ -48,7 +48,7 @@ def test_a_copy_outside_git_says_so(tmp_path):
                     ignore=shutil.ignore_patterns("__pycache__"))
     probe = ("import importlib.util, sys; spec = importlib.util.spec_from_file_location('r', sys.argv[1]); "
              "m = importlib.util.module_from_spec(spec); spec.loader.exec_module(m); print(m.git_state())")
-    done = subprocess.run([sys.executable, "-c", probe, str(root / "benchmark" / "results.py")],
+    done = subprocess.run([sys.executable, "-c", probe, str(root / "benchmark" / "results" / "store.py")],
                           capture_output=True, text=True, cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert "'commit': None" in done.stdout and "not a git checkout" in done.stdout

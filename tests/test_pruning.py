@@ -12,7 +12,7 @@ import pytest
 
 from emergence_bench.execution import choice_rule, tuning
 from emergence_bench.execution.pruning import Rivals, best_case
-from emergence_bench.results import SCHEMA_VERSION, write_json
+from emergence_bench.results.store import SCHEMA_VERSION, write_json
 
 BUDGET = 600
 CONFIG = {"trainer": {"max_steps": BUDGET}}  # what a row needs of its config here

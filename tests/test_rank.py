@@ -332,7 +332,7 @@ def test_a_count_beside_a_missing_value_prints_as_a_count():
 def test_a_learning_speed_family_leaves_the_score_for_its_own_table(tmp_path):
     """A family declared learning speed (DIR/ladder.json, as a sweep of such a preset writes it) is out
     of the success score and shown in its own table; the other families' score is unchanged."""
-    from emergence_bench.results import write_ladder
+    from emergence_bench.results.store import write_ladder
 
     records = ladder_records() + seeds("a", "dyck", 2, [None] * 3) + seeds("b", "dyck", 2, [100] * 3)
     mixed = rank.build(records)["ranking"].set_index("mixer")

@@ -165,7 +165,7 @@ def test_a_plugins_report_shows_the_ranking_figures_beside_the_reference(tmp_pat
     ranking, the tuning curves (the plugin's own table beside the reference's), survival and the
     forest; without a reference the ranking is absent, naming --reference."""
     from emergence_bench.reporting import report
-    from emergence_bench.results import write_tables
+    from emergence_bench.results.store import write_tables
 
     data = a_reference()
     data["tuning"] = [tuning_table("lru", 3e-3, (0.25, 0.5))]

@@ -113,7 +113,7 @@ def test_the_staircase_shows_the_median_emergence_seed_and_needs_per_cell_curves
 def test_heads_and_ground_truth_share_one_colour_scale(tmp_path):
     import torch
 
-    from emergence_bench.results import MAPS_FILE
+    from emergence_bench.results.store import MAPS_FILE
 
     truth = torch.tensor([[1, 0, 0], [1, 0, 0], [0, 1, 1]])
     maps = [torch.tensor([[[0.9, 0.1, 0.0], [0.2, 0.3, 0.5], [0.1, 0.45, 0.45]]])]

@@ -8,7 +8,7 @@ from emergence_bench.engine.run import run
 from emergence_bench.execution.sweep import run_sweep
 from emergence_bench.execution.sweep_spec import Sweep
 from emergence_bench.reporting import leaderboard
-from emergence_bench.results import load
+from emergence_bench.results.store import load
 from emergence_bench.tasks.linear_map import LinearMap
 
 

@@ -157,12 +157,12 @@ def test_each_mixer_matches_sequential_runs_or_falls_back(mixer, tmp_path, tiny_
 def test_the_one_by_one_fallback_writes_each_row_once_under_its_lock(tmp_path, tiny_config, monkeypatch):
     import fcntl
 
-    from emergence_bench import results
     from emergence_bench.execution import seed_parallel as group
+    from emergence_bench.results import store
 
     monkeypatch.setattr(group, "seed_parallel_supported", lambda config: (False, "not batchable here"))
     writes: list[tuple[str, bool]] = []
-    real_write = results.write_text
+    real_write = store.write_text
 
     def watched(path, data):
         path = Path(path)
@@ -176,7 +176,7 @@ def test_the_one_by_one_fallback_writes_each_row_once_under_its_lock(tmp_path, t
             writes.append((path.parent.name, held))
         real_write(path, data)
 
-    monkeypatch.setattr(results, "write_text", watched)  # every JSON write goes through it
+    monkeypatch.setattr(store, "write_text", watched)  # every JSON write goes through it
     rows = run_seed_parallel([tiny_config(seed=seed) for seed in (0, 1)], tmp_path)
     assert writes == [(row["run_id"], True) for row in rows]  # once each, while the run was locked
     for row in rows:

@@ -231,7 +231,7 @@ def tune_then_rank(tmp_path, monkeypatch, emergence_step) -> tuple[list[str], li
     Returns what the tuning said, each run taken as (where, mixer, lr, seed), and the sweep's counts."""
     from emergence_bench.config import resolve
     from emergence_bench.execution import sweep as sweeps
-    from emergence_bench.results import SCHEMA_VERSION, write_json
+    from emergence_bench.results.store import SCHEMA_VERSION, write_json
 
     taken = []
 
@@ -278,7 +278,7 @@ def test_a_tuning_where_nothing_emerges_says_none_works_everywhere_it_shows_its_
     optimum; a table where some run emerged is not flagged."""
     from emergence_bench.reporting import rank
     from emergence_bench.reporting.figures.tuning_curves import tuning_figure
-    from emergence_bench.results import none_works
+    from emergence_bench.results.store import none_works
 
     said, _, _ = tune_then_rank(tmp_path, monkeypatch, lambda lr: None)
     assert len(said) == 1 and "lru on lm: chose optim.lr=0.001 — none works at any value" in said[0]

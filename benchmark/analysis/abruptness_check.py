@@ -24,9 +24,9 @@ from typing import Any
 
 import numpy as np
 
-from emergence_bench.result_row import Row
-from emergence_bench.results import RESULT_FILE, TUNING_DIR, load_records
-from emergence_bench.row_curves import cell_curves, cell_fits, cell_transitions, min_drop
+from emergence_bench.results.row import Row
+from emergence_bench.results.row_curves import cell_curves, cell_fits, cell_transitions, min_drop
+from emergence_bench.results.store import RESULT_FILE, TUNING_DIR, load_records
 from emergence_bench.stats.transition_fit import fit_transition, smooth_surrogates
 
 

@@ -15,7 +15,7 @@ import torch
 import yaml
 
 from emergence_bench.machine.devices import resolve_device
-from emergence_bench.results import ANALYSIS_DIR, CONFIG_FILE
+from emergence_bench.results.store import ANALYSIS_DIR, CONFIG_FILE
 
 if TYPE_CHECKING:
     from emergence_bench.config import RunConfig
@@ -94,8 +94,8 @@ def emergence(run_dir: str | Path, probe_batches: int | None = None, threshold: 
               device: str = "auto") -> dict:
     """Bisect the run's checkpoints for the earliest that solves the task; writes analysis/emergence.json."""
     from emergence_bench.analysis.bisection import bisect_steps
-    from emergence_bench.result_row import emergence_step
-    from emergence_bench.results import read_result, write_json
+    from emergence_bench.results.row import emergence_step
+    from emergence_bench.results.store import read_result, write_json
 
     run_dir = Path(run_dir)
     config, task, checkpoints = load_run(run_dir)
@@ -141,7 +141,7 @@ def patch(run_dir: str | Path, old: int, new: int, top_k: int = 4, ground_truth:
     """Causal head patching from checkpoint ``new`` into ``old`` (or the task's ground truth);
     writes analysis/patch_<old>_<new>[_ground_truth].json."""
     from emergence_bench.analysis.patching import patch_models
-    from emergence_bench.results import write_json
+    from emergence_bench.results.store import write_json
 
     if top_k < 1:
         raise ValueError(f"--top-k must be ≥ 1, got {top_k}")

@@ -23,7 +23,7 @@ from emergence_bench.analysis import pythia
 from emergence_bench.analysis.head_scores import JUMP
 from emergence_bench.analysis.language_probes import PROBES, SHAKESPEARE
 from emergence_bench.analysis.lm_family import FamilyConfig, model_folder, trained_seeds
-from emergence_bench.results import write_json
+from emergence_bench.results.store import write_json
 from emergence_bench.stats.transition_share import transition
 
 K_SHOWN = (1, 2, 4, 8, 16)

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from emergence_bench.analysis.corpus import SHAKESPEARE, SPECIAL, load_texts, normalise, train_tokenizer
 from emergence_bench.execution.stop_signals import stop_signals
-from emergence_bench.results import write_json
+from emergence_bench.results.store import write_json
 
 if TYPE_CHECKING:  # the CLI reads FamilyConfig for its parser: torch loads when a family trains
     import torch

@@ -33,7 +33,7 @@ from emergence_bench.analysis.bisection import bisect_steps
 from emergence_bench.analysis.language_probes import Prompt, probe_set
 from emergence_bench.analysis.patching import rank_heads, replace_heads
 from emergence_bench.machine.devices import resolve_device
-from emergence_bench.results import RESULT_FILE, SCHEMA_VERSION, versions, write_json
+from emergence_bench.results.store import RESULT_FILE, SCHEMA_VERSION, versions, write_json
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase

@@ -33,8 +33,8 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Union, cast
 
 from emergence_bench import registry
-from emergence_bench.measurement import measurement
-from emergence_bench.result_row import Row, section, step_budget
+from emergence_bench.results.measurement import measurement
+from emergence_bench.results.row import Row, section, step_budget
 from emergence_bench.stats.significance import holm
 
 ALPHA = 0.05

@@ -21,7 +21,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from emergence_bench.claims.claim import Evidence, event_times, never_as_inf
-from emergence_bench.result_row import Row
+from emergence_bench.results.row import Row
 from emergence_bench.stats.medians import kaplan_meier_median, wilson_interval
 from emergence_bench.stats.significance import (
     binomial_test,

@@ -18,7 +18,7 @@ from emergence_bench.callbacks.emergence import EMERGENCE
 from emergence_bench.claims import compare
 from emergence_bench.claims.claim import Claim, NotApplicable, Outcome, Rows, register_claim
 from emergence_bench.claims.design import frozen
-from emergence_bench.result_row import section, step_budget
+from emergence_bench.results.row import section, step_budget
 
 
 def stage_task(row: Mapping[str, Any]) -> str | None:

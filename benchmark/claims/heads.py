@@ -35,7 +35,7 @@ from emergence_bench.claims.claim import (
     register_claim,
 )
 from emergence_bench.claims.design import CA_STATE_SIZE, frozen
-from emergence_bench.result_row import Row, emergence_step
+from emergence_bench.results.row import Row, emergence_step
 from emergence_bench.stats.significance import chi2_sf, trend_test
 
 

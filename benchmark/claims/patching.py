@@ -22,7 +22,7 @@ from typing import Any, cast
 from emergence_bench.claims import compare
 from emergence_bench.claims.claim import Claim, Evidence, NotApplicable, Outcome, Rows, has_attention, register_claim
 from emergence_bench.claims.design import frozen
-from emergence_bench.result_row import Row, emergence_step
+from emergence_bench.results.row import Row, emergence_step
 from emergence_bench.stats.significance import sign_test
 
 KS = (1, 2, 4, 8, 16)

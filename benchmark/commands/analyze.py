@@ -106,7 +106,7 @@ def main(args: argparse.Namespace, extra: list[str] | None = None) -> int:
     if extra:
         raise ValueError(f"unrecognized arguments: {' '.join(extra)}")
     from emergence_bench.analysis.analyze import EMERGENCE_FILE, emergence, patch
-    from emergence_bench.results import ANALYSIS_DIR
+    from emergence_bench.results.store import ANALYSIS_DIR
 
     # Where each writes (a run's analysis/ folder, a results folder), checked before anything is computed.
     if args.analysis in ("emergence", "patch") and Path(args.run_dir).is_dir():
@@ -138,7 +138,7 @@ def main(args: argparse.Namespace, extra: list[str] | None = None) -> int:
         return 0
     if args.analysis == "abruptness":
         from emergence_bench.analysis.abruptness_check import CHECK_FILE, check_folder, print_checks
-        from emergence_bench.results import write_json
+        from emergence_bench.results.store import write_json
 
         if args.surrogates < 0:
             raise ValueError(f"--surrogates must be ≥ 0, got {args.surrogates}")

@@ -23,7 +23,7 @@ from emergence_bench.forecast import PERMUTATIONS
 
 if TYPE_CHECKING:  # the CLI imports this module for its parser: the numerical stack loads in main()
     from emergence_bench.forecast.evaluate import Fleet
-    from emergence_bench.result_row import ResultRow, Row
+    from emergence_bench.results.row import ResultRow, Row
 
 MIN_FLEET = 3  # leave-one-out on 2 runs fits on 1: no score of it means anything
 
@@ -129,7 +129,7 @@ def main(args: argparse.Namespace, extra: list[str] | None = None) -> int:
             raise ValueError(f"--save {args.save}: {saved_to} is a folder; give FLEET=FILE, the file to write")
         writable(saved_to.parent, f"--save {args.save}: choose another PATH")
     from emergence_bench.forecast.evaluate import in_domain, transfer
-    from emergence_bench.results import load_records, without_non_finite, write_json, write_text
+    from emergence_bench.results.store import load_records, without_non_finite, write_json, write_text
 
     rows = [r for r in load_records(folder) if r.get("status") == "ok"]
     if not rows:
@@ -209,7 +209,7 @@ def _save(spec: str, groups: dict[str, Fleet], k: int) -> None:
     if name not in groups or not path:
         raise ValueError(f"--save takes FLEET=PATH with FLEET one of: {', '.join(groups)}; got {spec!r}")
     from emergence_bench.forecast.evaluate import pipeline
-    from emergence_bench.results import write_json
+    from emergence_bench.results.store import write_json
 
     one = groups[name]
     model, _ = pipeline(one.X, one.y, one.censored, one.names, k)

@@ -18,7 +18,7 @@ from emergence_bench.commands.arguments import (
 )
 from emergence_bench.commands.command import Subparsers, register_command
 from emergence_bench.config import Batching
-from emergence_bench.result_row import emergence_step, section
+from emergence_bench.results.row import emergence_step, section
 
 if TYPE_CHECKING:
     from emergence_bench.config import RunConfig
@@ -57,7 +57,7 @@ def main(args: argparse.Namespace, extra: list[str]) -> int:
     from emergence_bench.engine.run import check, run
     from emergence_bench.machine.devices import accelerator_device
     from emergence_bench.machine.threads import choose_threads
-    from emergence_bench.results import RESULT_FILE
+    from emergence_bench.results.store import RESULT_FILE
 
     config = check(data)
     if args.print_config:
@@ -92,7 +92,7 @@ def _run_seeds(config: RunConfig, args: argparse.Namespace) -> int:
     """`run --seed-parallel K`: seeds s, s+1, ..., s+K-1 of the config, trained together."""
     from emergence_bench.engine.run import check
     from emergence_bench.execution.seed_parallel import run_seed_parallel
-    from emergence_bench.results import RESULT_FILE
+    from emergence_bench.results.store import RESULT_FILE
 
     configs = []
     for offset in range(args.seed_parallel):

@@ -29,7 +29,7 @@ from emergence_bench.engine.training import Diverged
 from emergence_bench.machine.allocator import keep_freed_memory
 from emergence_bench.machine.threads import choose_threads, step_flops
 from emergence_bench.mixers.init import WeightInit
-from emergence_bench.result_row import ResultRow
+from emergence_bench.results.row import ResultRow
 from emergence_bench.tasks.base import SyntheticTask
 
 __all__ = ["RunPlan", "apply_threads", "build_callbacks", "build_model", "build_task", "check", "plan",

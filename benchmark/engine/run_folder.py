@@ -25,8 +25,8 @@ from emergence_bench.engine.model import SequenceModel
 from emergence_bench.engine.trainer import build_logger
 from emergence_bench.machine.devices import accelerator_device, describe_device
 from emergence_bench.machine.threads import cpu_share
-from emergence_bench.result_row import ResultRow, Row
-from emergence_bench.results import (
+from emergence_bench.results.row import ResultRow, Row
+from emergence_bench.results.store import (
     CONFIG_FILE,
     LOCKS_DIR,
     RESULT_FILE,

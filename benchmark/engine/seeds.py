@@ -41,7 +41,7 @@ from emergence_bench.engine.run import RunPlan, build_callbacks, build_model
 from emergence_bench.engine.run_folder import RunFolder, failure
 from emergence_bench.engine.run_losses import RunLosses
 from emergence_bench.engine.training import Diverged
-from emergence_bench.result_row import ResultRow, emergence_step, step_budget
+from emergence_bench.results.row import ResultRow, emergence_step, step_budget
 from emergence_bench.tasks.base import SyntheticTask
 
 

@@ -12,7 +12,7 @@ import lightning as L
 from lightning.pytorch.loggers import CSVLogger, Logger, TensorBoardLogger
 
 from emergence_bench.config import RunConfig
-from emergence_bench.results import CSV_DIR, TENSORBOARD_DIR, WANDB_DIR
+from emergence_bench.results.store import CSV_DIR, TENSORBOARD_DIR, WANDB_DIR
 
 LOG_DIRS = {"tensorboard": TENSORBOARD_DIR, "csv": CSV_DIR, "wandb": WANDB_DIR}  # by trainer.logger
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, cast
 
 from emergence_bench.config import ConfigError
-from emergence_bench.result_row import ResultRow, emergence_step, step_budget
+from emergence_bench.results.row import ResultRow, emergence_step, step_budget
 from emergence_bench.stats.medians import kaplan_meier_median, wilson_interval
 
 

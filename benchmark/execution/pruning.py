@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from emergence_bench.execution.choice_rule import measure
-from emergence_bench.results import RESULT_FILE, read_result
+from emergence_bench.results.store import RESULT_FILE, read_result
 
 if TYPE_CHECKING:  # the sweep's own process reads rivals without importing the engine
     from emergence_bench.engine.seeds import Outcome

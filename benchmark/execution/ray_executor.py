@@ -25,8 +25,8 @@ from typing import Callable
 
 from emergence_bench.config import ConfigError
 from emergence_bench.machine.threads import available_cpus, set_cpu_share
-from emergence_bench.result_row import ResultRow
-from emergence_bench.results import (
+from emergence_bench.results.row import ResultRow
+from emergence_bench.results.store import (
     CHECKPOINT_DIR,
     RESULT_FILE,
     ResultsUnwritable,

@@ -18,8 +18,8 @@ from emergence_bench.engine.trainer import build_trainer, quiet_lightning
 from emergence_bench.execution.pruning import Rivals
 from emergence_bench.machine.allocator import keep_freed_memory
 from emergence_bench.registry import Registry
-from emergence_bench.result_row import Row
-from emergence_bench.results import busy_row
+from emergence_bench.results.row import Row
+from emergence_bench.results.store import busy_row
 
 
 class BatchingMode(Protocol):

@@ -45,8 +45,8 @@ from emergence_bench.config import ConfigError
 from emergence_bench.execution.choice_rule import choose, edges, measure, widened
 from emergence_bench.execution.pruning import Rivals
 from emergence_bench.execution.sweep_spec import Group, Sweep
-from emergence_bench.result_row import ResultRow
-from emergence_bench.results import TUNING_DIR, is_finished, none_works, read_result, write_tables
+from emergence_bench.results.row import ResultRow
+from emergence_bench.results.store import TUNING_DIR, is_finished, none_works, read_result, write_tables
 
 if TYPE_CHECKING:  # the sweep module runs the stages; tuning only hands them on
     from emergence_bench.execution.sweep import Stage

@@ -27,7 +27,7 @@ from torchmetrics.functional import pearson_corrcoef, spearman_corrcoef
 from emergence_bench.forecast import PERMUTATIONS
 from emergence_bench.forecast.stop import decide
 from emergence_bench.forecast.survival import LogNormalAFT, concordance, fit
-from emergence_bench.result_row import Row, emergence_step, forecast_stopped
+from emergence_bench.results.row import Row, emergence_step, forecast_stopped
 
 
 @dataclass

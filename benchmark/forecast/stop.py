@@ -7,7 +7,7 @@ import math
 
 from emergence_bench.forecast.features import window_features
 from emergence_bench.forecast.survival import LogNormalAFT
-from emergence_bench.result_row import Row
+from emergence_bench.results.row import Row
 
 
 def decide(model: LogNormalAFT, records: Row, step: int, budget: int, risk: float) -> dict:

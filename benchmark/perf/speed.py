@@ -57,7 +57,7 @@ from emergence_bench.perf.mixers import (
     step_ratios,
 )
 from emergence_bench.perf.timing import bracketed, interleave, summary
-from emergence_bench.results import write_json
+from emergence_bench.results.store import write_json
 
 
 def _fmt(s: dict, unit: str = "") -> str:

@@ -16,8 +16,8 @@ from matplotlib.figure import Figure
 from emergence_bench.registry import Registry
 from emergence_bench.reporting.page import Page
 from emergence_bench.reporting.plotting import short_titles
-from emergence_bench.result_row import ResultRow
-from emergence_bench.results import RESULT_FILE
+from emergence_bench.results.row import ResultRow
+from emergence_bench.results.store import RESULT_FILE
 
 
 @dataclass

@@ -8,7 +8,7 @@ from typing import Any
 
 from emergence_bench.config import ConfigError, hashed_config
 from emergence_bench.reporting.leaderboard import flatten
-from emergence_bench.result_row import ResultRow
+from emergence_bench.results.row import ResultRow
 
 
 def ladders(records: list[ResultRow], axes: dict[str, str] | None = None) -> dict[str, dict]:

@@ -11,7 +11,7 @@ from pathlib import Path
 from matplotlib.figure import Figure
 
 from emergence_bench.reporting.plotting import DPI, plt
-from emergence_bench.results import write_atomic
+from emergence_bench.results.store import write_atomic
 
 
 class Page:

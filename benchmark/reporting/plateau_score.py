@@ -37,7 +37,7 @@ import pandas as pd
 
 from emergence_bench.callbacks.plateau import PLATEAU
 from emergence_bench.config import ConfigError
-from emergence_bench.result_row import ResultRow, emergence_step, step_budget
+from emergence_bench.results.row import ResultRow, emergence_step, step_budget
 from emergence_bench.stats.medians import kaplan_meier_medians
 
 DRAWS = 2000
@@ -91,7 +91,7 @@ def _medians(times: np.ndarray, censored: np.ndarray, budget: float, rows: np.nd
 def score(cells: dict[tuple[str, str, str], list[ResultRow]], baseline: str, draws: int = DRAWS,
           seed: int = SEED, time: Time = first_drop, name: str = "first_drop") -> tuple[pd.DataFrame, pd.DataFrame]:
     """Per cell and per mixer ratios of a time (``time``: the first drop by default; the held plateau's
-    end is ``emergence_bench.row_curves.plateau_time``, named ``held_plateau``) to ``baseline``'s,
+    end is ``emergence_bench.results.row_curves.plateau_time``, named ``held_plateau``) to ``baseline``'s,
     with bootstrap intervals.
 
     cells: (mixer, family, rung) -> the cell's result records. Returns (cell table, mixer table):

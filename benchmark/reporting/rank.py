@@ -30,13 +30,14 @@ from pathlib import Path
 import pandas as pd
 
 from emergence_bench.config import ConfigError, hashed_config
-from emergence_bench.measurement import measurement
 from emergence_bench.reporting import plateau_score, reference
 from emergence_bench.reporting.ladder import ladders
 from emergence_bench.reporting.leaderboard import flatten
 from emergence_bench.reporting.rank_tables import to_markdown
-from emergence_bench.result_row import ResultRow, emergence_step
-from emergence_bench.results import (
+from emergence_bench.results.measurement import measurement
+from emergence_bench.results.row import ResultRow, emergence_step
+from emergence_bench.results.row_curves import held_plateaus, plateau_time
+from emergence_bench.results.store import (
     LADDER_FILE,
     RANK_STEM,
     TUNING_DIR,
@@ -45,7 +46,6 @@ from emergence_bench.results import (
     write_json,
     write_text,
 )
-from emergence_bench.row_curves import held_plateaus, plateau_time
 from emergence_bench.stats.medians import kaplan_meier_median, wilson_interval
 
 Z = 1.96  # 95%

@@ -15,7 +15,7 @@ from typing import Any
 import pandas as pd
 
 from emergence_bench.reporting.table import Table
-from emergence_bench.results import none_works
+from emergence_bench.results.store import none_works
 
 
 def _lr_cell(by_family: dict[str, list[float]], families: list[str], none_work: Collection[str] = ()) -> str:

@@ -11,8 +11,8 @@ from pathlib import Path
 from emergence_bench.config import ConfigError
 from emergence_bench.reporting import reference
 from emergence_bench.reporting.plateau_score import renamed
-from emergence_bench.result_row import ResultRow
-from emergence_bench.results import RANK_STEM
+from emergence_bench.results.row import ResultRow
+from emergence_bench.results.store import RANK_STEM
 
 
 def saved_rank(root: Path | None) -> dict:

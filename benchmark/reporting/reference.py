@@ -29,8 +29,8 @@ from emergence_bench.callbacks.plateau import PLATEAU
 from emergence_bench.config import ConfigError, hashed_config
 from emergence_bench.reporting.ladder import ladders
 from emergence_bench.reporting.leaderboard import flatten
-from emergence_bench.result_row import ResultRow, section
-from emergence_bench.results import SCHEMA_VERSION, upgrade_row
+from emergence_bench.results.row import ResultRow, section
+from emergence_bench.results.store import SCHEMA_VERSION, upgrade_row
 
 REFERENCE_DIR = Path(__file__).parents[1] / "presets" / "reference"
 BUILTIN = "builtin"  # --reference builtin: the reference of the standard CPU ladder

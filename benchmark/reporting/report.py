@@ -24,8 +24,8 @@ from emergence_bench.reporting.figures import FIGURES
 from emergence_bench.reporting.page import Page
 from emergence_bench.reporting.ranked import rows_to_rank
 from emergence_bench.reporting.table import Table
-from emergence_bench.result_row import ResultRow, section
-from emergence_bench.results import (
+from emergence_bench.results.row import ResultRow, section
+from emergence_bench.results.store import (
     REPORT_FILE,
     RESULT_FILE,
     TUNING_DIR,

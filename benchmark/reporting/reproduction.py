@@ -30,8 +30,8 @@ import pandas as pd
 from emergence_bench.config import ConfigError
 from emergence_bench.reporting import rank
 from emergence_bench.reporting.table import Table
-from emergence_bench.result_row import ResultRow
-from emergence_bench.results import TUNING_DIR, load_records, write_json, write_text
+from emergence_bench.results.row import ResultRow
+from emergence_bench.results.store import TUNING_DIR, load_records, write_json, write_text
 from emergence_bench.stats.significance import fisher_exact, holm
 
 ALPHA = 0.05

@@ -23,8 +23,8 @@ import pandas as pd
 from emergence_bench.claims import claims
 from emergence_bench.claims.claim import Claim, ScoreRow, confirmation, scorecard
 from emergence_bench.config import ConfigError
-from emergence_bench.result_row import ResultRow, emergence_step
-from emergence_bench.results import (
+from emergence_bench.results.row import ResultRow, emergence_step
+from emergence_bench.results.store import (
     ANALYSIS_DIR,
     UnreadableResult,
     parse_result,

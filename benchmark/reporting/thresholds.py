@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from emergence_bench.result_row import Row, section, step_budget
+from emergence_bench.results.row import Row, section, step_budget
 from emergence_bench.stats.medians import kaplan_meier_median
 
 ACCURACY_FRACTIONS = (0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.99)

@@ -6,7 +6,7 @@ of steps into a run, long before emergence: a model first learns what needs no s
 answer is a value, a closer, a bit), and its loss falls from chance to that shortcut's level, where
 it is then held until the pattern is found. This module measures that hold, on the train-loss curve
 a run records (``curves.train_loss``: the mean loss of every ``curve_every`` steps), so every row
-written since the recorder kept curves has it and no run id changes (``emergence_bench.row_curves``
+written since the recorder kept curves has it and no run id changes (``emergence_bench.results.row_curves``
 reads it off a row: ``plateau_time``, ``held_plateaus``).
 
 On a curve of steps t [n] and losses y [n], with the task's chance and floor losses (G = chance −

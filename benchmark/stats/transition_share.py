@@ -29,7 +29,7 @@ share is an upper bound).
 The share stays a column, but it ties abruptness to timing: a drop of fixed width reads more abrupt
 the later it comes. The abruptness *rule* is ``emergence_bench.stats.transition_fit``'s model comparison
 (a plateau then a drop, against a power law and an exponential from step 0, and the width in
-decades). ``emergence_bench.row_curves`` applies both to a result row's curves.
+decades). ``emergence_bench.results.row_curves`` applies both to a result row's curves.
 """
 
 from __future__ import annotations

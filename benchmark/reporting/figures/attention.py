@@ -15,8 +15,8 @@ from emergence_bench.callbacks.attention_probe import ATTENTION_PROBE
 from emergence_bench.reporting.figure import Drawn, Results, find_run_dir, register_figure
 from emergence_bench.reporting.figures.staircase import staircase_seed
 from emergence_bench.reporting.plotting import PAGE_INCHES, plt, slug
-from emergence_bench.result_row import ResultRow
-from emergence_bench.results import MAPS_FILE
+from emergence_bench.results.row import ResultRow
+from emergence_bench.results.store import MAPS_FILE
 
 
 def _map(ax: Any, image: torch.Tensor, scored: torch.Tensor, scale: dict, title: str, left: bool,

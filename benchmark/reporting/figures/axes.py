@@ -16,7 +16,7 @@ from emergence_bench.config import hashed_config
 from emergence_bench.reporting import leaderboard
 from emergence_bench.reporting.figure import Drawn, Results, register_figure
 from emergence_bench.reporting.plotting import PAGE_INCHES, plain_log, plt, slug
-from emergence_bench.result_row import ResultRow
+from emergence_bench.results.row import ResultRow
 
 MAX_LINES = 10  # lines in one metric-vs-axis figure; more cannot be told apart
 

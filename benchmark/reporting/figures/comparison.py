@@ -1,7 +1,7 @@
 """The ranking's comparison figures: mixers side by side on one axis.
 
 - ``survival_figure``: per rung, the Kaplan–Meier curves of "not yet emerged" and "still on its
-  plateau" (the held plateau, ``emergence_bench.row_curves.plateau_time``) against step, one line
+  plateau" (the held plateau, ``emergence_bench.results.row_curves.plateau_time``) against step, one line
   per mixer, a tick where a run was censored (stopped or out of budget before the event).
 - ``forest_figure``: each mixer's plateau ratio to the baseline (the geometric mean over cells, with
   its 95% interval), and every cell's ratio behind it.
@@ -26,8 +26,8 @@ from matplotlib.figure import Figure  # noqa: E402
 
 from emergence_bench.reporting import rank  # noqa: E402
 from emergence_bench.reporting.plotting import plain_log  # noqa: E402
-from emergence_bench.result_row import ResultRow, emergence_step, step_budget  # noqa: E402
-from emergence_bench.row_curves import plateau_time  # noqa: E402
+from emergence_bench.results.row import ResultRow, emergence_step, step_budget  # noqa: E402
+from emergence_bench.results.row_curves import plateau_time  # noqa: E402
 from emergence_bench.stats.medians import kaplan_meier  # noqa: E402
 
 

@@ -24,7 +24,7 @@ from emergence_bench.reporting.plotting import (
     plain_log,
     short_titles,
 )
-from emergence_bench.result_row import ResultRow, emergence_step, section
+from emergence_bench.results.row import ResultRow, emergence_step, section
 
 MAX_CURVE_PANELS = 24  # loss-curve panels on one page: a 200-run sweep's page stays a few MB
 

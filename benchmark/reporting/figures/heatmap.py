@@ -9,7 +9,7 @@ from matplotlib.figure import Figure
 from emergence_bench.reporting import leaderboard
 from emergence_bench.reporting.figure import Drawn, Results, register_figure
 from emergence_bench.reporting.plotting import PAGE_INCHES, plt
-from emergence_bench.result_row import ResultRow
+from emergence_bench.results.row import ResultRow
 
 
 def heatmap(records: list[ResultRow], axes: tuple[str, str] | None) -> tuple[Figure | None, tuple[str, str] | None]:

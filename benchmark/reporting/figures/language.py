@@ -10,7 +10,7 @@ from matplotlib.figure import Figure
 
 from emergence_bench.reporting.figure import Drawn, Results, register_figure
 from emergence_bench.reporting.plotting import draw_line, legend_above, panel_title, panels
-from emergence_bench.result_row import Row
+from emergence_bench.results.row import Row
 
 
 def language_rows(records: Sequence[Row]) -> dict[tuple[str, str], dict[int, Row]]:

@@ -14,7 +14,7 @@ from emergence_bench.reporting.figures import comparison
 from emergence_bench.reporting.figures.tuning_curves import tuning_figure
 from emergence_bench.reporting.plotting import PAGE_INCHES, legend_above, plain_log, plt
 from emergence_bench.reporting.ranked import rows_to_rank, saved_rank
-from emergence_bench.results import TUNING_DIR, read_tables
+from emergence_bench.results.store import TUNING_DIR, read_tables
 
 
 def ladder_figure(ranked: dict) -> Figure | None:

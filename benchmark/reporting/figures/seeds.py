@@ -9,7 +9,7 @@ from matplotlib.figure import Figure
 
 from emergence_bench.reporting.figure import from_groups, register_figure
 from emergence_bench.reporting.plotting import PAGE_INCHES, legend_above, plain_log, plt, short_titles
-from emergence_bench.result_row import ResultRow, emergence_step, step_budget
+from emergence_bench.results.row import ResultRow, emergence_step, step_budget
 
 
 def seed_columns(groups: list[tuple[str, list[ResultRow]]]) -> list[tuple[str, list[int], list[int]]]:

@@ -18,7 +18,7 @@ from emergence_bench.reporting.plotting import (
     plt,
     short_titles,
 )
-from emergence_bench.result_row import ResultRow, emergence_step, section
+from emergence_bench.results.row import ResultRow, emergence_step, section
 
 
 def staircase_seed(members: list[ResultRow], seed: int | None = None) -> ResultRow | None:

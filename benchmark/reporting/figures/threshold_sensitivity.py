@@ -12,7 +12,7 @@ from matplotlib.figure import Figure
 from emergence_bench.reporting.figure import from_groups, register_figure
 from emergence_bench.reporting.plotting import legend_above, log_label, plain_log, plt
 from emergence_bench.reporting.thresholds import ACCURACY_FRACTIONS, LOSS_FRACTIONS, sensitivity, used_thresholds
-from emergence_bench.result_row import Row, section
+from emergence_bench.results.row import Row, section
 
 
 def threshold_figure(groups: Sequence[tuple[str, Sequence[Row]]], limit: int = 10) -> Figure | None:

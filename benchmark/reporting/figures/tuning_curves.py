@@ -16,7 +16,7 @@ from matplotlib import ticker  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.lines import Line2D  # noqa: E402
 
-from emergence_bench.results import none_works  # noqa: E402
+from emergence_bench.results.store import none_works  # noqa: E402
 
 KEY = "optim.lr"
 

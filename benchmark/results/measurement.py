@@ -5,7 +5,7 @@ records it (``callbacks/influence_probe.py`` is the worked example, docs/measure
 It states:
 
 - ``section``: the key of its section in a result row, and ``fields``: that section's TypedDict;
-- ``columns``: its leaderboard columns, each a kind from ``emergence_bench.columns`` that
+- ``columns``: its leaderboard columns, each a kind from ``emergence_bench.results.columns`` that
   says how a group's runs aggregate into it (a Kaplan–Meier median censored at the step budget, a
   Wilson success rate, a mean, the first value, any) and which direction is better;
 - ``applies``: which runs measured it (default: those whose row has the section);
@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any, Generic, Literal, Protocol, TypeAlias, TypeVar, Union
 
 from emergence_bench import registry
-from emergence_bench.result_row import Row, SectionName, section
+from emergence_bench.results.row import Row, SectionName, section
 
 S = TypeVar("S", bound=Mapping[str, Any])  # a measurement's section, as its TypedDict
 Better = Literal["lower", "higher"] | None  # None: neither (a count, a flag)
@@ -34,7 +34,7 @@ Source: TypeAlias = Union[SectionName, "Measurement[Any]"]  # where a column rea
 
 
 class Column(Protocol):
-    """One or more leaderboard columns of a measurement (``emergence_bench.columns``)."""
+    """One or more leaderboard columns of a measurement (``emergence_bench.results.columns``)."""
 
     @property
     def better(self) -> Better:

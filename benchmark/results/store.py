@@ -26,7 +26,7 @@ from typing import Any, BinaryIO, Callable, TypeGuard, cast
 import pandas as pd
 
 from emergence_bench.machine import allocator
-from emergence_bench.result_row import ResultRow, Row, emergence_step, plateau_section, section
+from emergence_bench.results.row import ResultRow, Row, emergence_step, plateau_section, section
 from emergence_bench.stats.held_plateau import plateau_fields
 
 SCHEMA_VERSION = 3  # 2: task_facts, full-sequence losses, init and bias patterns in the config; 3: the held plateau

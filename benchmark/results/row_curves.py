@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from emergence_bench.result_row import Row, plateau_section, section, step_budget
+from emergence_bench.results.row import Row, plateau_section, section, step_budget
 from emergence_bench.stats.held_plateau import HeldPlateau, held_plateau
 from emergence_bench.stats.medians import kaplan_meier_median
 from emergence_bench.stats.transition_fit import TransitionFit, fit_transition

@@ -1,4 +1,4 @@
-"""The kinds of leaderboard column a measurement declares (``emergence_bench.measurement``): how a
+"""The kinds of leaderboard column a measurement declares (``emergence_bench.results.measurement``): how a
 group's runs aggregate into it, which direction is better, and its cells in the human table.
 
 - ``Median``: the Kaplan–Meier median step of a field, with a run that never got there censored at
@@ -20,8 +20,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from emergence_bench.measurement import Better, Shown, Source
-from emergence_bench.result_row import Row, forecast_stopped, section, step_budget
+from emergence_bench.results.measurement import Better, Shown, Source
+from emergence_bench.results.row import Row, forecast_stopped, section, step_budget
 from emergence_bench.stats.medians import kaplan_meier_median, kaplan_meier_median_ci, wilson_interval
 
 BUDGET = "budget"  # the leaderboard column with a group's step budget (declared by the recorder)

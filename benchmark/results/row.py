@@ -8,7 +8,7 @@ run that failed before training has none of them, a run without an attention pro
 ``row.get(name) or {}``. Each section's keys are all present when the section is, so a section is
 typed ``total=False`` only so that ``{}`` stands for an absent one.
 
-Every measurement is declared in its callback's module (``emergence_bench.measurement``) with its
+Every measurement is declared in its callback's module (``emergence_bench.results.measurement``) with its
 section and the section's TypedDict, not here: ``section(row, measurement)`` (or ``measurement.read``)
 reads it. The sections here are the run's own: provenance, timing, metrics, task facts, curves.
 """
@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Literal, TypedDict, TypeVar, Union, cast, overload
 
 if TYPE_CHECKING:  # (it imports this module)
-    from emergence_bench.measurement import Measurement
+    from emergence_bench.results.measurement import Measurement
 
 Status = Literal["ok", "diverged", "failed"]
 
@@ -96,7 +96,7 @@ class ResultRow(RowBase, total=False):
     task_facts: TaskFacts
     curves: Curves
     # The measurements' sections: each declared, with its TypedDict, in its callback's file
-    # (``emergence_bench.measurement``); read one with its Measurement: ``PLATEAU.read(row)``.
+    # (``emergence_bench.results.measurement``); read one with its Measurement: ``PLATEAU.read(row)``.
     plateau: dict[str, Any]
     emergence: dict[str, Any]
     attention_probe: dict[str, Any]
