@@ -409,6 +409,7 @@ WRITES = {
     "analyze emergence": (["analyze", "emergence", "{ro}/{run}"], "writable copy"),
     "analyze patch": (["analyze", "patch", "{ro}/{run}", "--old", "0", "--new", "5"], "writable copy"),
     "analyze abruptness": (["analyze", "abruptness", "{ro}"], "writable copy"),
+    "analyze calibration": (["analyze", "calibration", "{ro}"], "writable copy"),
     "analyze pythia": (["analyze", "pythia", "--model", "{tmp}/empty", "--probe", "repetition", "--out", "{ro}"],
                        "another --out"),
     "lm-family train": (["lm-family", "train", "{ro}"], "another OUT"),

@@ -26,7 +26,7 @@ import numpy as np
 
 from emergence_bench.results.row import Row
 from emergence_bench.results.row_curves import cell_curves, cell_fits, cell_transitions, min_drop
-from emergence_bench.results.store import RESULT_FILE, TUNING_DIR, load_records
+from emergence_bench.results.store import load_groups
 from emergence_bench.stats.transition_fit import fit_transition, smooth_surrogates
 
 
@@ -102,22 +102,8 @@ def check_group(rows: Sequence[Row], surrogate_draws: int = 20, seed: int = 0) -
 
 
 def check_folder(root: str | Path, surrogate_draws: int = 20) -> dict[str, dict[str, Any]]:
-    """``check_group`` per group of a results folder: each subfolder holding runs (a sweep's groups),
-    and ``.`` for the runs directly under ``root``."""
-    root = Path(root)
-    if not root.is_dir():
-        raise ValueError(f"{root} is not a results folder")
-    groups: dict[str, list[Row]] = {}
-    direct = [child for child in sorted(root.iterdir()) if (child / RESULT_FILE).is_file()]
-    if direct:
-        groups["."] = [row for child in direct for row in load_records(child, quiet=True)]
-    for child in sorted(root.iterdir()):
-        if child.is_dir() and not (child / RESULT_FILE).is_file() and child.name not in (TUNING_DIR,):
-            if rows := load_records(child, quiet=True):
-                groups[child.name] = list(rows)
-    if not groups:
-        raise ValueError(f"{root} holds no result rows")
-    return {name: check_group(rows, surrogate_draws) for name, rows in groups.items()}
+    """``check_group`` per group of a results folder (``store.load_groups``)."""
+    return {name: check_group(rows, surrogate_draws) for name, rows in load_groups(root).items()}
 
 
 CHECK_FILE = "abruptness-check.json"

@@ -11,6 +11,9 @@
                                                       per group, abrupt cells by the rule and the share,
                                                       onset and width, eval noise, onset against share,
                                                       the surrogate null -> DIR/abruptness-check.json
+    analyze calibration DIR                           a ladder's calibration table: per group and setting,
+                                                      emerged, held plateaus worth the name, abrupt cells
+                                                      by the rule -> DIR/calibration.md
 
 "Solves" is the run's own emergence criterion: greedy accuracy on the scored tokens of the probe set
 (the task's eval batches) ≥ the emergence callback's threshold. The work is in
@@ -77,6 +80,9 @@ def add_parser(subparsers: Subparsers) -> argparse.ArgumentParser:
     ab.add_argument("--surrogates", type=int, default=20,
                     help="smooth surrogates per curve for the null (default 20; 0 skips it)")
 
+    ca = sub.add_parser("calibration", help="a calibration screen's table: emergence, held plateaus, abrupt cells")
+    ca.add_argument("folder", metavar="DIR", help="a results folder (a calibration sweep's --out)")
+
     py = sub.add_parser("pythia", help="bisect and patch Pythia (GPT-NeoX) checkpoints on a language probe")
     py.add_argument("--model", required=True, help="hub name (EleutherAI/pythia-70m) or local folder of step*/ revisions")
     py.add_argument("--probe", required=True, choices=sorted(PROBES), help="the probe set")
@@ -116,6 +122,19 @@ def main(args: argparse.Namespace, extra: list[str] | None = None) -> int:
         from emergence_bench.analysis.abruptness_check import CHECK_FILE
 
         writable_results(Path(args.folder), "analyze abruptness", CHECK_FILE)
+    if args.analysis == "calibration" and Path(args.folder).is_dir():
+        from emergence_bench.analysis.calibration import TABLE_FILE
+
+        writable_results(Path(args.folder), "analyze calibration", TABLE_FILE)
+    if args.analysis == "calibration":
+        from emergence_bench.analysis.calibration import TABLE_FILE, calibration, to_markdown
+        from emergence_bench.results.store import write_text
+
+        markdown = to_markdown(calibration(args.folder))
+        print(markdown, end="")
+        write_text(Path(args.folder) / TABLE_FILE, markdown)
+        print(f"wrote {Path(args.folder) / TABLE_FILE}", file=sys.stderr)
+        return 0
     if args.analysis == "pythia":
         results_folder(args.out)
 

@@ -314,6 +314,26 @@ def result_paths(root: str | Path, exclude: tuple[str, ...] = ()) -> list[Path]:
     return sorted(p for p in root.rglob(RESULT_FILE) if p.relative_to(root).parts[0] not in exclude)
 
 
+def load_groups(root: str | Path) -> dict[str, list[ResultRow]]:
+    """A results folder's rows by group: each subfolder holding runs (a sweep's groups; its tuning
+    runs left out) under its name, and ``.`` for the runs directly under ``root``. A folder that does
+    not exist or holds no row is bad input (ValueError)."""
+    root = Path(root)
+    if not root.is_dir():
+        raise ValueError(f"{root} is not a results folder")
+    groups: dict[str, list[ResultRow]] = {}
+    direct = [child for child in sorted(root.iterdir()) if (child / RESULT_FILE).is_file()]
+    if direct:
+        groups["."] = [row for child in direct for row in load_records(child, quiet=True)]
+    for child in sorted(root.iterdir()):
+        if child.is_dir() and not (child / RESULT_FILE).is_file() and child.name != TUNING_DIR:
+            if rows := load_records(child, quiet=True):
+                groups[child.name] = list(rows)
+    if not groups:
+        raise ValueError(f"{root} holds no result rows")
+    return groups
+
+
 def load_records(root: str | Path, strict: bool = False, quiet: bool = False,
                  exclude: tuple[str, ...] = ()) -> list[ResultRow]:
     """Every readable result row under ``root`` (but its subfolders in ``exclude``). An unreadable one
