@@ -53,12 +53,20 @@ def loss_transition(row: Row) -> Transition | None:
     return transition([p[0] for p in points], [p[1] for p in points], min_drop=min_drop(row))
 
 
+_FITS: dict[tuple, list[TransitionFit | None]] = {}  # a process's fits, by the curves they were fitted on
+
+
 def cell_fits(row: Row) -> list[TransitionFit | None]:
     """Per output cell, the abruptness rule's model comparison (``emergence_bench.stats.transition_fit``;
-    None: too few evals to judge)."""
+    None: too few evals to judge). A fit costs milliseconds to tens of them, and the leaderboard, rank
+    and the report each ask for every row's, so a process fits each curve once: keyed by the curves
+    themselves (a row's run id names its config, not its curves)."""
     steps, cells = cell_curves(row)
     floor = min_drop(row)
-    return [fit_transition(steps, losses, min_drop=floor) for losses in cells]
+    key = (floor, tuple(steps), tuple(tuple(losses) for losses in cells))
+    if key not in _FITS:
+        _FITS[key] = [fit_transition(steps, losses, min_drop=floor) for losses in cells]
+    return _FITS[key]
 
 
 def loss_fit(row: Row) -> TransitionFit | None:
