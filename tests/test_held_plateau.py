@@ -7,7 +7,7 @@ import math
 import pytest
 
 from emergence_bench.reporting.plateau_score import first_drop
-from emergence_bench.results.row_curves import plateau_time, run_plateau
+from emergence_bench.results.row_curves import cells_worth, plateau_time, run_plateau, run_worth, worth
 from emergence_bench.stats.held_plateau import held_plateau
 
 CHANCE = math.log(4)
@@ -75,3 +75,23 @@ def test_a_row_reads_its_train_curve_and_falls_back_where_it_has_none():
     fell = {**row, "curves": {"train_loss": [[9, 0.5], [19, 0.1]]}}
     assert plateau_time(fell) == (9.0, False)  # no hold at all: it left at once
     assert plateau_time({**row, "curves": {}}) is None
+
+
+def staircase_row(onsets: list[int], width: float) -> dict:
+    """A run whose cells each hold at chance and drop at their own onset (logistic ``width``), its train
+    loss the cells' mean: held only until the first cell drops, then sliding until the last does."""
+    cells = [[logistic(t, at, width, CHANCE, 0.01) for t in STEPS] for at in onsets]
+    return {"status": "ok", "timing": {"steps": 2000}, "task_facts": {"chance_loss": CHANCE, "floor_loss": 0.0},
+            "curves": {"train_loss": [[t, sum(c[i] for c in cells) / len(cells)] for i, t in enumerate(STEPS)],
+                       "eval_cells": [[t, [c[i] for c in cells]] for i, t in enumerate(STEPS)]}}
+
+
+def test_a_staircase_of_cells_is_worth_the_name_by_its_cells_and_a_smooth_one_is_not():
+    stairs = staircase_row([500, 800, 1100, 1400, 1700], width=10)
+    assert not run_worth(stairs)  # the run's loss slides from the first drop to the last
+    assert cells_worth(stairs) and worth(stairs)  # each cell held, then dropped sharply
+    together = staircase_row([1200] * 5, width=10)
+    assert run_worth(together) and worth(together)
+    smooth = staircase_row([100, 400, 700, 1000, 1300], width=150)  # each cell slides, no hold worth it
+    assert not cells_worth(smooth) and not worth(smooth)
+    assert not cells_worth({**stairs, "curves": {"train_loss": stairs["curves"]["train_loss"]}})  # no cells

@@ -5,8 +5,9 @@ group and per setting (the task keys and ``optim.lr`` that vary within the group
 
 - emerged: the seeds whose greedy accuracy reached the emergence threshold, and the Kaplan–Meier
   median emergence step (censored at the steps a run trained);
-- the held plateau (``emergence_bench.stats.held_plateau``, on the run's train loss): the runs whose
-  plateau is worth the name, and the Kaplan–Meier median of its end;
+- the held plateau (``emergence_bench.stats.held_plateau``): the runs with a plateau worth the name
+  (``row_curves.worth``), and of them those whose train loss held one and those most of whose
+  dropped cells each held one; the Kaplan–Meier median of the train loss's plateau end;
 - abruptness by the frozen rule (``emergence_bench.stats.transition_fit``): the output cells abrupt,
   of those whose loss fell by a tenth of chance − floor, and the seeds with most of their dropping
   cells abrupt.
@@ -23,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from emergence_bench.results.row import Row, emergence_step, step_budget
-from emergence_bench.results.row_curves import cell_fits, min_drop, plateau_time, worth
+from emergence_bench.results.row_curves import cell_fits, cells_worth, min_drop, plateau_time, run_worth, worth
 from emergence_bench.results.store import load_groups
 from emergence_bench.stats.medians import kaplan_meier_median
 
@@ -70,7 +71,8 @@ def setting_row(rows: Sequence[Row]) -> dict[str, Any]:
         mostly_abrupt += bool(fits) and 2 * count > len(fits)
     return {"seeds": len(trained), "emerged": sum(s is not None for s in steps),
             "median_emergence": kaplan_meier_median(times, [s is None for s in steps]) if trained else None,
-            "worth": sum(worth(r) for r in trained),
+            "worth": sum(worth(r) for r in trained), "worth_by_loss": sum(run_worth(r) for r in trained),
+            "worth_by_cells": sum(cells_worth(r) for r in trained),
             "median_plateau_end": kaplan_meier_median([t for t, _ in ends], [c for _, c in ends]) if ends else None,
             "abrupt_cells": abrupt, "dropping_cells": dropping, "mostly_abrupt_seeds": mostly_abrupt,
             "budget": max((step_budget(r) for r in trained), default=0)}
@@ -87,11 +89,11 @@ def to_markdown(table: list[dict[str, Any]]) -> str:
     def median(value: float | None, budget: int) -> str:
         return f">{budget}" if value is None else f"{value:.0f}"
 
-    lines = ["| group | setting | emerged | median emergence | plateau worth the name | median plateau end | "
+    lines = ["| group | setting | emerged | median emergence | plateau worth the name (by the loss, by the cells) | median plateau end | "
              "abrupt cells by the rule | seeds with most cells abrupt |", "|---|---|---|---|---|---|---|---|"]
     for r in table:
         lines.append(f"| {r['group']} | {r['setting']} | {r['emerged']}/{r['seeds']} | "
-                     f"{median(r['median_emergence'], r['budget'])} | {r['worth']}/{r['seeds']} | "
+                     f"{median(r['median_emergence'], r['budget'])} | {r['worth']}/{r['seeds']} ({r['worth_by_loss']}, {r['worth_by_cells']}) | "
                      f"{median(r['median_plateau_end'], r['budget'])} | {r['abrupt_cells']}/{r['dropping_cells']} | "
                      f"{r['mostly_abrupt_seeds']}/{r['seeds']} |")
     return "\n".join(lines) + "\n"

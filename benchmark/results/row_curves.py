@@ -119,10 +119,36 @@ def held_plateaus(runs: Sequence[Row]) -> dict[str, Any]:
             "held_plateaus": sum(1 for r in runs if worth(r))}
 
 
-def worth(row: Row) -> bool:
-    """Whether the run held a plateau worth the name (its plateau section, else its curve)."""
+def cell_plateaus(row: Row) -> list[HeldPlateau | None]:
+    """Per output cell, the plateau its eval loss held (``cell_curves``; None: it held none), at the
+    task's chance and floor per token; empty where the row has no per-cell curve."""
+    steps, cells = cell_curves(row)
+    facts = section(row, "task_facts")
+    if "chance_loss" not in facts:
+        return []
+    return [held_plateau(steps, losses, facts["chance_loss"], facts.get("floor_loss", 0.0)) for losses in cells]
+
+
+def cells_worth(row: Row) -> bool:
+    """Whether most of the run's output cells that dropped (their held plateau ended) held a plateau
+    worth the name before their drop: the paper's per-output-token dynamics, where cells drop one
+    at a time, each after its own plateau, and the run's loss slides between the first and the last."""
+    ended = [p for p in cell_plateaus(row) if p is not None and p.end is not None]
+    return 2 * sum(p.worth for p in ended) > len(ended)
+
+
+def run_worth(row: Row) -> bool:
+    """Whether the run's train loss held a plateau worth the name (its plateau section, else its curve)."""
     held = plateau_section(row)
     if "worth" in held:
         return bool(held["worth"])
     found = run_plateau(row)
     return found is not None and found.worth
+
+
+def worth(row: Row) -> bool:
+    """Whether the run held a plateau worth the name: its loss held one (cells that learn together), or
+    most of its dropped cells each held one (cells that learn one at a time, the linear map's
+    staircase). docs/ranking.md, "A plateau worth the name", has why both readings, and the screen
+    the choice was made on."""
+    return run_worth(row) or cells_worth(row)
