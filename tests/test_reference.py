@@ -211,3 +211,25 @@ def test_a_reference_of_schema_2_reads_its_plateau_as_the_first_drop():
     assert all(r["schema_version"] == 3 for r in rows)
     assert all(r["plateau"]["first_drop_step"] == r["emergence"]["step"] and "end_step" not in r["plateau"]
                for r in rows)
+
+
+def test_a_reference_keeps_each_rows_curves_so_rank_reads_the_built_ins_abruptness(tmp_path):
+    """The compact rows keep the per-cell eval and train-loss curves (rounded to 4 digits), so the
+    reference's mixers get abrupt cells and plateaus in `rank`, not `-`."""
+    import math
+
+    steps = list(range(20, 601, 20))
+    drop = [math.log(2) / (1 + math.exp((t - 300) / 8)) for t in steps]  # held at chance, then a sharp drop
+    curved = [{**r, "task_facts": {"chance_loss": math.log(2), "floor_loss": 0.0},
+               "curves": {"eval_cells": [[t, [y, y]] for t, y in zip(steps, drop)],
+                          "train_loss": [[t, y] for t, y in zip(steps, drop)], "eval": [[t, y] for t, y in zip(steps, drop)]}}
+              for r in built_in_rows()]
+    data = a_reference(curved)
+    kept = data["rows"][0]
+    assert set(kept["curves"]) == {"eval_cells", "train_loss"} and kept["task_facts"]["chance_loss"] == math.log(2)
+    assert kept["curves"]["train_loss"][3][1] == float(f"{drop[3]:.4g}")  # rounded, steps exact
+    file = write_reference(tmp_path / "ref.json.gz", data)
+    _, markdown = rank.write(results(tmp_path, plugin()), reference_name=file)
+    abruptness = {line.split(" | ")[0]: line for line in markdown.splitlines() if "(0.06 dec; share" in line}
+    assert set(abruptness) == {"| transformer", "| lru"}  # the plugin's rows here hold no curves: `-`
+    assert "16/16" in abruptness["| transformer"]  # 2 rungs x 4 seeds x 2 cells, every one abrupt

@@ -2,8 +2,9 @@
 ranked against them without training them again (``emergence-bench rank DIR --reference builtin``).
 
 A reference file (``benchmark/presets/reference/<preset>.json.gz``) holds compact rows (what the
-ranking reads: config, status, seed, emergence and plateau steps, steps trained, parameter count and
-state size), the tuning tables that chose each mixer's values, and where they came from: the commit,
+ranking reads: config, status, seed, emergence and plateau steps, steps trained, parameter count,
+state size, and the per-cell eval and train-loss curves rounded to 4 digits, from which `rank` reads
+abruptness and held plateaus; references built before the curves were kept have none), the tuning tables that chose each mixer's values, and where they came from: the commit,
 the package versions, the machine, the ladder version.
 
 A reference applies to runs on the same ladder only. Per task family it records the ladder's
@@ -154,11 +155,30 @@ def rows(reference: dict, without: Collection[str] = ()) -> list[ResultRow]:
 COMPACT_PLATEAU = ("end_step", "censored", "worth", "first_drop_step", "first_drop_censored")
 
 
+# The curves a reference keeps, so that `rank --reference` reads the built-ins' abruptness and held
+# plateaus (per-cell eval losses, train loss), and the task facts those are read against.
+COMPACT_CURVES = ("eval_cells", "train_loss")
+COMPACT_FACTS = ("chance_loss", "floor_loss")
+CURVE_DIGITS = 4  # significant digits of a kept loss: far below eval noise (about 1% of chance − floor)
+
+
+def _rounded(value: Any) -> Any:
+    """``value`` with every float to ``CURVE_DIGITS`` significant digits (steps, ints, stay exact)."""
+    if isinstance(value, float):
+        return float(f"{value:.{CURVE_DIGITS}g}")
+    if isinstance(value, list):
+        return [_rounded(v) for v in value]
+    return value
+
+
 def compact(record: ResultRow) -> dict:
-    """The part of a result row the ranking reads."""
+    """The part of a result row the ranking reads, with its curves rounded (``COMPACT_CURVES``)."""
     emergence, plateau = EMERGENCE.read(record), PLATEAU.read(record)
+    curves, facts = section(record, "curves"), section(record, "task_facts")
     return {"run_id": record["run_id"], "status": record["status"], "seed": record["seed"], "config": record["config"],
             "parameters": record.get("parameters"), "state_size": record.get("state_size"),
             "timing": {"steps": section(record, "timing").get("steps")},
             "emergence": {"step": emergence.get("step"), "censored": emergence.get("censored")},
-            "plateau": {key: value for key, value in plateau.items() if key in COMPACT_PLATEAU}}
+            "plateau": {key: value for key, value in plateau.items() if key in COMPACT_PLATEAU},
+            "task_facts": {key: facts[key] for key in COMPACT_FACTS if key in facts},
+            "curves": {key: _rounded(curves[key]) for key in COMPACT_CURVES if curves.get(key)}}
