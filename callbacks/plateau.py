@@ -21,6 +21,7 @@ from emergence_bench.registry import register_callback
 from emergence_bench.results.columns import Computed, Median, missing
 from emergence_bench.results.measurement import Measurement, every_run, register_measurement
 from emergence_bench.results.row import Row, plateau_section
+from emergence_bench.results.row_curves import worth
 from emergence_bench.stats.held_plateau import plateau_fields
 
 if TYPE_CHECKING:
@@ -196,9 +197,10 @@ def _worth_cell(row: dict[str, Any]) -> str:
 
 
 def _held_counts(runs: Sequence[Row]) -> dict[str, Any]:
-    held = [plateau_section(r) for r in runs]
-    return {"held_worth": sum(1 for h in held if h.get("worth")),
-            "held_measured_runs": sum(1 for h in held if "worth" in h)}
+    """The runs with a plateau worth the name, by the loss or by the cells (``row_curves.worth``), of
+    those that measured one."""
+    measured = [r for r in runs if "worth" in plateau_section(r)]
+    return {"held_worth": sum(1 for r in measured if worth(r)), "held_measured_runs": len(measured)}
 
 
 # The held plateau's end (only rows that measured it: an upgraded row without a curve did not), with the
