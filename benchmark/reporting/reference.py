@@ -174,7 +174,8 @@ def _rounded(value: Any) -> Any:
 def compact(record: ResultRow) -> dict:
     """The part of a result row the ranking reads, with its curves rounded (``COMPACT_CURVES``)."""
     emergence, plateau = EMERGENCE.read(record), PLATEAU.read(record)
-    curves, facts = section(record, "curves"), section(record, "task_facts")
+    curves: dict[str, Any] = dict(section(record, "curves"))
+    facts: dict[str, Any] = dict(section(record, "task_facts"))
     return {"run_id": record["run_id"], "status": record["status"], "seed": record["seed"], "config": record["config"],
             "parameters": record.get("parameters"), "state_size": record.get("state_size"),
             "timing": {"steps": section(record, "timing").get("steps")},
