@@ -416,29 +416,6 @@ def test_holm_by_hand_with_untested_claims():
 # ---- Power ----------------------------------------------------------------------------------------
 
 
-def brute_power(n_a, n_b, p_a, p_b, alpha=0.05):
-    pmf = lambda n, p: [math.comb(n, j) * p**j * (1 - p) ** (n - j) for j in range(n + 1)]  # noqa: E731
-    a, b = pmf(n_a, p_a), pmf(n_b, p_b)
-    return sum(a[x] * b[y] for x in range(n_a + 1) for y in range(n_b + 1)
-               if brute_fisher(x, n_a, y, n_b) <= alpha)
-
-
-def test_fisher_power_and_detectable_difference_against_brute_force():
-    for p_a, p_b in [(0.5, 0.9), (0.2, 0.6), (0.5, 0.5)]:
-        assert sig.fisher_power(7, 6, p_a, p_b) == pytest.approx(brute_power(7, 6, p_a, p_b), rel=1e-9)
-    assert sig.fisher_power(7, 6, 0.5, 0.5) <= 0.05  # Fisher is conservative
-    delta = sig.detectable_difference_proportions(8, 8, base=0.1)
-    expected = next(round(k * 0.01, 2) for k in range(1, 91) if brute_power(8, 8, 0.1, 0.1 + k * 0.01) >= 0.8)
-    assert delta == expected
-
-
-def test_detectable_difference_shrinks_with_the_sample():
-    deltas = [sig.detectable_difference_proportions(n, n) for n in (8, 16, 32)]
-    assert deltas[0] is None or deltas[0] > deltas[1]
-    assert deltas[1] is not None and deltas[2] is not None and deltas[1] > deltas[2] > 0
-    assert sig.detectable_difference_proportions(2, 2) is None  # 2 of 2 against 0 of 2 is p = 1/3
-
-
 def test_detectable_shift_ratio_against_simulation():
     ratios = [sig.detectable_shift_ratio(n, n) for n in (8, 16, 32)]
     assert all(r is not None for r in ratios) and ratios[0] > ratios[1] > ratios[2] > 1

@@ -24,7 +24,6 @@ import itertools
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from functools import lru_cache
 from statistics import NormalDist
 from typing import Literal, TypeAlias
 
@@ -565,40 +564,6 @@ def holm(p_values: Sequence[float | None]) -> list[float | None]:
         running = max(running, min(1.0, (len(tested) - rank) * p))
         adjusted[i] = running
     return adjusted
-
-
-@lru_cache(maxsize=64)
-def _fisher_rejections(n_a: int, n_b: int, alpha: float) -> tuple[tuple[bool, ...], ...]:
-    """rejected[x_a][x_b]: whether two-sided Fisher rejects at alpha (p ≤ alpha) with x_a of n_a and
-    x_b of n_b successes. Cached: the power search asks for the same sizes a hundred times."""
-    return tuple(tuple(fisher_exact(x_a, n_a, x_b, n_b).p <= alpha for x_b in range(n_b + 1))
-                 for x_a in range(n_a + 1))
-
-
-def fisher_power(n_a: int, n_b: int, p_a: float, p_b: float, alpha: float = 0.05) -> float:
-    """The exact power of two-sided Fisher at ``alpha`` (reject when p ≤ alpha) with n_a and n_b
-    trials at true success rates p_a and p_b: Σ over all outcomes (x_a, x_b) of
-    Binom(x_a; n_a, p_a)·Binom(x_b; n_b, p_b)·[rejected]."""
-    rejected = np.array(_fisher_rejections(n_a, n_b, alpha), dtype=float)
-    return float(_binomial_pmf(n_a, p_a) @ rejected @ _binomial_pmf(n_b, p_b))
-
-
-def detectable_difference_proportions(n_a: int, n_b: int, alpha: float = 0.05, power: float = 0.8,
-                                      base: float = 0.5) -> float | None:
-    """The smallest difference in success rate that two-sided Fisher at these sizes detects with at
-    least ``power``: group a at rate ``base``, group b at base + delta, delta on a grid of 0.01 from
-    0.01 up to 1 − base, power exact (``fisher_power``). None when even delta = 1 − base falls short.
-
-    base 0.5 (default) is near the binomial's worst case, so the answer is conservative for rates
-    nearer 0 or 1.
-    """
-    if not 0 <= base < 1:
-        raise ValueError(f"base must lie in [0, 1), not {base}")
-    for step in range(1, math.floor((1 - base) / 0.01 + 1e-9) + 1):
-        delta = round(step * 0.01, 2)
-        if fisher_power(n_a, n_b, base, min(1.0, base + delta), alpha) >= power:
-            return delta
-    return None
 
 
 # Gauss–Hermite nodes and weights for E f(Z), Z standard normal (probabilists' Hermite, 80 points).
