@@ -15,11 +15,11 @@ from emergence_bench.forecast.features import probe_history
 from emergence_bench.reporting import leaderboard
 from emergence_bench.results.columns import Mean, Median
 from emergence_bench.results.measurement import (
+    MEASUREMENTS,
     Measurement,
     measurement,
     measurements,
     register_measurement,
-    unregister_measurement,
 )
 
 REPO = Path(__file__).resolve().parents[1]
@@ -40,7 +40,7 @@ SPECK = Measurement("speck", section="speck", fields=SpeckSection,
 def speck():
     measurements()  # the built-ins first, so the test's columns come last
     yield register_measurement(SPECK)
-    unregister_measurement("speck")
+    MEASUREMENTS.remove("speck")
 
 
 def row(seed: int, speck: dict | None = None, status: str = "ok", budget: int = 1000) -> dict:

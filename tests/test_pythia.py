@@ -13,7 +13,7 @@ from tokenizers import Tokenizer, models, pre_tokenizers  # noqa: E402
 from transformers import GPTNeoXConfig, GPTNeoXForCausalLM, PreTrainedTokenizerFast  # noqa: E402
 
 from emergence_bench.analysis import pythia  # noqa: E402
-from emergence_bench.analysis.language_probes import PROBES, SINGLE, probe_set  # noqa: E402
+from emergence_bench.analysis.language_probes import MODERN, PROBES, probe_set  # noqa: E402
 from emergence_bench.cli import main as cli_main  # noqa: E402
 from emergence_bench.commands import analyze  # noqa: E402
 from emergence_bench.reporting import leaderboard  # noqa: E402
@@ -76,7 +76,7 @@ def test_probe_sets_are_deterministic_distinct_and_answerable(name):
     assert len(set(prompts)) == 32
     for p in prompts:
         assert p.answer.startswith(" ") and len(p.answer.split()) == 1 and not p.text.endswith(" ")
-    assert probe_set(name, single=True) == [SINGLE[name]]
+    assert probe_set(name, single=True) == [MODERN.single[name]]
 
 
 def test_probe_answers_follow_their_rule():
@@ -95,7 +95,8 @@ def test_probe_answers_follow_their_rule():
     for p in probe_set("in_context_repetition", 16):
         words = p.text.split()
         assert words.count(p.answer.strip() + ".") == 1  # shown once, at the end of the list
-    assert SINGLE["repetition"].text == "0 7 3 1 2 0 2 3 0 7 3 1 2 0 2" and SINGLE["repetition"].answer == " 3"
+    single = MODERN.single["repetition"]
+    assert single.text == "0 7 3 1 2 0 2 3 0 7 3 1 2 0 2" and single.answer == " 3"
     with pytest.raises(ValueError, match="known probes: in_context_repetition, ioi"):
         probe_set("nonsense")
 

@@ -201,8 +201,17 @@ def test_a_rank_json_written_before_the_rename_reads_under_the_new_names(tmp_pat
     assert data["cells"] == [{"mixer": "a", "median_first_drop": 40}] and data["first_drop"] == old["plateau"]
 
 
+def ranking_section(records, page) -> bool:
+    """The report's ranking section (tables, ladder figure and its parts) drawn into ``page``, as the
+    report's loop over its figures draws it; whether the results held a ladder."""
+    from emergence_bench.reporting.figure import REGISTRY, Results, show
+    from emergence_bench.reporting.figures import FIGURES  # noqa: F401  (registers the figures)
+
+    return show(page, REGISTRY["ranking"], Results(records))
+
+
 def test_the_report_gets_a_ranking_section_only_for_a_ladder():
-    from emergence_bench.reporting.report import Page, ranking_section
+    from emergence_bench.reporting.page import Page
 
     page = Page()
     assert ranking_section(ladder_records(), page)
@@ -287,7 +296,7 @@ def test_the_two_reproducibility_seed_sets_are_disjoint_from_the_pilot_and_each_
 
 def test_the_report_compares_mixers_against_the_transformer_with_survival_forest_and_state_figures():
     from emergence_bench.reporting.figures import comparison
-    from emergence_bench.reporting.report import Page, ranking_section
+    from emergence_bench.reporting.page import Page
 
     records = [dict(r, config={**r["config"], "mixer": {"name": {"a": "transformer", "b": "lru"}[r["config"]["mixer"]["name"]]}},
                     state_size={"a": 40, "b": 8}[r["config"]["mixer"]["name"]]) for r in ladder_records()]

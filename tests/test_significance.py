@@ -1,6 +1,8 @@
-"""The significance tests against references computed here, independently: brute-force enumeration of
-every table, split or permutation on small constructed data, published values, and hand computations
-written out step by step."""
+"""The significance tests against references computed independently: brute-force enumeration of every
+table, split or permutation on small constructed data, published values, hand computations written
+out step by step, and scipy.stats as the oracle for the tests the suite computes itself (Mann–Whitney's
+exact null, Jonckheere, Cochran–Armitage). Fisher, the binomial test and the log-rank test are
+scipy's: their tests here hold the suite's conventions around them (directions, inf, no evidence)."""
 
 import itertools
 import math
@@ -10,6 +12,7 @@ from statistics import NormalDist
 
 import numpy as np
 import pytest
+from scipy import stats
 
 from emergence_bench.stats import significance as sig
 from emergence_bench.stats.medians import kaplan_meier_median
@@ -138,18 +141,16 @@ def test_mann_whitney_exact_matches_enumerating_every_split(x, y):
         assert sig.mann_whitney(y, x, mirror).p == pytest.approx(result.p, rel=1e-12)
 
 
-def no_tie_u_counts(n, m):
-    """The textbook recursion for the number of orderings with U = u, no ties: the largest value is
-    either an x (it beats all m y's) or a y: c(u; n, m) = c(u − m; n − 1, m) + c(u; n, m − 1).
-    int64 holds it exactly up to 32 against 32 (C(64, 32) ≈ 1.8e18)."""
-    table = [[np.ones(1, dtype=np.int64)] * (m + 1) for _ in range(n + 1)]  # an empty side: U = 0
-    for i in range(1, n + 1):
-        for j in range(1, m + 1):
-            counts = np.zeros(i * j + 1, dtype=np.int64)
-            counts[j:] += table[i - 1][j]
-            counts[: i * (j - 1) + 1] += table[i][j - 1]
-            table[i][j] = counts
-    return [int(c) for c in table[n][m]]
+def u_statistic(x, y, axis=-1):
+    """U of x, vectorised over leading axes (scipy's permutation_test calls it on batches)."""
+    x, y = np.moveaxis(x, axis, -1), np.moveaxis(y, axis, -1)
+    return ((x[..., :, None] > y[..., None, :]) + 0.5 * (x[..., :, None] == y[..., None, :])).sum(axis=(-2, -1))
+
+
+def scipy_permutation_p(samples, statistic, alternative):
+    """scipy's exact permutation p (every assignment of the pooled values to the samples)."""
+    return stats.permutation_test(samples, statistic, permutation_type="independent", n_resamples=np.inf,
+                                  vectorized=True, alternative=alternative).pvalue
 
 
 def test_mann_whitney_textbook_values():
@@ -157,27 +158,44 @@ def test_mann_whitney_textbook_values():
     assert sig.mann_whitney([1, 2, 3], [4, 5, 6], "less").p == pytest.approx(1 / 20, rel=1e-12)
     assert sig.mann_whitney([1, 2, 3], [4, 5, 6]).p == pytest.approx(1 / 10, rel=1e-12)
     # 8 against 8: the tables' two-sided 5% critical value is U = 13 (P(U ≤ 13) ≤ 0.025 < P(U ≤ 14)).
-    x_ranks = [1, 2, 3, 4, 5, 6, 12, 16]  # rank sum 49 = U + 8·9/2 → U = 13
-    x = [float(r) for r in x_ranks]
-    y = [float(r) for r in range(1, 17) if r not in x_ranks]
-    counts = no_tie_u_counts(8, 8)
-    lower_tail = sum(counts[:14]) / sum(counts)
-    result = sig.mann_whitney(x, y, "less")
-    assert result.statistic == 13
-    assert result.p == pytest.approx(lower_tail, rel=1e-12)
-    assert result.p <= 0.025 < sum(counts[:15]) / sum(counts)
-    assert sig.mann_whitney(x, y).p == pytest.approx(2 * lower_tail, rel=1e-12)
+    def split(x_ranks):
+        return [float(r) for r in x_ranks], [float(r) for r in range(1, 17) if r not in x_ranks]
+
+    at_13, at_14 = split([1, 2, 3, 4, 5, 6, 12, 16]), split([1, 2, 3, 4, 5, 6, 13, 16])  # rank sums 49, 50
+    result = sig.mann_whitney(*at_13, "less")
+    assert result.statistic == 13 and sig.mann_whitney(*at_14, "less").statistic == 14
+    assert result.p <= 0.025 < sig.mann_whitney(*at_14, "less").p
+    assert sig.mann_whitney(*at_13).p == pytest.approx(2 * result.p, rel=1e-12)
 
 
-def test_mann_whitney_exact_at_32_per_group_against_the_recursion():
-    rng = np.random.default_rng(5)
-    x, y = rng.normal(0.4, 1, 32), rng.normal(0, 1, 32)
-    result = sig.mann_whitney(x, y, "greater")
-    assert result.method == "exact"
-    counts = no_tie_u_counts(32, 32)
-    u = int(result.statistic)
-    assert result.statistic == u_of(x, y)
-    assert result.p == pytest.approx(sum(counts[u:]) / sum(counts), rel=1e-9)
+@pytest.mark.parametrize("n,m,seed", [(8, 8, 0), (16, 16, 1), (32, 32, 5), (5, 27, 3)])
+def test_mann_whitney_exact_without_ties_against_scipy(n, m, seed):
+    # Without ties U's null is symmetric about nm/2, so scipy's two-sided p (twice the smaller tail) is ours.
+    rng = np.random.default_rng(seed)
+    x, y = rng.normal(0.4, 1, n), rng.normal(0, 1, m)
+    for alternative in sig.ALTERNATIVES:
+        result = sig.mann_whitney(x, y, alternative)
+        oracle = stats.mannwhitneyu(x, y, alternative=alternative, method="exact")
+        assert result.method == "exact" and result.statistic == oracle.statistic == u_of(x, y)
+        assert result.p == pytest.approx(oracle.pvalue, rel=1e-9)
+
+
+def test_mann_whitney_with_ties_against_scipys_permutation_test():
+    # One-sided p's are scipy's exact permutation p's. The two-sided convention differs with ties:
+    # ours is P(|U − E U| ≥ |u − E U|), scipy's twice the smaller tail (the module docstring says why).
+    x, y = [0.0, 1.0, 1.0, 3.0], [1.0, 1.0, 2.0, 2.0, 3.0, 3.0]
+    for alternative in ("greater", "less"):
+        assert sig.mann_whitney(x, y, alternative).p == pytest.approx(
+            scipy_permutation_p((x, y), u_statistic, alternative), rel=1e-12)
+    ours = sig.mann_whitney(x, y).p
+    assert ours == pytest.approx(brute_mann_whitney(x, y, "two-sided"), rel=1e-12)
+    assert ours != pytest.approx(scipy_permutation_p((x, y), u_statistic, "two-sided"), rel=1e-3)
+    rng = np.random.default_rng(4)
+    for _ in range(20):
+        x, y = rng.integers(0, 4, 5).astype(float), rng.integers(0, 4, 6).astype(float)
+        for alternative in ("greater", "less"):
+            assert sig.mann_whitney(x, y, alternative).p == pytest.approx(
+                scipy_permutation_p((x, y), u_statistic, alternative), rel=1e-12)
 
 
 def test_mann_whitney_normal_approximation():
@@ -190,6 +208,9 @@ def test_mann_whitney_normal_approximation():
     result = sig.mann_whitney(x, y, method="normal")
     assert result.statistic == u == 1.0
     assert result.p == pytest.approx(expected, rel=1e-12)
+    # inf ranks above every finite value: as 1e9 would here.
+    assert sig.mann_whitney([1.0, INF, 2.0], [2.0, 3.0, INF, 4.0], method="normal").p == pytest.approx(
+        stats.mannwhitneyu([1.0, 1e9, 2.0], [2.0, 3.0, 1e9, 4.0], method="asymptotic").pvalue, rel=1e-12)
     # At 30 per group with continuous values it is close to the exact p.
     rng = np.random.default_rng(2)
     a, b = rng.normal(0.5, 1, 30), rng.normal(0, 1, 30)
@@ -226,6 +247,13 @@ def test_logrank_hand_computed():
     assert result.p == pytest.approx(2 * (1 - NormalDist().cdf(z)), rel=1e-9)
     assert sig.logrank([2, 4, 4, 6], [0, 0, 0, 1], [1, 3, 4, 5, 7], [0, 1, 0, 0, 1], "less").p == \
         pytest.approx(1 - NormalDist().cdf(z), rel=1e-9)
+
+
+def test_logrank_counts_a_censoring_at_an_event_time_as_still_at_risk():
+    # a dies at 3, b is censored at 3: both at risk then (n = 2, nₐ = 1, d = 1): E = ½, V = ¼, z = 1.
+    result = sig.logrank([3], [False], [3], [True])
+    assert result.statistic == pytest.approx(1.0, rel=1e-12)
+    assert result.p == pytest.approx(2 * (1 - NormalDist().cdf(1.0)), rel=1e-9)
 
 
 def test_logrank_freireich_leukaemia():
@@ -289,6 +317,20 @@ def test_trend_test_matches_brute_force(successes, trials, scores):
         assert result.statistic == pytest.approx(expected_z, rel=1e-10, abs=1e-12)
 
 
+@pytest.mark.parametrize("successes,trials,scores", [([1, 2, 3], [3, 4, 4], [0.0, 1.0, 2.0]),
+                                                    ([2, 0, 3], [3, 3, 4], [0.0, 0.5, 2.0])])
+def test_trend_test_one_sided_against_scipys_permutation_test(successes, trials, scores):
+    # The conditional null is every assignment of the pooled outcomes (1 a success) to the groups.
+    outcomes = [np.array([1.0] * s + [0.0] * (n - s)) for s, n in zip(successes, trials)]
+
+    def statistic(*groups, axis=-1):
+        return sum(c * g.sum(axis=axis) for c, g in zip(scores, groups))
+
+    for alternative in ("greater", "less"):
+        assert sig.trend_test(successes, trials, scores, alternative).p == pytest.approx(
+            scipy_permutation_p(outcomes, statistic, alternative), rel=1e-9)
+
+
 def test_trend_test_with_two_groups_is_one_sided_fisher():
     for b_success, a_success in [(1, 6), (4, 4), (7, 2)]:
         for alternative in ("greater", "less"):
@@ -333,6 +375,17 @@ def test_jonckheere_exact_matches_every_permutation(groups):
         assert result.method == "exact permutation"
         assert result.statistic == expected_jt
         assert result.p == pytest.approx(expected_p, rel=1e-12)
+
+
+def test_jonckheere_one_sided_against_scipys_permutation_test():
+    groups = [[1.0, 3.0], [2.0, 2.0, 5.0], [4.0, INF]]
+
+    def statistic(*parts, axis=-1):  # JT: pairs (x earlier, y later) with x < y, ties a half
+        return sum(u_statistic(parts[j], parts[i], axis) for i in range(len(parts)) for j in range(i + 1, len(parts)))
+
+    for alternative in ("greater", "less"):
+        assert sig.jonckheere(groups, alternative).p == pytest.approx(
+            scipy_permutation_p(groups, statistic, alternative), rel=1e-12)
 
 
 def test_jonckheere_monte_carlo_is_seeded_and_close_to_exact():
@@ -414,29 +467,6 @@ def test_holm_by_hand_with_untested_claims():
 
 
 # ---- Power ----------------------------------------------------------------------------------------
-
-
-def brute_power(n_a, n_b, p_a, p_b, alpha=0.05):
-    pmf = lambda n, p: [math.comb(n, j) * p**j * (1 - p) ** (n - j) for j in range(n + 1)]  # noqa: E731
-    a, b = pmf(n_a, p_a), pmf(n_b, p_b)
-    return sum(a[x] * b[y] for x in range(n_a + 1) for y in range(n_b + 1)
-               if brute_fisher(x, n_a, y, n_b) <= alpha)
-
-
-def test_fisher_power_and_detectable_difference_against_brute_force():
-    for p_a, p_b in [(0.5, 0.9), (0.2, 0.6), (0.5, 0.5)]:
-        assert sig.fisher_power(7, 6, p_a, p_b) == pytest.approx(brute_power(7, 6, p_a, p_b), rel=1e-9)
-    assert sig.fisher_power(7, 6, 0.5, 0.5) <= 0.05  # Fisher is conservative
-    delta = sig.detectable_difference_proportions(8, 8, base=0.1)
-    expected = next(round(k * 0.01, 2) for k in range(1, 91) if brute_power(8, 8, 0.1, 0.1 + k * 0.01) >= 0.8)
-    assert delta == expected
-
-
-def test_detectable_difference_shrinks_with_the_sample():
-    deltas = [sig.detectable_difference_proportions(n, n) for n in (8, 16, 32)]
-    assert deltas[0] is None or deltas[0] > deltas[1]
-    assert deltas[1] is not None and deltas[2] is not None and deltas[1] > deltas[2] > 0
-    assert sig.detectable_difference_proportions(2, 2) is None  # 2 of 2 against 0 of 2 is p = 1/3
 
 
 def test_detectable_shift_ratio_against_simulation():

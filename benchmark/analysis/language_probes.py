@@ -140,7 +140,6 @@ PROBES: dict[str, Callable[[random.Random, Lexicon], Prompt]] = {
     "pattern_completion": pattern_completion,
     "ioi": ioi,
 }
-SINGLE = MODERN.single
 
 
 def probe_set(name: str, n: int = 64, seed: int = 0, single: bool = False,

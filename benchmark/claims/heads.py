@@ -22,6 +22,8 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from scipy import stats
+
 from emergence_bench.claims import compare
 from emergence_bench.claims.claim import (
     Claim,
@@ -36,7 +38,7 @@ from emergence_bench.claims.claim import (
 )
 from emergence_bench.claims.design import CA_STATE_SIZE, frozen
 from emergence_bench.results.row import Row, emergence_step
-from emergence_bench.stats.significance import chi2_sf, trend_test
+from emergence_bench.stats.significance import trend_test
 
 
 def by_heads(rows: Rows, group: str) -> list[tuple[int, list[Row]]]:
@@ -77,7 +79,7 @@ def independence_fit(heads: Sequence[int], successes: Sequence[int], trials: Seq
     best = max(grid, key=lambda p: log_likelihood(model(p)))
     saturated = log_likelihood([k / n for k, n in zip(successes, trials)])
     statistic = max(0.0, 2 * (saturated - log_likelihood(model(best))))
-    return best, statistic, chi2_sf(statistic, len(heads) - 1)
+    return best, statistic, float(stats.chi2.sf(statistic, len(heads) - 1))
 
 
 def evaluate_independent(rows: Rows, settings: Mapping[str, Any]) -> dict[str, Outcome]:

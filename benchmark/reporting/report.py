@@ -129,8 +129,3 @@ def provenance_table(records: list[ResultRow]) -> Table:
                       ["allocator", counted(provenance(r, "allocator") for r in records)],
                       ["command", counted(provenance(r, "command") for r in records)]], row_headers=True)
 
-
-def ranking_section(records: list[ResultRow], page: Page) -> bool:
-    """The ranking's section (tables, ladder figure and its parts), where the results hold a ladder
-    (``rank``); whether there was one."""
-    return show(page, REGISTRY["ranking"], Results(records))

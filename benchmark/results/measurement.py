@@ -138,11 +138,6 @@ def register_measurement(measurement: Measurement[S]) -> Measurement[S]:
     return measurement
 
 
-def unregister_measurement(name: str) -> None:
-    """Removes a measurement (a test's own, when it is done)."""
-    MEASUREMENTS.remove(name)
-
-
 def measurements() -> tuple[Measurement[Any], ...]:
     """Every registered measurement, in ``_Measurements``' order: the built-in callbacks' and
     installed plugins' (loading the callbacks registers them)."""

@@ -10,12 +10,27 @@ affordable and say so in ``TestResult.method`` when they are not. Conventions sh
   and the binomial test order outcomes by probability, as R does).
 - Values may be ``math.inf``: a censored-at-infinity time (the event never happened within the
   budget). It ranks above every finite value and ties with other infs; NaN is rejected.
-- Only numpy and the standard library (no scipy): the normal tail comes from ``math.erfc``, its
-  quantiles from ``statistics.NormalDist``.
+
+Where scipy.stats has the test, it computes it: Fisher's exact test, the exact binomial test, the
+log-rank test and Mann–Whitney's normal approximation (and the chi-square tail, which claims/heads.py
+calls itself). Around them this module keeps the suite's conventions: argument checks, directions,
+inf as a censored time, no evidence as p = 1. What scipy lacks stays here: the exact Cochran–Armitage
+and Jonckheere–Terpstra tests, Mann–Whitney's exact null with ties (scipy's exact test assumes none),
+Holm's adjustment, Mann–Whitney's power, and the seeded percentile bootstrap (scipy's bootstrap draws
+other resamples and defaults to BCa intervals: every shipped interval would move).
+
+Mann–Whitney's two-sided p is P(|U − E U| ≥ |u − E U|), the distance from the null's centre;
+scipy's permutation test doubles the smaller tail instead. Without ties U's null is symmetric about
+E U and the two agree; with ties it need not be, and they can differ (in 11 of 72 random tied cases
+measured for issue 54; in 29 of 72 with 2–6 values a group drawn from 0–3). Why the distance: every
+two-sided permutation p here is defined so (Jonckheere's and Cochran–Armitage's too); it orders
+outcomes as the normal approximation does, so "auto" moving from exact to normal at large samples
+changes the p but not which outcomes count as extreme; it needs no cap at 1; and the shipped
+scorecard's p-values were computed with it.
 
 Over 400 lines, on purpose: a claim's test, its interval and the smallest effect its design could
-detect are read together in one scorecard row, and each exact test carries its enumeration beside
-its conventions.
+detect are read together in one scorecard row, and each exact test the suite computes itself carries
+its enumeration beside its conventions.
 """
 
 from __future__ import annotations
@@ -24,11 +39,11 @@ import itertools
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from functools import lru_cache
 from statistics import NormalDist
 from typing import Literal, TypeAlias
 
 import numpy as np
+from scipy import stats
 
 from emergence_bench.stats.medians import kaplan_meier_medians
 
@@ -39,9 +54,6 @@ Flags: TypeAlias = Sequence[bool] | np.ndarray
 ALTERNATIVES = ("two-sided", "greater", "less")
 # Exact enumeration of arrangements up to this many; a seeded Monte Carlo beyond (Jonckheere).
 EXACT_LIMIT = 200_000
-# R's tolerance (fisher.test, binom.test): outcomes as probable as the observed one up to a relative
-# 1e-7 count as "no more probable", so rounding cannot split outcomes that are equal in exact arithmetic.
-RELATIVE_TOLERANCE = 1e-7
 # Mann–Whitney's exact null is a dynamic programme over (values, group size, rank sum): exact while it
 # costs at most this many cell updates (up to about 56 values per group), the normal approximation beyond.
 _MANN_WHITNEY_EXACT_COST = 10**8
@@ -69,50 +81,6 @@ def _values(values: Values, name: str) -> np.ndarray:
     if np.isnan(array).any():
         raise ValueError(f"{name} holds NaN")
     return array
-
-
-def _normal_sf(z: float) -> float:
-    """P(Z ≥ z) for a standard normal Z; erfc keeps it accurate far in the upper tail (1 − cdf would not)."""
-    return 0.5 * math.erfc(z / math.sqrt(2))
-
-
-def chi2_sf_1df(x: float) -> float:
-    """P(X ≥ x) for a chi-square with 1 degree of freedom: erfc(√(x/2)) (X is Z²); 1 for x ≤ 0."""
-    return 1.0 if x <= 0 else math.erfc(math.sqrt(x / 2))
-
-
-def chi2_sf(x: float, df: int) -> float:
-    """P(X ≥ x) for a chi-square with ``df`` ≥ 1 degrees of freedom: the regularised upper incomplete
-    gamma Q(df/2, x/2), by its series for small x and its continued fraction (Lentz) otherwise."""
-    if df < 1:
-        raise ValueError(f"df must be ≥ 1, got {df}")
-    if x <= 0:
-        return 1.0
-    a, z = df / 2, x / 2
-    log_prefix = a * math.log(z) - z - math.lgamma(a)
-    if z < a + 1:  # P(a, z) = e^(−z) z^a / Γ(a) · Σ z^n / (a (a+1) … (a+n))
-        term = total = 1 / a
-        n = 0
-        while abs(term) > 1e-16 * abs(total) and n < 10_000:
-            n += 1
-            term *= z / (a + n)
-            total += term
-        return max(0.0, 1 - math.exp(log_prefix) * total)
-    tiny = 1e-300
-    b, c, d = z + 1 - a, 1 / tiny, 1 / (z + 1 - a)
-    h = d
-    for i in range(1, 10_000):
-        an = -i * (i - a)
-        b += 2
-        d = an * d + b
-        d = tiny if abs(d) < tiny else d
-        c = b + an / c
-        c = tiny if abs(c) < tiny else c
-        d = 1 / d
-        h *= d * c
-        if abs(d * c - 1) < 1e-16:
-            break
-    return min(1.0, math.exp(log_prefix) * h)
 
 
 def _exact_p(distribution: Iterable[tuple[float, float]], observed: float, mean: float,
@@ -144,13 +112,11 @@ def _check_count(successes: int, trials: int) -> None:
 
 def fisher_exact(a_success: int, a_n: int, b_success: int, b_n: int,
                  alternative: Alternative = "two-sided") -> TestResult:
-    """Fisher's exact test of equal success rates in two groups (a 2×2 table).
+    """Fisher's exact test of equal success rates in two groups (a 2×2 table), by scipy.stats.fisher_exact.
 
-    Conditional on both margins, group a's successes X are hypergeometric:
-    P(X = x) = C(a_n, x)·C(b_n, K − x) / C(a_n + b_n, K), K the total successes. "greater": group a's
-    rate is higher, p = P(X ≥ a_success); "less": P(X ≤ a_success); "two-sided" (R's definition): the
-    total probability of the tables no more probable than the observed one, up to a relative 1e-7.
-    The weights are exact integers, so p is the correctly rounded ratio of two integers.
+    Conditional on both margins, group a's successes X are hypergeometric. "greater": group a's rate
+    is higher, p = P(X ≥ a_success); "less": P(X ≤ a_success); "two-sided" (R's definition): the total
+    probability of the tables no more probable than the observed one, up to a relative 1e-7.
 
     statistic: the difference in success rates, a_success/a_n − b_success/b_n. Both groups need trials.
     """
@@ -159,36 +125,14 @@ def fisher_exact(a_success: int, a_n: int, b_success: int, b_n: int,
     _check_count(b_success, b_n)
     if a_n == 0 or b_n == 0:
         raise ValueError("both groups need at least one trial")
-    successes = a_success + b_success
-    low, high = max(0, successes - b_n), min(successes, a_n)
-    weights = {x: math.comb(a_n, x) * math.comb(b_n, successes - x) for x in range(low, high + 1)}
-    observed = weights[a_success]
-    if alternative == "greater":
-        extreme = sum(w for x, w in weights.items() if x >= a_success)
-    elif alternative == "less":
-        extreme = sum(w for x, w in weights.items() if x <= a_success)
-    else:
-        scale = round(1 / RELATIVE_TOLERANCE)  # w ≤ observed·(1 + 1e-7), in integers
-        extreme = sum(w for w in weights.values() if w * scale <= observed * (scale + 1))
-    p = min(1.0, extreme / math.comb(a_n + b_n, successes))
+    table = [[a_success, a_n - a_success], [b_success, b_n - b_success]]
+    p = float(stats.fisher_exact(table, alternative=alternative).pvalue)
     return TestResult(a_success / a_n - b_success / b_n, p, "Fisher exact")
 
 
-def _binomial_pmf(n: int, p: float) -> np.ndarray:
-    """P(X = j) for j = 0..n, X ~ Binomial(n, p): [n + 1]. Computed in log space (no overflow of C(n, j))."""
-    if not 0.0 <= p <= 1.0:
-        raise ValueError(f"a probability must lie in [0, 1], not {p}")
-    if p == 0.0 or p == 1.0:
-        pmf = np.zeros(n + 1)
-        pmf[0 if p == 0.0 else n] = 1.0
-        return pmf
-    log_p, log_q, log_n = math.log(p), math.log1p(-p), math.lgamma(n + 1)
-    return np.array([math.exp(log_n - math.lgamma(j + 1) - math.lgamma(n - j + 1) + j * log_p + (n - j) * log_q)
-                     for j in range(n + 1)])
-
-
 def binomial_test(k: int, n: int, p0: float = 0.5, alternative: Alternative = "two-sided") -> TestResult:
-    """Exact binomial test of k successes in n trials against success probability p0.
+    """Exact binomial test of k successes in n trials against success probability p0, by
+    scipy.stats.binomtest.
 
     "greater": the true probability exceeds p0, p = P(X ≥ k); "less": P(X ≤ k); "two-sided" (R's
     binom.test): the total probability of the outcomes no more probable than k, up to a relative 1e-7.
@@ -196,15 +140,11 @@ def binomial_test(k: int, n: int, p0: float = 0.5, alternative: Alternative = "t
     """
     _check_alternative(alternative)
     _check_count(k, n)
-    if n == 0:
+    if not 0.0 <= p0 <= 1.0:
+        raise ValueError(f"a probability must lie in [0, 1], not {p0}")
+    if n == 0:  # scipy asks for a trial
         return TestResult(0.0, 1.0, "exact binomial")
-    pmf = _binomial_pmf(n, p0)
-    if alternative == "greater":
-        p = float(pmf[k:].sum())
-    elif alternative == "less":
-        p = float(pmf[: k + 1].sum())
-    else:
-        p = float(pmf[pmf <= pmf[k] * (1 + RELATIVE_TOLERANCE)].sum())
+    p = float(stats.binomtest(k, n, p0, alternative=alternative).pvalue)
     return TestResult(float(k), min(1.0, p), "exact binomial")
 
 
@@ -300,10 +240,11 @@ def mann_whitney(x: Values, y: Values, alternative: Alternative = "two-sided",
     "greater": x tends to be larger, p = P(U ≥ u); "less": P(U ≤ u); "two-sided": P(|U − nm/2| ≥ |u − nm/2|).
 
     method "exact": the permutation null over all C(n + m, n) splits of the pooled mid-ranks, ties
-    included, counted by a dynamic programme rather than listed. "normal": the normal approximation with
-    the tie-corrected variance nm/12·(N + 1 − Σ(t³ − t)/(N(N − 1))) and a continuity correction of ½
-    (p = 1 when every value ties). "auto" (default): exact unless its programme is large (beyond about
-    56 values per group).
+    included, counted by a dynamic programme rather than listed. "normal": scipy.stats.mannwhitneyu's
+    normal approximation, with the tie-corrected variance nm/12·(N + 1 − Σ(t³ − t)/(N(N − 1))) and a
+    continuity correction of ½ (p = 1 when every value ties). "auto" (default): exact unless its
+    programme is large (beyond about 56 values per group). The exact null with ties is the suite's own:
+    scipy's exact test assumes no ties.
     """
     _check_alternative(alternative)
     xs, ys = _values(x, "x"), _values(y, "y")
@@ -329,61 +270,43 @@ def mann_whitney(x: Values, y: Values, alternative: Alternative = "two-sided",
     if method != "normal":
         raise ValueError(f"method must be 'auto', 'exact' or 'normal', not {method!r}")
 
-    ties = np.unique(pooled, return_counts=True)[1].astype(float)
-    variance = n * m / 12 * (total + 1 - float((ties**3 - ties).sum()) / (total * (total - 1)))
-    shift = doubled_u / 2 - n * m / 2
-    if variance <= 0:
-        p = 1.0
-    elif alternative == "greater":
-        p = _normal_sf((shift - 0.5) / math.sqrt(variance))
-    elif alternative == "less":
-        p = _normal_sf((-shift - 0.5) / math.sqrt(variance))
-    else:
-        p = min(1.0, 2 * _normal_sf((abs(shift) - 0.5) / math.sqrt(variance)))
+    p = float(stats.mannwhitneyu(xs, ys, alternative=alternative, method="asymptotic", use_continuity=True).pvalue)
     return TestResult(doubled_u / 2, p, "normal approximation (tie- and continuity-corrected)")
 
 
 def logrank(times_a: Values, censored_a: Flags, times_b: Values, censored_b: Flags,
             alternative: Alternative = "two-sided") -> TestResult:
-    """Two-sample log-rank test of equal survival (time-to-event) curves, right-censored data.
+    """Two-sample log-rank test of equal survival (time-to-event) curves, right-censored data, by
+    scipy.stats.logrank.
 
-    At each distinct event time t: n at risk (time ≥ t; censorings at t are still at risk, after the
-    events), d events, nₐ and dₐ of them in group a. O = Σdₐ, E = Σ d·nₐ/n, and the hypergeometric
-    variance V = Σ d·(nₐ/n)(1 − nₐ/n)(n − d)/(n − 1). statistic: the signed z = (O − E)/√V, positive
-    when group a has more events than expected (its events come earlier). "two-sided": the chi-square
-    test of z² with 1 df, p = erfc(√(z²/2)); "less": a's times are shorter, p = P(Z ≥ z); "greater":
-    a's times are longer, p = P(Z ≤ z). A censored time may be inf; an event time must be finite.
-    No events (V = 0): z = 0, p = 1.
+    At each distinct event time the expected events of group a are its share of those at risk (a
+    censoring at that time is still at risk); O − E sums a's observed minus expected events and V their
+    hypergeometric variance. statistic: the signed z = (O − E)/√V, positive when group a has more events
+    than expected (its events come earlier). "two-sided": the chi-square test of z² with 1 df; "less":
+    a's times are shorter, p = P(Z ≥ z); "greater": a's times are longer, p = P(Z ≤ z). A censored time
+    may be inf; an event time must be finite. No events, or nothing that could differ (V = 0): z = 0, p = 1.
     """
     _check_alternative(alternative)
     a, b = _values(times_a, "times_a"), _values(times_b, "times_b")
     flags_a, flags_b = np.asarray(censored_a, dtype=bool).reshape(-1), np.asarray(censored_b, dtype=bool).reshape(-1)
     if len(flags_a) != len(a) or len(flags_b) != len(b):
         raise ValueError("need one censoring flag per time")
-    times, events = np.concatenate([a, b]), ~np.concatenate([flags_a, flags_b])
-    in_a = np.arange(len(times)) < len(a)
-    if not np.isfinite(times[events]).all():
+    times, censored = np.concatenate([a, b]), np.concatenate([flags_a, flags_b])
+    if not np.isfinite(times[~censored]).all():
         raise ValueError("an event time must be finite (censor a time that never happened)")
-
-    observed = expected = variance = 0.0
-    for t in np.unique(times[events]).tolist():
-        at_risk = times >= t
-        n, n_a = int(at_risk.sum()), int((at_risk & in_a).sum())
-        dying = events & (times == t)
-        d, d_a = int(dying.sum()), int((dying & in_a).sum())
-        observed += d_a
-        expected += d * n_a / n
-        if n > 1:
-            variance += d * (n_a / n) * (1 - n_a / n) * (n - d) / (n - 1)
-    z = (observed - expected) / math.sqrt(variance) if variance > 0 else 0.0
-    if variance <= 0:
-        p = 1.0
-    elif alternative == "two-sided":
-        p = chi2_sf_1df(z * z)
-    elif alternative == "less":
-        p = _normal_sf(z)
-    else:
-        p = _normal_sf(-z)
+    # scipy takes finite times only: a time censored at inf is at risk at every event, as is one
+    # censored just after the last time.
+    finite = times[np.isfinite(times)]
+    times = np.where(np.isposinf(times), (finite.max() if len(finite) else 0.0) + 1.0, times)
+    a, b = times[:len(a)], times[len(a):]
+    # scipy's alternatives name a's hazard (its "less": a's events come later); ours name a's times.
+    hazard = {"two-sided": "two-sided", "less": "greater", "greater": "less"}[alternative]
+    with np.errstate(divide="ignore", invalid="ignore"):  # V = 0 gives 0/0: no evidence
+        result = stats.logrank(stats.CensoredData.right_censored(a, flags_a),
+                               stats.CensoredData.right_censored(b, flags_b), alternative=hazard)
+    z, p = float(result.statistic), float(result.pvalue)
+    if math.isnan(z):
+        return TestResult(0.0, 1.0, "log-rank")
     return TestResult(z, p, "log-rank")
 
 
@@ -565,40 +488,6 @@ def holm(p_values: Sequence[float | None]) -> list[float | None]:
         running = max(running, min(1.0, (len(tested) - rank) * p))
         adjusted[i] = running
     return adjusted
-
-
-@lru_cache(maxsize=64)
-def _fisher_rejections(n_a: int, n_b: int, alpha: float) -> tuple[tuple[bool, ...], ...]:
-    """rejected[x_a][x_b]: whether two-sided Fisher rejects at alpha (p ≤ alpha) with x_a of n_a and
-    x_b of n_b successes. Cached: the power search asks for the same sizes a hundred times."""
-    return tuple(tuple(fisher_exact(x_a, n_a, x_b, n_b).p <= alpha for x_b in range(n_b + 1))
-                 for x_a in range(n_a + 1))
-
-
-def fisher_power(n_a: int, n_b: int, p_a: float, p_b: float, alpha: float = 0.05) -> float:
-    """The exact power of two-sided Fisher at ``alpha`` (reject when p ≤ alpha) with n_a and n_b
-    trials at true success rates p_a and p_b: Σ over all outcomes (x_a, x_b) of
-    Binom(x_a; n_a, p_a)·Binom(x_b; n_b, p_b)·[rejected]."""
-    rejected = np.array(_fisher_rejections(n_a, n_b, alpha), dtype=float)
-    return float(_binomial_pmf(n_a, p_a) @ rejected @ _binomial_pmf(n_b, p_b))
-
-
-def detectable_difference_proportions(n_a: int, n_b: int, alpha: float = 0.05, power: float = 0.8,
-                                      base: float = 0.5) -> float | None:
-    """The smallest difference in success rate that two-sided Fisher at these sizes detects with at
-    least ``power``: group a at rate ``base``, group b at base + delta, delta on a grid of 0.01 from
-    0.01 up to 1 − base, power exact (``fisher_power``). None when even delta = 1 − base falls short.
-
-    base 0.5 (default) is near the binomial's worst case, so the answer is conservative for rates
-    nearer 0 or 1.
-    """
-    if not 0 <= base < 1:
-        raise ValueError(f"base must lie in [0, 1), not {base}")
-    for step in range(1, math.floor((1 - base) / 0.01 + 1e-9) + 1):
-        delta = round(step * 0.01, 2)
-        if fisher_power(n_a, n_b, base, min(1.0, base + delta), alpha) >= power:
-            return delta
-    return None
 
 
 # Gauss–Hermite nodes and weights for E f(Z), Z standard normal (probabilists' Hermite, 80 points).
