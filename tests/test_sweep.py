@@ -3,6 +3,7 @@ import json
 import pytest
 import yaml
 
+from emergence_bench.commands.sweep import _mixer_keys_on_axis
 from emergence_bench.config import ConfigError
 from emergence_bench.execution import tuning
 from emergence_bench.execution.sweep import run_sweep
@@ -224,3 +225,33 @@ def test_the_closing_line_names_the_next_command_rank_for_a_ladder(tmp_path, tin
         assert main(["sweep", str(path), "--out", str(out)]) == 0
         err = capsys.readouterr().err
         assert f"next: `emergence-bench {command} {out}`, then `emergence-bench report {out}`" in err
+
+
+def test_a_groups_mixers_keys_shape_that_mixer_in_its_runs_and_its_tuning_and_a_flag_wins(tmp_path):
+    """Ladder v4's families need different heads (the linear map 8 of 8, induction 2 of 32): a group's
+    ``mixers`` sets keys of one mixer in that group only, in the ranking and in the tuning runs."""
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump({
+        "base": {"task": {"name": "linear_map"}, "trainer": {"max_steps": 10}},
+        "grid": {"seed": [0], "mixer": [{"name": "transformer", "n_heads": 2, "head_dim": 32}, {"name": "lru"}]},
+        "tuning": {"seeds": [100], "grid": {"optim.lr": [1e-3, 3e-3]}},
+        "groups": [{"name": "lm", "grid": {"task.sparsity": [1, 2, 3]},
+                    "mixers": {"transformer": {"n_heads": 8, "head_dim": 8}}},
+                   {"name": "other", "grid": {"task.sparsity": [1, 2, 3]}}]}))
+    sweep = load_sweep(str(path))
+    shapes = {(group, c["mixer"]["name"]): (c["mixer"].get("n_heads"), c["mixer"].get("head_dim"))
+              for group, c in tuning.tuning_sweep(sweep, tuning.jobs_for(sweep)).raw_runs()}
+    assert shapes == {("lm", "transformer"): (8, 8), ("lm", "lru"): (None, None),
+                      ("other", "transformer"): (2, 32), ("other", "lru"): (None, None)}
+    sweep.override({"mixer.n_heads": 4})  # as `sweep FILE --mixer.n_heads 4` applies it
+    _mixer_keys_on_axis(sweep, {"mixer.n_heads": 4})
+    assert {c["mixer"]["n_heads"] for g, c in tuning.tuning_sweep(sweep, tuning.jobs_for(sweep)).raw_runs()
+            if c["mixer"]["name"] == "transformer"} == {4}
+    assert {c["mixer"]["head_dim"] for g, c in tuning.tuning_sweep(sweep, tuning.jobs_for(sweep)).raw_runs()
+            if g == "lm" and c["mixer"]["name"] == "transformer"} == {8}
+    path.write_text(yaml.safe_dump({"groups": [{"name": "a", "mixers": {"transformer": {"name": "lru"}}}]}))
+    with pytest.raises(ConfigError, match="may not set a mixer's name"):
+        load_sweep(str(path))
+    path.write_text(yaml.safe_dump({"groups": [{"name": "a", "mixers": ["transformer"]}]}))
+    with pytest.raises(ConfigError, match="must map a mixer name to its keys"):
+        load_sweep(str(path))

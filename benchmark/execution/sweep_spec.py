@@ -10,9 +10,14 @@ A sweep file (or preset in ``benchmark/presets/``) is::
     grid: {seed: [0, 1, 2], task.sparsity: [2, 3]}     # Cartesian product applied to base
     groups:                                            # optional: several experiments in one file
       - {name: ca, base: {task: {name: cellular_automata}}, grid: {task.state_size: [4, 8]}}
+      - name: lm
+        base: {task: {name: linear_map}}
+        mixers: {transformer: {n_heads: 8, head_dim: 8}}  # optional: keys for one mixer in this group
 
 A group's base is merged into the sweep's base (a task or mixer with another name replaces it), its
-grid extends the sweep's grid, and its runs are written under ``DIR/<group name>/``.
+grid extends the sweep's grid, and its runs are written under ``DIR/<group name>/``. A group's
+``mixers`` sets keys of the named mixers in its runs only (the heads a family needs, where one shape
+does not suit every family); a ``--mixer.KEY`` given on the command line still wins.
 
 A ranking preset may add ``tuning:`` (how each mixer's learning rate is chosen per group) and
 ``tuned:`` (the frozen choices): each run then trains at its mixer's tuned values for its group, and
@@ -113,6 +118,7 @@ class Group:
     name: str
     base: dict = field(default_factory=dict)
     grid: dict[str, list] = field(default_factory=dict)
+    mixers: dict[str, dict] = field(default_factory=dict)  # mixer name -> its keys in this group's runs
 
 
 @dataclass
@@ -140,6 +146,8 @@ class Sweep:
                 config = copy.deepcopy(base)
                 for key, value in zip(grid, values):
                     set_dotted(config, key, copy.deepcopy(value))
+                for key, value in group.mixers.get(config.get("mixer", {}).get("name"), {}).items():
+                    config["mixer"][key] = copy.deepcopy(value)
                 if self.tuning is not None:
                     for key, value in self.tuned_values(config.get("mixer", {}).get("name"), group.name).items():
                         set_dotted(config, key, copy.deepcopy(value))
@@ -217,6 +225,10 @@ class Sweep:
         given, any other key is set on the base (and on each group's base that sets it)."""
         for key, value in overrides.items():
             self.untune(key)
+            if key.startswith("mixer."):  # the user's --mixer.KEY wins over a group's keys for one mixer
+                for group in self.groups:
+                    for keys in group.mixers.values():
+                        keys.pop(key.removeprefix("mixer."), None)
             narrowed = False
             for grid in [self.grid] + [g.grid for g in self.groups]:
                 if key in grid:
@@ -242,6 +254,18 @@ def _learning_speed(value: Any, path: Path) -> list[str]:
     return list(value)
 
 
+def _group_mixers(value: Any, where: str) -> dict[str, dict]:
+    """A group's ``mixers``: mixer name -> {key: value} (none by default)."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict) or not all(isinstance(k, str) and isinstance(v, dict) for k, v in value.items()):
+        raise ConfigError(f"{where} must map a mixer name to its keys, as {{transformer: {{n_heads: 8}}}}, "
+                          f"got {value!r}")
+    if named := sorted(k for keys in value.values() for k in keys if k == "name"):
+        raise ConfigError(f"{where} may not set a mixer's {named[0]} (it names which mixer the keys are for)")
+    return copy.deepcopy(value)
+
+
 def load_sweep(preset_or_file: str) -> Sweep:
     """A preset name (see ``presets()``) or the path of a sweep YAML file."""
     path = Path(preset_or_file)
@@ -265,11 +289,12 @@ def load_sweep(preset_or_file: str) -> Sweep:
             raise ConfigError(f"unknown sweep key {key!r} in {path}; valid keys: {', '.join(sorted(allowed))}")
     groups = []
     for i, group in enumerate(_group_list(data.get("groups"), path)):
-        extra = set(group) - {"name", "base", "grid"}
+        extra = set(group) - {"name", "base", "grid", "mixers"}
         if "name" not in group or extra:
-            raise ConfigError(f"groups[{i}] in {path} needs a name and may have base and grid; "
+            raise ConfigError(f"groups[{i}] in {path} needs a name and may have base, grid and mixers; "
                               f"got keys {sorted(group)}")
-        groups.append(Group(group["name"], group.get("base") or {}, _grid(group.get("grid"), path)))
+        groups.append(Group(group["name"], group.get("base") or {}, _grid(group.get("grid"), path),
+                            _group_mixers(group.get("mixers"), f"{path}: groups[{i}].mixers")))
     sweep = Sweep(name=data.get("name", path.stem), base=data.get("base") or {}, grid=_grid(data.get("grid"), path),
                   description=data.get("description", ""), groups=groups, advertised=data.get("runs"),
                   seed_parallel=data.get("seed_parallel", 1), batching=data.get("batching", "auto"),

@@ -90,7 +90,8 @@ def tuning_sweep(sweep: Sweep, jobs: list[TuningJob]) -> Sweep:
         axis, rungs = rung_axis(group.grid, group.name)
         grid = {k: v for k, v in {**sweep.grid, **group.grid}.items() if k not in ("seed", "mixer", axis)}
         grid.update({axis: tuning_rungs(rungs, sweep.tuning.rung), "seed": sweep.tuning.seeds, **job.grid})
-        groups.append(Group(job.group, {**copy.deepcopy(group.base), "mixer": copy.deepcopy(job.mixer)}, grid))
+        groups.append(Group(job.group, {**copy.deepcopy(group.base), "mixer": copy.deepcopy(job.mixer)}, grid,
+                            copy.deepcopy(group.mixers)))
     return Sweep(name=f"{sweep.name}:tuning", base=copy.deepcopy(sweep.base), groups=groups,
                  seed_parallel=sweep.tuning.seed_parallel, batching=sweep.batching, scale=sweep.scale)
 
