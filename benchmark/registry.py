@@ -79,9 +79,14 @@ class Registry(Generic[T]):
     fails where it is declared, naming what it lacks. ``names()`` is sorted; iterating, ``items()``
     and ``values()`` keep the order of registration."""
 
-    def __init__(self, kind: str, contract: type) -> None:
+    def __init__(self, kind: str, contract: type, builtins: str | None = None) -> None:
         self.kind = kind
         self.contract = contract
+        # A package whose BUILTINS names the modules that register the built-in entries, imported by
+        # name when the registry is first read. Always a literal at the call: tests/test_layout.py
+        # reads it there and draws these loads as imports of the module that makes the registry.
+        self.builtins = builtins
+        self._builtins_loaded = builtins is None
         self._entries: dict[str, T] = {}
 
     def add(self, name: str, entry: T) -> T:
@@ -149,19 +154,30 @@ class Registry(Generic[T]):
         return len(self._entries)
 
     def _load(self) -> None:
-        """Where a registry's entries come from elsewhere, they are loaded here (see PluginRegistry)."""
+        """Import the built-ins' modules (once), each registering its own entries."""
+        if self._builtins_loaded:
+            return
+        self._builtins_loaded = True
+        for module in self.builtin_modules():
+            importlib.import_module(module)
+
+    def builtin_modules(self) -> tuple[str, ...]:
+        """The built-ins' modules, in the order their package's ``BUILTINS`` lists them."""
+        if self.builtins is None:
+            return ()
+        names = importlib.import_module(self.builtins).BUILTINS
+        return tuple(f"{self.builtins}.{name}" for name in names)
 
 
 class PluginRegistry(Registry[C]):
-    """A registry of classes, ``kind`` e.g. "mixer": the built-ins (the modules that
-    ``builtin_package``'s ``BUILTINS`` names, each registering its own) and the installed plugins of
-    entry-point ``group``, loaded on first use. A plugin that fails to import or to register is kept
-    in ``broken`` with its error."""
+    """A registry of classes, ``kind`` e.g. "mixer": the built-ins (the modules that ``builtins``'s
+    ``BUILTINS`` names, each registering its own) and the installed plugins of entry-point ``group``,
+    loaded on first use. A plugin that fails to import or to register is kept in ``broken`` with its
+    error."""
 
-    def __init__(self, kind: str, contract: type, group: str, builtin_package: str) -> None:
-        super().__init__(kind, contract)
+    def __init__(self, kind: str, contract: type, group: str, builtins: str) -> None:
+        super().__init__(kind, contract, builtins=builtins)
         self.group = group
-        self.builtin_package = builtin_package
         self._plugins_loaded = False
         self.broken: dict[str, str] = {}  # plugin name -> import error
 
@@ -177,11 +193,15 @@ class PluginRegistry(Registry[C]):
 
     def _load(self) -> None:
         """Import the built-ins and every installed plugin (once)."""
+        super()._load()
+        self.load_plugins()
+
+    def load_plugins(self) -> None:
+        """Import every installed plugin (once), the built-ins not: a plugin's module may declare
+        more than its class (a callback's measurement), which a reader of those needs alone."""
         if self._plugins_loaded:
             return
         self._plugins_loaded = True
-        for module in self.builtin_modules():
-            importlib.import_module(module)
         for ep in entry_points(group=self.group):
             if ep.name in self._entries:
                 continue
@@ -194,11 +214,6 @@ class PluginRegistry(Registry[C]):
                     f"{self.broken[ep.name]}",
                     stacklevel=2,
                 )
-
-    def builtin_modules(self) -> tuple[str, ...]:
-        """The built-ins' modules, in the order their package's ``BUILTINS`` lists them."""
-        names = importlib.import_module(self.builtin_package).BUILTINS
-        return tuple(f"{self.builtin_package}.{name}" for name in names)
 
     def get(self, name: str) -> C:
         self._load()
@@ -279,12 +294,12 @@ class CallbackContract(Protocol):
 
 
 mixers: PluginRegistry[type[TokenMixer]] = PluginRegistry(
-    "mixer", MixerContract, "emergence_bench.mixers", "emergence_bench.mixers")
+    "mixer", MixerContract, "emergence_bench.mixers", builtins="emergence_bench.mixers")
 tasks: PluginRegistry[type[SyntheticTask]] = PluginRegistry(
-    "task", TaskContract, "emergence_bench.tasks", "emergence_bench.tasks")
+    "task", TaskContract, "emergence_bench.tasks", builtins="emergence_bench.tasks")
 # Any class built as cls(task=, **params): Lightning's Callback declares no such constructor.
 callbacks: PluginRegistry[type] = PluginRegistry(
-    "callback", CallbackContract, "emergence_bench.callbacks", "emergence_bench.callbacks")
+    "callback", CallbackContract, "emergence_bench.callbacks", builtins="emergence_bench.callbacks")
 
 register_mixer = mixers.register
 register_task = tasks.register

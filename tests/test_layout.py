@@ -297,8 +297,8 @@ def test_a_contract_module_loads_none_of_the_builtins_until_the_registry_is_read
 
 def test_the_measurements_order_is_the_builtins_whichever_module_is_imported_first(tmp_path):
     code = (
-        "import emergence_bench.callbacks.recorder\n"  # as run_folder does, before any registry read
-        "from emergence_bench.results.measurement import measurements\n"
+        "import emergence_bench.measurements.recorded\n"  # a late one first, before any registry read
+        "from emergence_bench.measurements import measurements\n"
         "print(' '.join(m.name for m in measurements()))\n"
     )
     result = _python(code, tmp_path)
@@ -373,7 +373,7 @@ def test_a_result_rows_sections_are_read_through_section():
     import re
     from typing import get_args
 
-    from emergence_bench.results.measurement import measurements
+    from emergence_bench.measurements import measurements
     from emergence_bench.results.row import SectionName
 
     # The row's own sections and those the measurements declare (the influence probe's, a plugin's).

@@ -3,7 +3,7 @@
 A group is every run whose resolved config is equal except for the keys in ``over`` (default: the
 seed), i.e. one row per (task config, mixer config, intervention, other settings). A row is its
 frame (the group's labels and run counts) and then the columns of every registered measurement
-(``emergence_bench.results.measurement``), aggregated as each declares: emergence and plateau times are
+(``emergence_bench.measurements``), aggregated as each declares: emergence and plateau times are
 Kaplan–Meier medians with 95% intervals, runs that never got there censored at their budget;
 success rates have 95% Wilson intervals.
 """
@@ -20,6 +20,7 @@ import pandas as pd
 
 from emergence_bench import registry
 from emergence_bench.config import hashed_config
+from emergence_bench.measurements import measurements
 from emergence_bench.reporting.table import Table
 from emergence_bench.results.columns import (
     BUDGET,
@@ -27,7 +28,6 @@ from emergence_bench.results.columns import (
     km_time,  # noqa: F401  (the figures read it from here)
     ratio_cell,
 )
-from emergence_bench.results.measurement import measurements
 from emergence_bench.results.row import ResultRow, forecast_stopped
 from emergence_bench.results.store import LEADERBOARD_STEM, TUNING_DIR, load_records, write_json, write_text
 
