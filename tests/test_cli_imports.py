@@ -1,7 +1,7 @@
-"""The CLI answers before it loads the numerical stack: its parser, `--help`, and a config whose fixed
-sections (model, optim, trainer, checkpoints) are wrong import neither torch nor Lightning; a mixer's
-key needs torch (its constructor's signature) but not Lightning. Speed itself is measured, not tested
-(docs/speed.md); what is tested is what each answer imports."""
+"""The CLI answers before it loads the numerical stack: its parser, `--help`, `list`, and a config whose
+keys are wrong (a fixed section's, or a task's, mixer's or callback's, read from its catalog) import
+neither torch nor Lightning. Speed itself is measured, not tested (benchmark/perf/cli_latency.py);
+what is tested is what each answer imports."""
 
 from __future__ import annotations
 
@@ -40,8 +40,16 @@ def test_a_bad_fixed_section_key_or_value_is_refused_without_torch(flag, tmp_pat
     assert answer(["run", flag], tmp_path) == {"status": 2, "torch": False, "lightning": False}
 
 
-def test_a_bad_mixer_key_is_refused_without_lightning(tmp_path):
-    assert answer(["run", "--mixer.widht=3"], tmp_path) == {"status": 2, "torch": True, "lightning": False}
+@pytest.mark.parametrize("flag", ["--task.widht=3", "--task.name=linear_mpa", "--task.state_size=x", "--mixer.widht=3",
+                                  "--mixer.name=transformr", "--callbacks.plateau.fraq=0.2", "--callbacks.plateu=true"])
+def test_a_bad_component_key_is_refused_without_torch(flag, tmp_path):
+    """A task's, mixer's or callback's keys are read from its package's catalog (issue 55: a task-key
+    mistake once imported Lightning, 3-8 s under load)."""
+    assert answer(["run", flag], tmp_path) == {"status": 2, "torch": False, "lightning": False}
+
+
+def test_list_imports_neither_torch_nor_lightning(tmp_path):
+    assert answer(["list"], tmp_path) == {"status": 0, "torch": False, "lightning": False}
 
 
 def test_output_piped_into_a_reader_that_left_ends_quietly(tmp_path):

@@ -105,8 +105,8 @@ def builtins_of(package: Path) -> tuple[str, ...]:
 
 def loaded(name: str, path: Path, found: dict[str, Path]) -> set[str]:
     """The modules ``name`` loads by name (``importlib``), which no import statement shows: each
-    registry it makes with ``builtins="package"`` imports that package and the modules its ``BUILTINS``
-    names when first read (``emergence_bench.registry.Registry``)."""
+    registry it makes with ``builtins="package"`` imports that package, its catalog if it has one,
+    and the modules its ``BUILTINS`` names (``emergence_bench.registry``)."""
     loads = set()
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
         if not (isinstance(node, ast.keyword) and node.arg == "builtins"):
@@ -118,6 +118,7 @@ def loaded(name: str, path: Path, found: dict[str, Path]) -> set[str]:
             "test to see the load")
         package = node.value.value
         loads |= {package} | {f"{package}.{module}" for module in builtins_of(found[package])}
+        loads |= {f"{package}.catalog"} & set(found)
     return loads - {name}
 
 
@@ -233,8 +234,9 @@ def test_the_folder_graph_finds_a_cycle_the_module_graph_does_not():
     assert find_cycle(package_graph(graph)) == ["a", "b", "a"]
 
 
-# The one load up the map, on purpose: registry.callbacks sits beside config, which resolves a
-# callback's keys through it, and it loads the callbacks (above) by name when the engine asks for one.
+# The one load up the map, on purpose: registry.callbacks sits beside config, which reads the
+# callbacks' keys through it (callbacks/catalog.py, Lightning-free), and it loads the callbacks
+# themselves by name when the engine asks for one.
 UPWARD_LOADS = {("registry", "callbacks")}
 
 

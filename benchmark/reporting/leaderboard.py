@@ -61,14 +61,15 @@ def _varying_within(flats: list[dict], keys: list[str], prefix: str) -> dict[obj
 
 
 def _interventions(config: dict) -> list[str]:
-    """The configured callbacks that change training (``is_intervention``), sorted."""
+    """The configured callbacks that change training (``is_intervention``; a built-in's read from its
+    catalog, so no callback is imported), sorted."""
     names = []
     for name in sorted(config.get("callbacks", {})):
         try:
-            cls = registry.callbacks.get(name)
+            changes_training = registry.callbacks.fact(name, "is_intervention")
         except KeyError:  # a plugin that is not installed here
-            cls = None
-        if getattr(cls, "is_intervention", False):
+            changes_training = False
+        if changes_training:
             names.append(name)
     return names
 
