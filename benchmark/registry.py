@@ -257,9 +257,13 @@ class PluginRegistry(Registry[C]):
         plugins = {ep.name for ep in entry_points(group=self.group)}
         return sorted(set(self.catalog) | set(self._entries) | plugins)
 
-    def get(self, name: str) -> C:
+    def check(self, name: str) -> None:
+        """Raises UnknownNameError (naming the closest) for a name it does not know, importing nothing."""
         if name not in self._entries and name not in self.known():
-            raise self.unknown(name, self.known())  # before importing anything
+            raise self.unknown(name, self.known())
+
+    def get(self, name: str) -> C:
+        self.check(name)
         self._load()
         if name not in self._entries and name in self.broken:
             raise UnknownNameError(f"{self.kind} plugin {name!r} failed to import: {self.broken[name]}")
