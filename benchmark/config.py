@@ -242,15 +242,6 @@ def _no_parameters(key: str, reg: registry.PluginRegistry[Any], name: str) -> Co
                        f"keyword arguments")
 
 
-def takes_kwargs(cls: type) -> bool:
-    """Whether ``cls(...)`` takes ``**kwargs``: then config keys it does not name pass through to it."""
-    try:
-        parameters = inspect.signature(getattr(cls, "__init__")).parameters.values()
-    except (TypeError, ValueError):  # no signature to read
-        return False
-    return any(p.kind is p.VAR_KEYWORD for p in parameters)
-
-
 def _check_type(key: str, value: Any, default: Any) -> Any:
     """Coerce ``value`` to the type of ``default`` where that is safe (int → float, list → tuple)."""
     if default is None or default is inspect.Parameter.empty or value is None:
@@ -279,11 +270,11 @@ def _resolve_named(section: str, data: Any, reg: registry.PluginRegistry[Any],
         data = {"name": default_name, **data}
     if not isinstance(data, dict) or "name" not in data:
         raise ConfigError(f"{section} must be a mapping with a 'name' key, got {data!r}")
-    params = reg.parameters(data["name"])
+    params = reg.parameters(data["name"])  # a built-in's from its catalog: no component imported
     # A constructor with **kwargs says it takes keys it does not name (a plugin wrapping another
     # library's layer, say): those pass through to it, recorded in the resolved config (and the run
     # id) as given, with a warning, since the suite can check neither their names nor their types.
-    open_ended = takes_kwargs(reg.get(data["name"]))
+    open_ended = reg.takes_kwargs(data["name"])
     resolved, unchecked = {"name": data["name"]}, []
     # The keys a user may give here: the parameters, and `name` but in a callback (its key is its name).
     known = [*params, *(() if section.startswith("callbacks.") else ("name",))]
@@ -397,11 +388,11 @@ def resolve(data: dict | RunConfig | None = None) -> RunConfig:
     seed = data.get("seed", 0)
     if not isinstance(seed, int) or isinstance(seed, bool) or not 0 <= seed < 2**32:
         raise ConfigError(f"seed must be a whole number in [0, 2**32) (numpy's seed range), got {seed!r}")
-    # The fixed sections first: their keys and values are checked without importing a component (a
-    # task's module imports Lightning), so a typo there is refused at once.
+    # Every key and its type is checked without importing a component: the fixed sections are
+    # declared here, and a built-in task's, mixer's or callback's keys in its package's catalog.
     sections = resolve_sections(data)
-    mixer = _resolve_named("mixer", data.get("mixer", {}), registry.mixers, DEFAULT_MIXER)  # torch, before
-    config = RunConfig(  # the task, whose module imports Lightning
+    mixer = _resolve_named("mixer", data.get("mixer", {}), registry.mixers, DEFAULT_MIXER)
+    config = RunConfig(
         seed=seed,
         task=_resolve_named("task", data.get("task", {}), registry.tasks, DEFAULT_TASK),
         mixer=mixer,
@@ -505,7 +496,7 @@ def _check_rename(section: str, node: dict, name: object) -> None:
     reg = RENAMED_SECTIONS[section]
     try:
         params = reg.parameters(name)
-        open_ended = takes_kwargs(reg.get(name))
+        open_ended = reg.takes_kwargs(name)
     except registry.UnknownNameError:
         return  # resolve says so, with the closest known name
     foreign = [f"{section}.{k}" for k in stale if k not in params]

@@ -11,17 +11,22 @@ Installed distributions add entries through the entry-point groups ``emergence_b
 ``emergence_bench.tasks`` and ``emergence_bench.callbacks``: the entry point's name is the registered
 name and its object is the class. Plugins are imported only when first needed; one that fails to
 import, or that does not meet the contract, is named in a warning and the rest keep working.
+
+A built-in's name, config keys and facts are declared in its package's ``catalog.py`` (``Declared``),
+so the config's checks and `list` answer without importing a built-in's module (torch, Lightning).
 """
 
 from __future__ import annotations
 
 import difflib
+import functools
 import importlib
 import inspect
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
 from importlib.metadata import entry_points
-from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, cast
 
 if TYPE_CHECKING:  # for the types only: the mixers and tasks import this module
     from emergence_bench.mixers.base import TokenMixer
@@ -79,9 +84,14 @@ class Registry(Generic[T]):
     fails where it is declared, naming what it lacks. ``names()`` is sorted; iterating, ``items()``
     and ``values()`` keep the order of registration."""
 
-    def __init__(self, kind: str, contract: type) -> None:
+    def __init__(self, kind: str, contract: type, builtins: str | None = None) -> None:
         self.kind = kind
         self.contract = contract
+        # A package whose BUILTINS names the modules that register the built-in entries, imported by
+        # name when the registry is first read. Always a literal at the call: tests/test_layout.py
+        # reads it there and draws these loads as imports of the module that makes the registry.
+        self.builtins = builtins
+        self._builtins_loaded = builtins is None
         self._entries: dict[str, T] = {}
 
     def add(self, name: str, entry: T) -> T:
@@ -116,10 +126,13 @@ class Registry(Generic[T]):
         self._load()
         if name in self._entries:
             return self._entries[name]
-        known = ", ".join(self.names()) or "(none)"
-        close = difflib.get_close_matches(name, self.names(), n=1)
+        raise self.unknown(name, self.names())
+
+    def unknown(self, name: str, known: list[str]) -> UnknownNameError:
+        """The error for ``name``, none of ``known``: it lists them and names the closest."""
+        close = difflib.get_close_matches(name, known, n=1)
         hint = f" Did you mean {close[0]!r}?" if close else ""
-        raise UnknownNameError(f"unknown {self.kind} {name!r}.{hint} Known {self.kind}s: {known}")
+        return UnknownNameError(f"unknown {self.kind} {name!r}.{hint} Known {self.kind}s: {', '.join(known) or '(none)'}")
 
     def names(self) -> list[str]:
         self._load()
@@ -149,19 +162,47 @@ class Registry(Generic[T]):
         return len(self._entries)
 
     def _load(self) -> None:
-        """Where a registry's entries come from elsewhere, they are loaded here (see PluginRegistry)."""
+        """Import the built-ins' modules (once), each registering its own entries."""
+        if self._builtins_loaded:
+            return
+        self._builtins_loaded = True
+        for module in self.builtin_modules():
+            importlib.import_module(module)
+
+    def builtin_modules(self) -> tuple[str, ...]:
+        """The built-ins' modules, in the order their package's ``BUILTINS`` lists them."""
+        if self.builtins is None:
+            return ()
+        names = importlib.import_module(self.builtins).BUILTINS
+        return tuple(f"{self.builtins}.{name}" for name in names)
+
+
+@dataclass(frozen=True)
+class Declared:
+    """A built-in entry as its package's catalog declares it (``<package>.catalog.CATALOG``), for the
+    registry to answer from without importing its module (a task's imports Lightning, a mixer's
+    torch). ``keys``: a function with the constructor's signature less what the suite passes
+    itself; ``facts``: the class attributes of ``FACTS`` where the class sets them. tests/test_catalog.py
+    checks every entry against its class."""
+
+    path: str  # the class, module.Name
+    keys: Callable[..., None]
+    facts: Mapping[str, Any] = field(default_factory=dict)
 
 
 class PluginRegistry(Registry[C]):
-    """A registry of classes, ``kind`` e.g. "mixer": the built-ins (the modules that
-    ``builtin_package``'s ``BUILTINS`` names, each registering its own) and the installed plugins of
-    entry-point ``group``, loaded on first use. A plugin that fails to import or to register is kept
-    in ``broken`` with its error."""
+    """A registry of classes, ``kind`` e.g. "mixer": the built-ins (the modules that ``builtins``'s
+    ``BUILTINS`` names, each registering its own) and the installed plugins of entry-point ``group``,
+    loaded on first use. A plugin that fails to import or to register is kept in ``broken`` with its
+    error.
 
-    def __init__(self, kind: str, contract: type, group: str, builtin_package: str) -> None:
-        super().__init__(kind, contract)
+    A built-in's keys and facts, and whether a name is known at all, are read from the package's
+    catalog without importing any entry (``known``, ``signature``, ``parameters``, ``fact``): a
+    mistake in a task's key is answered without Lightning. Everything else loads them."""
+
+    def __init__(self, kind: str, contract: type, group: str, builtins: str) -> None:
+        super().__init__(kind, contract, builtins=builtins)
         self.group = group
-        self.builtin_package = builtin_package
         self._plugins_loaded = False
         self.broken: dict[str, str] = {}  # plugin name -> import error
 
@@ -177,13 +218,17 @@ class PluginRegistry(Registry[C]):
 
     def _load(self) -> None:
         """Import the built-ins and every installed plugin (once)."""
+        super()._load()
+        self.load_plugins()
+
+    def load_plugins(self) -> None:
+        """Import every installed plugin (once), the built-ins not: a plugin's module may declare
+        more than its class (a callback's measurement), which a reader of those needs alone."""
         if self._plugins_loaded:
             return
         self._plugins_loaded = True
-        for module in self.builtin_modules():
-            importlib.import_module(module)
         for ep in entry_points(group=self.group):
-            if ep.name in self._entries:
+            if ep.name in self._entries or ep.name in self.catalog:
                 continue
             try:
                 self.add(ep.name, ep.load())
@@ -195,21 +240,69 @@ class PluginRegistry(Registry[C]):
                     stacklevel=2,
                 )
 
-    def builtin_modules(self) -> tuple[str, ...]:
-        """The built-ins' modules, in the order their package's ``BUILTINS`` lists them."""
-        names = importlib.import_module(self.builtin_package).BUILTINS
-        return tuple(f"{self.builtin_package}.{name}" for name in names)
+    @functools.cached_property
+    def catalog(self) -> Mapping[str, Declared]:
+        """The built-ins as their package's catalog declares them (empty where it has none)."""
+        try:
+            module = importlib.import_module(f"{self.builtins}.catalog")
+        except ModuleNotFoundError as error:
+            if error.name != f"{self.builtins}.catalog":
+                raise
+            return {}
+        return cast(Mapping[str, Declared], module.CATALOG)
+
+    def known(self) -> list[str]:
+        """Every name it answers to, sorted, with no entry imported: the catalog's, those registered
+        so far, and the installed plugins' (by their entry points)."""
+        plugins = {ep.name for ep in entry_points(group=self.group)}
+        return sorted(set(self.catalog) | set(self._entries) | plugins)
+
+    def check(self, name: str) -> None:
+        """Raises UnknownNameError (naming the closest) for a name it does not know, importing nothing."""
+        if name not in self._entries and name not in self.known():
+            raise self.unknown(name, self.known())
 
     def get(self, name: str) -> C:
+        self.check(name)
         self._load()
         if name not in self._entries and name in self.broken:
             raise UnknownNameError(f"{self.kind} plugin {name!r} failed to import: {self.broken[name]}")
         return super().get(name)
 
+    def signature(self, name: str) -> inspect.Signature:
+        """The config keys of ``name`` as a signature: its catalog's, or its constructor's less what
+        the suite passes itself (``SKIPPED_PARAMETERS``)."""
+        if name in self.catalog:
+            return inspect.signature(self.catalog[name].keys)
+        full = inspect.signature(getattr(self.get(name), "__init__"))
+        skip = SKIPPED_PARAMETERS[self.kind]
+        return full.replace(parameters=[p for p in full.parameters.values() if p.name not in skip])
+
     def parameters(self, name: str) -> dict[str, Any]:
         """The user-settable parameters of ``name`` and their defaults (``inspect.Parameter.empty``
         when required)."""
-        return constructor_parameters(self.get(name), skip=SKIPPED_PARAMETERS[self.kind])
+        return {p.name: p.default for p in self.signature(name).parameters.values()
+                if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)}
+
+    def takes_kwargs(self, name: str) -> bool:
+        """Whether ``name``'s constructor takes ``**kwargs``: then config keys it does not name pass
+        through to it."""
+        return any(p.kind is p.VAR_KEYWORD for p in self.signature(name).parameters.values())
+
+    def fact(self, name: str, attribute: str) -> Any:
+        """A class attribute of ``name`` that ``FACTS`` lists: its catalog's, or its class's (the
+        default of ``FACTS`` where it sets none)."""
+        default = FACTS[self.kind][attribute]
+        if name in self.catalog:
+            return self.catalog[name].facts.get(attribute, default)
+        return getattr(self.get(name), attribute, default)
+
+    def where(self, name: str) -> str:
+        """Where ``name``'s class is, module.Name."""
+        if name in self.catalog:
+            return self.catalog[name].path
+        cls = self.get(name)
+        return f"{cls.__module__}.{cls.__qualname__}"
 
 
 # Arguments the suite passes itself; they are not config keys.
@@ -217,6 +310,14 @@ SKIPPED_PARAMETERS = {
     "mixer": {"self", "d_model", "max_len", "layer_idx"},
     "task": {"self"},
     "callback": {"self", "task"},
+}
+
+# The class attributes a reader asks of an entry before building one (`list`, the leaderboard), with
+# the value of a class that sets none.
+FACTS: dict[str, dict[str, Any]] = {
+    "mixer": {"exposes_attention": False, "backends": ("torch",)},
+    "task": {},
+    "callback": {"is_intervention": False},
 }
 
 
@@ -279,12 +380,12 @@ class CallbackContract(Protocol):
 
 
 mixers: PluginRegistry[type[TokenMixer]] = PluginRegistry(
-    "mixer", MixerContract, "emergence_bench.mixers", "emergence_bench.mixers")
+    "mixer", MixerContract, "emergence_bench.mixers", builtins="emergence_bench.mixers")
 tasks: PluginRegistry[type[SyntheticTask]] = PluginRegistry(
-    "task", TaskContract, "emergence_bench.tasks", "emergence_bench.tasks")
+    "task", TaskContract, "emergence_bench.tasks", builtins="emergence_bench.tasks")
 # Any class built as cls(task=, **params): Lightning's Callback declares no such constructor.
 callbacks: PluginRegistry[type] = PluginRegistry(
-    "callback", CallbackContract, "emergence_bench.callbacks", "emergence_bench.callbacks")
+    "callback", CallbackContract, "emergence_bench.callbacks", builtins="emergence_bench.callbacks")
 
 register_mixer = mixers.register
 register_task = tasks.register

@@ -1,9 +1,10 @@
-"""AttentionProbe: per layer and head, how diffuse is attention and how much of it sits on the truth?"""
+"""AttentionProbe: per layer and head, how diffuse is attention and how much of it sits on the truth?
+(Its section and leaderboard column: ``emergence_bench.measurements.attention_probe``.)"""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypedDict
+from typing import TYPE_CHECKING, Any
 
 import lightning as L
 import torch
@@ -11,9 +12,6 @@ import torch
 from emergence_bench.callbacks.emergence import Emergence
 from emergence_bench.mixers.base import MixerContext
 from emergence_bench.registry import register_callback
-from emergence_bench.results.columns import Median
-from emergence_bench.results.measurement import Measurement, register_measurement
-from emergence_bench.results.row import Row
 from emergence_bench.results.store import MAPS_FILE, write_atomic
 
 if TYPE_CHECKING:
@@ -48,25 +46,6 @@ def _emerged(trainer: Any, pl_module: MeasuredModule) -> bool:
             return last.accuracy >= callback.threshold
     return False
 
-
-
-class BestHead(TypedDict):
-    layer: int
-    head: int
-    mass: float
-
-
-class AttentionProbeSection(TypedDict, total=False):
-    applicable: bool  # False (with not_applicable, and nothing else) for a mixer without scores
-    not_applicable: str
-    layers: list[int]
-    found_mass: float
-    pattern_found_step: int | None
-    censored: bool
-    best_head: BestHead | None
-    final_entropy: list[list[float]]  # [layer][head]
-    final_mass: list[list[float]]
-    history: list[list[float]]  # [step, best mass, lowest entropy] per eval
 
 
 @register_callback("attention_probe")
@@ -196,14 +175,3 @@ class AttentionProbe(L.Callback):
 
     def load_state_dict(self, state: dict) -> None:
         self.history, self._evals = list(state["history"]), state["evals"]
-
-
-def _applicable(row: Row) -> bool:
-    """Whether the run's mixer has attention scores to probe (else its section says why not)."""
-    return bool(ATTENTION_PROBE.read(row).get("applicable"))  # (bound below, before any row is read)
-
-
-ATTENTION_PROBE = register_measurement(Measurement(
-    "attention_probe", section="attention_probe", fields=AttentionProbeSection, applies=_applicable,
-    columns=(Median("median_pattern_found", "pattern_found_step", measured="probed", header="median pattern found"),),
-    figures=("filmstrip", "maps"), pattern_probe=True))

@@ -1,32 +1,18 @@
-"""Emergence: the first eval step at which greedy accuracy on the scored tokens reaches τ."""
+"""Emergence: the first eval step at which greedy accuracy on the scored tokens reaches τ (its section
+and leaderboard columns: ``emergence_bench.measurements.emergence``)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 from functools import cached_property
-from typing import TYPE_CHECKING, Any, TypedDict
+from typing import TYPE_CHECKING, Any
 
 import lightning as L
 
 from emergence_bench.registry import register_callback
-from emergence_bench.results.columns import Median, SuccessRate
-from emergence_bench.results.measurement import Measurement, every_run, register_measurement
 
 if TYPE_CHECKING:
     from emergence_bench.tasks.base import SyntheticTask
-
-
-
-class EmergenceSection(TypedDict, total=False):
-    threshold: float  # τ, the accuracy used
-    requested_threshold: float
-    relative: bool
-    max_accuracy: float
-    stopped: bool
-    step: int | None  # None: never reached within the budget (censored)
-    censored: bool
-    per_position: list[int | None]  # step per output cell
-    history: list[list[float]]  # [step, accuracy] per eval
 
 
 @register_callback("emergence")
@@ -102,14 +88,3 @@ class Emergence(L.Callback):
 def effective_threshold(threshold: float, relative: bool, task: SyntheticTask) -> float:
     """The accuracy that counts as emerged: ``threshold`` × ``task.max_accuracy`` when relative."""
     return threshold * float(getattr(task, "max_accuracy", 1.0)) if relative else threshold
-
-
-# Success: the runs that reached τ within their budget; time: when. A run without the section (the
-# callback switched off) never emerged, so every trained run takes part.
-EMERGENCE = register_measurement(Measurement(
-    "emergence", section="emergence", fields=EmergenceSection, applies=every_run,
-    columns=(SuccessRate("emerged", "success_rate", ("success_low", "success_high"), field="step",
-                         header="success (95% CI)"),
-             Median("median_emergence_step", "step", interval=("emergence_low", "emergence_high"),
-                    header="median emergence (95% CI)", ratios="emergence")),
-    figures=("curves", "staircase", "seeds", "axes", "thresholds")))

@@ -12,26 +12,16 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, TypedDict
+from typing import Any
 
 import lightning as L
 
 from emergence_bench.callbacks.contract import MeasuredModule
 from emergence_bench.forecast.stop import decide
 from emergence_bench.forecast.survival import LogNormalAFT
+from emergence_bench.measurements import pattern_probes
 from emergence_bench.registry import register_callback
-from emergence_bench.results.measurement import Measurement, pattern_probes, register_measurement
 from emergence_bench.tasks.base import SyntheticTask
-
-
-class ForecastStopSection(TypedDict, total=False):
-    model: str  # the saved forecast's file
-    window: int
-    risk: float
-    step: int | None  # the eval it decided at
-    p_within_budget: float | None
-    stopped: bool
-    reason: str  # why it did not decide
 
 
 @register_callback("forecast_stop")
@@ -98,8 +88,3 @@ class ForecastStop(L.Callback):
 
     def load_state_dict(self, state: dict) -> None:
         self.decision = state["decision"]
-
-
-# Its section only: the leaderboard counts forecast-stopped runs from every row (``forecast_stopped``).
-FORECAST_STOP = register_measurement(Measurement("forecast_stop", section="forecast_stop", fields=ForecastStopSection,
-                                                 columns=()))

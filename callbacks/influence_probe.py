@@ -7,22 +7,21 @@ Each row, normalised over the earlier positions it can see, is read like an atte
 task's probe keys and mass on the true sources, with "pattern found" the first eval at which some
 layer puts ≥ ``found_mass`` of a row's influence on the true sources (averaged over scored rows).
 
-Its result-row section (``InfluenceProbeSection``) and its leaderboard column are declared here, once
-(``INFLUENCE_PROBE``; docs/measurements.md walks through it).
+Its result-row section (``InfluenceProbeSection``) and its leaderboard column are declared once, in
+``emergence_bench.measurements.influence_probe`` (docs/measurements.md walks through it).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, TypedDict
+from typing import TYPE_CHECKING, Any
 
 import lightning as L
 import torch
 
 from emergence_bench.callbacks.attention_probe import attention_stats
+from emergence_bench.measurements.influence_probe import InfluenceProbeSection
 from emergence_bench.mixers.base import MixerContext
 from emergence_bench.registry import register_callback
-from emergence_bench.results.columns import Median
-from emergence_bench.results.measurement import Measurement, register_measurement
 
 if TYPE_CHECKING:
     from emergence_bench.callbacks.contract import MeasuredModel
@@ -69,27 +68,6 @@ def influence_maps(model: MeasuredModel, tokens: torch.Tensor, epsilon: float = 
         influence = influence.tril(-1)
         maps.append((influence / influence.sum(-1, keepdim=True).clamp_min(1e-12)).float())
     return maps
-
-
-class InfluenceProbeSection(TypedDict, total=False):
-    """The ``influence_probe`` section of a result row (``InfluenceProbe.report``)."""
-
-    found_mass: float
-    pattern_found_step: int | None  # the first probed eval at ≥ found_mass; None: never (censored)
-    censored: bool
-    final_entropy: list[float]  # per layer, at the last probe
-    final_mass: list[float]
-    history: list[list[float]]  # [step, best mass, lowest entropy] per probed eval
-
-
-# The measurement, declared once: its section, its leaderboard column (the Kaplan–Meier median of
-# pattern_found_step over the runs that ran the probe, censored at the step budget; shown only where
-# some run did) and its history, which the forecast reads where a mixer has no attention scores.
-INFLUENCE_PROBE = register_measurement(Measurement(
-    "influence_probe", section="influence_probe", fields=InfluenceProbeSection,
-    columns=(Median("median_influence_found", "pattern_found_step", measured="influence_probed",
-                    header="median influence found", absent="-", optional=True),),
-    pattern_probe=True))
 
 
 @register_callback("influence_probe")

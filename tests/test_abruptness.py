@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from emergence_bench.callbacks.abruptness import abrupt_cells
+from emergence_bench.measurements.abruptness import abrupt_cells
 from emergence_bench.results.row_curves import cell_transitions
 from emergence_bench.stats.transition_share import ABRUPT_SHARE, transition
 

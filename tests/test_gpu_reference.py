@@ -21,7 +21,7 @@ VOCAB, LENGTH, BATCH = 8, 64, 4
 
 
 def builtin_mixers() -> list[str]:
-    package = registry.mixers.builtin_package + "."
+    package = f"{registry.mixers.builtins}."
     return [name for name in registry.mixers.names() if registry.mixers.get(name).__module__.startswith(package)]
 
 

@@ -95,9 +95,41 @@ def imported(name: str, path: Path, known: set[str], type_checking: bool = False
     return edges
 
 
-def import_graph(type_checking: bool = False) -> dict[str, set[str]]:
+def builtins_of(package: Path) -> tuple[str, ...]:
+    """The module names a package's ``__init__`` lists in ``BUILTINS`` (read, not imported)."""
+    for node in ast.parse(package.read_text()).body:
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "BUILTINS" for t in node.targets):
+            return ast.literal_eval(node.value)
+    raise AssertionError(f"{package} declares no BUILTINS")
+
+
+def loaded(name: str, path: Path, found: dict[str, Path]) -> set[str]:
+    """The modules ``name`` loads by name (``importlib``), which no import statement shows: each
+    registry it makes with ``builtins="package"`` imports that package, its catalog if it has one,
+    and the modules its ``BUILTINS`` names (``emergence_bench.registry``)."""
+    loads = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if not (isinstance(node, ast.keyword) and node.arg == "builtins"):
+            continue
+        if isinstance(node.value, ast.Name) and node.value.id == "builtins":
+            continue  # passed on by a subclass's constructor: its caller declares the load
+        assert isinstance(node.value, ast.Constant) and node.value.value in found, (
+            f"{path}:{node.value.lineno}: builtins= must name a package of the namespace as a literal, for this "
+            "test to see the load")
+        package = node.value.value
+        loads |= {package} | {f"{package}.{module}" for module in builtins_of(found[package])}
+        loads |= {f"{package}.catalog"} & set(found)
+    return loads - {name}
+
+
+def import_graph(type_checking: bool = False, loads: bool = False) -> dict[str, set[str]]:
+    """Module -> the modules it imports; with ``loads``, the modules it loads by name too (``loaded``).
+    Loads are left out of the cycle and floor tests: a built-in registers itself with the registry
+    that loads it (a cycle by design, closed only after the registry's module has run), and a load by
+    name can never be hoisted into a top-level import. The map test takes them."""
     found = modules()
-    return {name: imported(name, path, set(found), type_checking) for name, path in found.items()}
+    return {name: imported(name, path, set(found), type_checking) | (loaded(name, path, found) if loads else set())
+            for name, path in found.items()}
 
 
 def top_level(module: str) -> str:
@@ -202,17 +234,38 @@ def test_the_folder_graph_finds_a_cycle_the_module_graph_does_not():
     assert find_cycle(package_graph(graph)) == ["a", "b", "a"]
 
 
+# The one load up the map, on purpose: registry.callbacks sits beside config, which reads the
+# callbacks' keys through it (callbacks/catalog.py, Lightning-free), and it loads the callbacks
+# themselves by name when the engine asks for one.
+UPWARD_LOADS = {("registry", "callbacks")}
+
+
 def test_every_import_goes_down_the_folder_map():
-    """docs/design.md's map is the dependency order: an import (under TYPE_CHECKING too) reaches only
-    its own line or those below, and every folder and root module is on the map."""
+    """docs/design.md's map is the dependency order: an import (under TYPE_CHECKING too) or a load by
+    name reaches only its own line or those below, and every folder and root module is on the map."""
     layers = folder_map()
     level = {name: i for i, names in enumerate(layers) for name in names}
-    graph = import_graph(type_checking=True)
+    graph = import_graph(type_checking=True, loads=True)
     unplaced = sorted({top_level(m) for m in graph} - set(level) - {""})
     assert not unplaced, f"put these on docs/design.md's folder map: {unplaced}"
     upward = [f"{module} -> {target}" for module, targets in sorted(graph.items()) for target in sorted(targets)
-              if top_level(module) and top_level(target) and level[top_level(target)] < level[top_level(module)]]
+              if top_level(module) and top_level(target) and level[top_level(target)] < level[top_level(module)]
+              and (top_level(module), top_level(target)) not in UPWARD_LOADS]
     assert not upward, "imports up the folder map (declare a Protocol below instead):\n" + "\n".join(upward)
+
+
+def test_the_registries_loads_are_in_the_graph():
+    """The loads by name are edges (issue 54: the measurements once loaded every callback through the
+    registry, unseen): the registry's of the components, the measurements' of their declarations, and
+    nothing loads the callbacks but the registry."""
+    graph = import_graph(loads=True)
+    plain = import_graph()
+    loads = {module: targets - plain[module] for module, targets in graph.items() if targets - plain[module]}
+    assert set(loads) == {f"{PACKAGE}.registry", f"{PACKAGE}.measurements"}, sorted(loads)
+    for kind in ("mixers", "tasks", "callbacks"):
+        assert {f"{PACKAGE}.{kind}", f"{PACKAGE}.{kind}.{builtins_of(modules()[f'{PACKAGE}.{kind}'])[0]}"} <= loads[
+            f"{PACKAGE}.registry"], kind
+    assert all(top_level(t) == "measurements" for t in loads[f"{PACKAGE}.measurements"])
 
 
 ROOT = {"__init__", "__main__", "cli", "config", "registry"}  # the entry points, the config and the registry
@@ -297,8 +350,8 @@ def test_a_contract_module_loads_none_of_the_builtins_until_the_registry_is_read
 
 def test_the_measurements_order_is_the_builtins_whichever_module_is_imported_first(tmp_path):
     code = (
-        "import emergence_bench.callbacks.recorder\n"  # as run_folder does, before any registry read
-        "from emergence_bench.results.measurement import measurements\n"
+        "import emergence_bench.measurements.recorded\n"  # a late one first, before any registry read
+        "from emergence_bench.measurements import measurements\n"
         "print(' '.join(m.name for m in measurements()))\n"
     )
     result = _python(code, tmp_path)
@@ -373,7 +426,7 @@ def test_a_result_rows_sections_are_read_through_section():
     import re
     from typing import get_args
 
-    from emergence_bench.results.measurement import measurements
+    from emergence_bench.measurements import measurements
     from emergence_bench.results.row import SectionName
 
     # The row's own sections and those the measurements declare (the influence probe's, a plugin's).

@@ -1,6 +1,6 @@
-"""A measurement declares itself once (``emergence_bench.results.measurement``): a measurement registered here
+"""A measurement declares itself once (``emergence_bench.measurements``): a measurement registered here
 becomes leaderboard columns aggregated as declared, censoring included, and the influence probe is
-declared in its callback's file alone."""
+declared in its own file alone."""
 
 from __future__ import annotations
 
@@ -12,15 +12,10 @@ import pytest
 
 from emergence_bench.config import resolve
 from emergence_bench.forecast.features import probe_history
+from emergence_bench.measurements import MEASUREMENTS, measurement, measurements, register_measurement
 from emergence_bench.reporting import leaderboard
 from emergence_bench.results.columns import Mean, Median
-from emergence_bench.results.measurement import (
-    MEASUREMENTS,
-    Measurement,
-    measurement,
-    measurements,
-    register_measurement,
-)
+from emergence_bench.results.measurement import Measurement
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -109,8 +104,8 @@ def test_the_built_in_columns_keep_the_leaderboards_order():
                      "shortcut_cells_learned", "shortcut_cells", "steps_per_second"]
 
 
-def test_the_influence_probe_is_declared_in_its_callbacks_file_only():
-    from emergence_bench.callbacks.influence_probe import INFLUENCE_PROBE, InfluenceProbeSection
+def test_the_influence_probe_is_declared_in_its_measurements_file_only():
+    from emergence_bench.measurements.influence_probe import INFLUENCE_PROBE, InfluenceProbeSection
 
     assert measurement("influence_probe") is INFLUENCE_PROBE and INFLUENCE_PROBE.fields is InfluenceProbeSection
     for path in ("benchmark/results/row.py", "benchmark/reporting/leaderboard.py", "benchmark/reporting/rank.py",
@@ -142,7 +137,8 @@ from typing import TypedDict
 
 import lightning as L
 
-from emergence_bench.results.measurement import Measurement, register_measurement
+from emergence_bench.measurements import register_measurement
+from emergence_bench.results.measurement import Measurement
 from emergence_bench.results.columns import Median
 
 

@@ -29,7 +29,7 @@ def kernel_modules() -> dict[str, str]:
     kernels = {}
     for name in registry.mixers.names():
         cls = registry.mixers.get(name)
-        if cls.__module__.startswith(registry.mixers.builtin_package + ".") and "kernel" in getattr(cls, "backends", ()):
+        if cls.__module__.startswith(f"{registry.mixers.builtins}.") and "kernel" in getattr(cls, "backends", ()):
             kernels[name] = getattr(importlib.import_module(cls.__module__), "KERNEL_MODULE", "?")
     return kernels
 

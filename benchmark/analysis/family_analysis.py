@@ -22,7 +22,7 @@ from pathlib import Path
 from emergence_bench.analysis import pythia
 from emergence_bench.analysis.head_scores import JUMP
 from emergence_bench.analysis.language_probes import PROBES, SHAKESPEARE
-from emergence_bench.analysis.lm_family import FamilyConfig, model_folder, trained_seeds
+from emergence_bench.analysis.lm_family import FamilyConfig, family_file, model_folder, trained_seeds
 from emergence_bench.results.store import write_json
 from emergence_bench.stats.transition_share import transition
 
@@ -113,10 +113,8 @@ def analyze_family(out: Path, probes: list[str] | None = None, prompts: int = 64
     unknown = sorted(set(probes) - set(PROBES))
     if unknown:
         raise ValueError(f"unknown probes {unknown}; known: {sorted(PROBES)}")
-    family_file = out / "family.json"
-    if not family_file.is_file():
-        raise ValueError(f"{out} holds no family (no {family_file.name}); train one with `lm-family train`")
-    config = FamilyConfig.from_dict(json.loads(family_file.read_text())["config"])
+    saved = json.loads(family_file(out).read_text())["config"]
+    config = FamilyConfig.from_dict(saved)
     seeds = trained_seeds(out)
     if not seeds:
         raise ValueError(f"{out} has no seed trained to the end; run `lm-family train {out}` (it resumes)")
@@ -132,7 +130,7 @@ def analyze_family(out: Path, probes: list[str] | None = None, prompts: int = 64
                                  lexicon="shakespeare", curve=True, scores=True)
             rows[probe][seed] = row
             print(f"seed {seed} {probe}: " + _line(row), flush=True)
-    summary = {"family": str(out), "config": json.loads(family_file.read_text())["config"], "seeds": seeds,
+    summary = {"family": str(out), "config": saved, "seeds": seeds,
                "threshold": threshold, "prompts": prompts, "heads_per_model": heads, "split_probe_words": split,
                "probes": {probe: probe_summary(by_seed) for probe, by_seed in rows.items()},
                "heads": head_summary(rows[probes[0]])}  # the same models and repeats under every probe

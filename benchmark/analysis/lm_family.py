@@ -100,6 +100,13 @@ def model_folder(out: Path, seed: int) -> Path:
     return out / f"lm-seed{seed}"
 
 
+def family_file(out: Path) -> Path:
+    """OUT/family.json of a trained family; a folder without one is bad input."""
+    if not (out / FAMILY_FILE).is_file():
+        raise ValueError(f"{out} holds no family (no {FAMILY_FILE}); train one with `lm-family train`")
+    return out / FAMILY_FILE
+
+
 # --- the corpus, once per family ----------------------------------------------------------------
 def prepare(out: Path, config: FamilyConfig) -> dict:
     """Write (or check) OUT/family.json, train the tokenizer and encode the corpus once; returns the

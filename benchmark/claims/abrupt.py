@@ -18,10 +18,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
-from emergence_bench.callbacks.attention_probe import ATTENTION_PROBE
 from emergence_bench.claims import compare
 from emergence_bench.claims.claim import Claim, Evidence, NotApplicable, Outcome, Rows, has_attention, register_claim
 from emergence_bench.claims.design import frozen
+from emergence_bench.measurements.attention_probe import ATTENTION_PROBE
 from emergence_bench.results.row import Row, section
 from emergence_bench.results.row_curves import cell_transitions, loss_transition
 from emergence_bench.stats.significance import sign_test

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Union, cast
 
 from emergence_bench import registry
-from emergence_bench.results.measurement import measurement
+from emergence_bench.measurements import measurement
 from emergence_bench.results.row import Row, section, step_budget
 from emergence_bench.stats.significance import holm
 

@@ -14,10 +14,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from emergence_bench.callbacks.emergence import EMERGENCE
 from emergence_bench.claims import compare
 from emergence_bench.claims.claim import Claim, NotApplicable, Outcome, Rows, register_claim
 from emergence_bench.claims.design import frozen
+from emergence_bench.measurements.emergence import EMERGENCE
 from emergence_bench.results.row import section, step_budget
 
 

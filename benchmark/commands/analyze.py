@@ -26,7 +26,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from emergence_bench.commands.arguments import finite, results_folder, writable, writable_results
+from emergence_bench.commands.arguments import finite, results_folder, run_in, writable, writable_results
 from emergence_bench.commands.command import Subparsers, register_command
 
 
@@ -111,13 +111,13 @@ def main(args: argparse.Namespace, extra: list[str] | None = None) -> int:
     """Run one `analyze` subcommand; bad input raises ValueError (the CLI prints it and exits 2)."""
     if extra:
         raise ValueError(f"unrecognized arguments: {' '.join(extra)}")
-    from emergence_bench.analysis.analyze import EMERGENCE_FILE, emergence, patch
     from emergence_bench.results.store import ANALYSIS_DIR
 
-    # Where each writes (a run's analysis/ folder, a results folder), checked before anything is computed.
-    if args.analysis in ("emergence", "patch") and Path(args.run_dir).is_dir():
-        writable(Path(args.run_dir), f"`analyze {args.analysis}` writes its report into {ANALYSIS_DIR}/ there: run it "
-                                     f"on a writable copy of the run's folder")
+    # What each reads, and where each writes (a run's analysis/ folder, a results folder), checked
+    # before anything is computed (or torch imported).
+    if args.analysis in ("emergence", "patch"):
+        writable(run_in(args.run_dir), f"`analyze {args.analysis}` writes its report into {ANALYSIS_DIR}/ there: "
+                                       f"run it on a writable copy of the run's folder")
     if args.analysis == "abruptness" and Path(args.folder).is_dir():
         from emergence_bench.analysis.abruptness_check import CHECK_FILE
 
@@ -139,6 +139,8 @@ def main(args: argparse.Namespace, extra: list[str] | None = None) -> int:
         results_folder(args.out)
 
     if args.analysis == "emergence":
+        from emergence_bench.analysis.analyze import EMERGENCE_FILE, emergence
+
         r = emergence(args.run_dir, args.probe_batches, args.threshold, args.device)
         for step, acc in r["accuracy"]:
             print(f"step {step}: accuracy {acc:.4f}" + ("  solved" if acc >= r["threshold"] else ""))
@@ -151,6 +153,8 @@ def main(args: argparse.Namespace, extra: list[str] | None = None) -> int:
         print(f"wrote {Path(args.run_dir) / ANALYSIS_DIR / EMERGENCE_FILE}", file=sys.stderr)
         return 0
     if args.analysis == "patch":
+        from emergence_bench.analysis.analyze import patch
+
         r = patch(args.run_dir, args.old, args.new, args.top_k, args.ground_truth, args.probe_batches, args.device)
         print_patch(r)
         print(f"wrote {r['path']}", file=sys.stderr)

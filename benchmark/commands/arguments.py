@@ -105,6 +105,15 @@ def results_in(path: str) -> Path:
     return Path(path)
 
 
+def run_in(path: str) -> Path:
+    """A run's folder a command reads: one holding the run's config, else bad input naming it."""
+    from emergence_bench.results.store import CONFIG_FILE
+
+    if not (Path(path) / CONFIG_FILE).is_file():
+        raise ValueError(f"{path} is not a run directory (no {CONFIG_FILE})")
+    return Path(path)
+
+
 def results_folder(path: str | Path) -> Path:
     """``path`` created (with its parents) for results, and checked writable (``writable``); a path
     that cannot be is bad input."""

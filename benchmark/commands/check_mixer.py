@@ -32,8 +32,10 @@ def add_parser(subparsers: Subparsers) -> argparse.ArgumentParser:
 def main(args: argparse.Namespace, extra: list[str]) -> int:
     """`check-mixer NAME [--mixer.KEY VALUE ...]`: the table of mixer_checks' checks; 1 if one fails."""
     from emergence_bench import registry
-    from emergence_bench.commands import mixer_checks
     from emergence_bench.config import ConfigError
+
+    registry.mixers.check(args.name)  # an unknown name is bad input (exit 2, with the closest name), not a failed check
+    from emergence_bench.commands import mixer_checks  # (torch: after the name is checked)
 
     overrides: dict[str, Any] = {}
     for key, value in config_overrides(extra).items():
@@ -44,7 +46,6 @@ def main(args: argparse.Namespace, extra: list[str]) -> int:
     unknown = [c for c in skip if c not in mixer_checks.check_names()]
     if unknown:
         raise ConfigError(f"--skip: no check named {', '.join(unknown)}; checks: {', '.join(mixer_checks.check_names())}")
-    registry.mixers.get(args.name)  # an unknown name is bad input (exit 2, with the closest name), not a failed check
     mixer_checks.Subject(args.name, overrides).resolved  # so is a misspelt or mistyped key (resolving raises)
     results = mixer_checks.check_mixer(args.name, overrides, skip=skip)
     print(mixer_checks.render(args.name, results))

@@ -23,14 +23,15 @@ def add_parser(subparsers: Subparsers) -> argparse.ArgumentParser:
 
 
 def main(args: argparse.Namespace, extra: list[str]) -> int:
+    folder = writable_results(results_in(args.dir), "claims", "claims.md, .csv and .json")
+
     from emergence_bench.claims import claims
     from emergence_bench.claims.claim import CLAIMS
-    from emergence_bench.reporting import scorecard
 
     claims()  # declares the built-in claims, so --claim can name them
-
-    folder = writable_results(results_in(args.dir), "claims", "claims.md, .csv and .json")
     only = [CLAIMS.get(name) for name in args.claim] if args.claim else None  # judged among all: one Holm family
+    from emergence_bench.reporting import scorecard  # (pandas: after the arguments are checked)
+
     rows, markdown = scorecard.write(folder, only)
     print(markdown, end="")
     print(f"\nwrote {folder / 'claims.md'} (with the paper's words, each test and its details), claims.csv and "

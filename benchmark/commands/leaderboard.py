@@ -27,10 +27,11 @@ def add_parser(subparsers: Subparsers) -> argparse.ArgumentParser:
 
 
 def main(args: argparse.Namespace, extra: list[str]) -> int:
-    from emergence_bench.reporting import leaderboard
+    folder = writable_results(results_in(args.dir), "leaderboard", "leaderboard.md, .csv and .json")
+
+    from emergence_bench.reporting import leaderboard  # (pandas: after the arguments are checked)
     from emergence_bench.results.store import load_records, mixed_code_note
 
-    folder = writable_results(results_in(args.dir), "leaderboard", "leaderboard.md, .csv and .json")
     over = tuple(k.strip() for k in args.over.split(",") if k.strip())
     table, markdown = leaderboard.write(folder, over, baseline=args.baseline, strict=args.strict)
     print(markdown, end="")

@@ -86,24 +86,21 @@ def _sections() -> list[str]:
 
 
 def _describe(reg: PluginRegistry[Any]) -> list[str]:
-    """Each class of ``reg`` with its facts and its config keys, then each plugin that failed to import."""
-    from emergence_bench.config import takes_kwargs
-
+    """Each entry of ``reg`` with its facts and its config keys, then each plugin that failed to import.
+    The built-ins are read from their catalog: only a plugin (or an entry registered in this process)
+    has its module imported, and then every entry's is."""
+    if set(reg.known()) - set(reg.catalog):
+        reg.names()  # loads them, a broken plugin warned of once
     lines = []
-    for name in reg.names():
-        cls = reg.get(name)
-        facts = [f"{cls.__module__}.{cls.__qualname__}"]
+    for name in (name for name in reg.known() if name not in reg.broken):
+        facts = [reg.where(name)]
         if reg.kind == "mixer":
-            facts.append("attention scores" if getattr(cls, "exposes_attention", False) else "no attention scores")
-            facts.append("backends: " + ", ".join(getattr(cls, "backends", ("torch",))))
+            facts.append("attention scores" if reg.fact(name, "exposes_attention") else "no attention scores")
+            facts.append("backends: " + ", ".join(reg.fact(name, "backends")))
         lines.append(f"  {name}  ({'; '.join(facts)})")
-        params = reg.parameters(name)
-        try:
-            annotations = {k: p.annotation for k, p in inspect.signature(cls.__init__).parameters.items()}
-        except (TypeError, ValueError):
-            annotations = {}
-        keys = [_key(k, annotations.get(k), v) for k, v in params.items()]
-        if takes_kwargs(cls):
+        keys = [_key(p.name, p.annotation, p.default) for p in reg.signature(name).parameters.values()
+                if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+        if reg.takes_kwargs(name):
             keys.append("**kwargs (passed through unchecked)")
         lines.extend(_wrapped(keys))
     for name, error in reg.broken.items():

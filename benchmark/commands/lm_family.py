@@ -52,7 +52,7 @@ def add_parser(subparsers: Subparsers) -> argparse.ArgumentParser:
 
 
 def main(args: argparse.Namespace, extra: list[str] | None = None) -> int:
-    from emergence_bench.analysis.lm_family import FamilyConfig, describe
+    from emergence_bench.analysis.lm_family import FamilyConfig, describe, family_file
 
     if args.step == "train":
         from emergence_bench.analysis.lm_family import train_family
@@ -71,13 +71,14 @@ def main(args: argparse.Namespace, extra: list[str] | None = None) -> int:
               f"{result['seconds'] / 60:.1f} min on {args.workers} workers; config {asdict(config)}")
         print(f"next: emergence-bench lm-family analyze {args.out}", file=sys.stderr)
         return 1 if failed else 0
-    from emergence_bench.analysis.family_analysis import analyze_family, print_summary
-
     began = time.perf_counter()
     if not 0 < args.threshold <= 1 or args.prompts < 1:
         raise ValueError(f"--threshold must be in (0, 1] and --prompts ≥ 1, got {args.threshold}, {args.prompts}")
     if args.out.is_dir():
         writable(args.out, "run it on a writable copy of the family's folder", "the family's folder ")
+    family_file(args.out)
+    from emergence_bench.analysis.family_analysis import analyze_family, print_summary  # (torch: after the checks)
+
     summary = analyze_family(args.out, args.probes, args.prompts, args.threshold, args.device)
     print_summary(summary)
     print(f"\nanalysed {len(summary['seeds'])} seeds in {(time.perf_counter() - began) / 60:.1f} min; "

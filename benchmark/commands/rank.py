@@ -38,8 +38,6 @@ def add_parser(subparsers: Subparsers) -> argparse.ArgumentParser:
 
 
 def main(args: argparse.Namespace, extra: list[str]) -> int:
-    from emergence_bench.reporting import rank
-
     folder = results_in(args.dir)
     other = results_in(args.against) if args.against is not None else None
     axes = {}
@@ -49,6 +47,8 @@ def main(args: argparse.Namespace, extra: list[str]) -> int:
             raise ValueError(f"--rung takes FAMILY=KEY, e.g. linear_map=task.sparsity; got {spec!r}")
         axes[family] = key if "." in key else f"task.{key}"
     writable_results(folder, "rank", "rank.md, .csv and .json" + (" and reproduction.md and .json" if other else ""))
+    from emergence_bench.reporting import rank  # (pandas: after the arguments are checked)
+
     if other is not None:  # compared first: a comparison that fails leaves the earlier rank.* as they were
         from emergence_bench.reporting import reproduction
 

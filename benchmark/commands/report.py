@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from emergence_bench.commands.arguments import add_results_dir, add_strict, writable, writable_results
+from emergence_bench.commands.arguments import add_results_dir, add_strict, results_in, writable, writable_results
 from emergence_bench.commands.command import Subparsers, register_command
 
 
@@ -38,8 +38,7 @@ def add_parser(subparsers: Subparsers) -> argparse.ArgumentParser:
 
 
 def main(args: argparse.Namespace, extra: list[str]) -> int:
-    from emergence_bench.reporting import report
-
+    results_in(args.dir)
     axes = tuple(a.strip() for a in args.axes.split(",")) if args.axes is not None else None
     if axes is not None and (len(axes) != 2 or not all(axes)):
         raise ValueError(f"--axes takes two config keys, e.g. task.state_size,task.sparsity; got {args.axes!r}")
@@ -50,10 +49,12 @@ def main(args: argparse.Namespace, extra: list[str]) -> int:
                          "leave it out for every figure the results allow")
     if args.out is not None and Path(args.out).is_dir():
         raise ValueError(f"--out {args.out} is a folder: give the HTML file to write, e.g. {Path(args.out) / 'report.html'}")
-    if args.out is not None:  # (a missing DIR is named by the report: no result.json under it)
+    if args.out is not None:
         writable(Path(args.out).parent, f"choose another --out than {args.out}")
-    elif Path(args.dir).is_dir():
+    else:
         writable_results(Path(args.dir), "report", "report.html and its figures", out_flag=True)
+    from emergence_bench.reporting import report  # (pandas, matplotlib and torch: after the arguments are checked)
+
     path = report.write(args.dir, args.out, axes=axes, maps=args.maps, over=over, strict=args.strict,
                         figures=figures, seed=args.seed, reference=args.reference)
     print(f"report: {path}")

@@ -52,11 +52,11 @@ def main(args: argparse.Namespace, extra: list[str]) -> int:
         set_dotted(data, "trainer.threads", args.threads)
     resolve(data)  # keys and values first: a typo is refused before Lightning loads (the engine's check plans too)
 
-    from emergence_bench.callbacks.emergence import EMERGENCE
-    from emergence_bench.callbacks.plateau import PLATEAU
     from emergence_bench.engine.run import check, run
     from emergence_bench.machine.devices import accelerator_device
     from emergence_bench.machine.threads import choose_threads
+    from emergence_bench.measurements.emergence import EMERGENCE
+    from emergence_bench.measurements.plateau import PLATEAU
     from emergence_bench.results.store import RESULT_FILE
 
     config = check(data)

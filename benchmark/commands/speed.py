@@ -6,6 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from emergence_bench import registry
 from emergence_bench.commands.arguments import writable
 from emergence_bench.commands.command import Subparsers, register_command
 
@@ -41,8 +42,6 @@ def add_parser(subparsers: Subparsers) -> argparse.ArgumentParser:
 
 
 def main(args: argparse.Namespace, extra: list[str]) -> int:
-    from emergence_bench.perf import speed
-
     try:
         lengths = tuple(int(n) for n in args.lengths.split(",")) if args.lengths else None
         seeds = tuple(int(n) for n in args.seeds.split(","))
@@ -56,6 +55,10 @@ def main(args: argparse.Namespace, extra: list[str]) -> int:
     if Path(args.out).is_dir():
         raise ValueError(f"--out {args.out} is a folder: give the JSON file to write, e.g. {Path(args.out) / 'speed.json'}")
     writable(Path(args.out).parent, f"choose another --out than {args.out}")  # before minutes of timing
+    if unknown := [name for name in mixers or [] if name not in registry.mixers.known()]:
+        raise ValueError(f"--mixers: unknown mixer(s) {', '.join(unknown)}; known: {', '.join(registry.mixers.known())}")
+    from emergence_bench.perf import speed  # (torch: after the arguments are checked)
+
     if args.forms:
         speed.forms_main(args.out, lengths=lengths, repeats=args.repeats)
         print(f"wrote {args.out}", file=sys.stderr)

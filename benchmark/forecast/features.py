@@ -2,7 +2,7 @@
 
 Every feature is computed from the entries of a result row whose step is ≤ ``window`` (the row's
 later records cannot change it: tests/test_forecast.py changes them and checks). The sparse-pattern
-probe is the first declared pattern probe (``emergence_bench.results.measurement.pattern_probes``) that the run
+probe is the first declared pattern probe (``emergence_bench.measurements.pattern_probes``) that the run
 measured: the attention probe where the mixer has attention scores, the influence probe otherwise; a
 run with neither gets the loss features only (the probe features are NaN, and a model that needs
 them says so).
@@ -31,7 +31,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from emergence_bench.results.measurement import pattern_probes
+from emergence_bench.measurements import pattern_probes
 from emergence_bench.results.row import Row, emergence_step, section, step_budget
 
 FEATURES = ("mass", "mass_rate", "crossing", "entropy", "loss", "loss_rate", "cells")

@@ -53,7 +53,7 @@ def backend(name: str | None) -> Iterator[None]:
 def builtin_mixers() -> list[str]:
     """The registered mixers that ship with the suite (defined in ``emergence_bench.mixers``), not
     plugins or mixers registered elsewhere (e.g. by tests): the speed table compares the suite's own."""
-    package = registry.mixers.builtin_package + "."
+    package = f"{registry.mixers.builtins}."
     return [name for name in registry.mixers.names() if registry.mixers.get(name).__module__.startswith(package)]
 
 

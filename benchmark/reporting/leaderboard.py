@@ -3,7 +3,7 @@
 A group is every run whose resolved config is equal except for the keys in ``over`` (default: the
 seed), i.e. one row per (task config, mixer config, intervention, other settings). A row is its
 frame (the group's labels and run counts) and then the columns of every registered measurement
-(``emergence_bench.results.measurement``), aggregated as each declares: emergence and plateau times are
+(``emergence_bench.measurements``), aggregated as each declares: emergence and plateau times are
 Kaplan–Meier medians with 95% intervals, runs that never got there censored at their budget;
 success rates have 95% Wilson intervals.
 """
@@ -20,6 +20,7 @@ import pandas as pd
 
 from emergence_bench import registry
 from emergence_bench.config import hashed_config
+from emergence_bench.measurements import measurements
 from emergence_bench.reporting.table import Table
 from emergence_bench.results.columns import (
     BUDGET,
@@ -27,7 +28,6 @@ from emergence_bench.results.columns import (
     km_time,  # noqa: F401  (the figures read it from here)
     ratio_cell,
 )
-from emergence_bench.results.measurement import measurements
 from emergence_bench.results.row import ResultRow, forecast_stopped
 from emergence_bench.results.store import LEADERBOARD_STEM, TUNING_DIR, load_records, write_json, write_text
 
@@ -61,14 +61,15 @@ def _varying_within(flats: list[dict], keys: list[str], prefix: str) -> dict[obj
 
 
 def _interventions(config: dict) -> list[str]:
-    """The configured callbacks that change training (``is_intervention``), sorted."""
+    """The configured callbacks that change training (``is_intervention``; a built-in's read from its
+    catalog, so no callback is imported), sorted."""
     names = []
     for name in sorted(config.get("callbacks", {})):
         try:
-            cls = registry.callbacks.get(name)
+            changes_training = registry.callbacks.fact(name, "is_intervention")
         except KeyError:  # a plugin that is not installed here
-            cls = None
-        if getattr(cls, "is_intervention", False):
+            changes_training = False
+        if changes_training:
             names.append(name)
     return names
 

@@ -35,8 +35,8 @@ from collections.abc import Callable
 import numpy as np
 import pandas as pd
 
-from emergence_bench.callbacks.plateau import PLATEAU
 from emergence_bench.config import ConfigError
+from emergence_bench.measurements.plateau import PLATEAU
 from emergence_bench.results.row import ResultRow, emergence_step, step_budget
 from emergence_bench.stats.medians import kaplan_meier_medians
 

@@ -30,11 +30,11 @@ from pathlib import Path
 import pandas as pd
 
 from emergence_bench.config import ConfigError, hashed_config
+from emergence_bench.measurements import measurement
 from emergence_bench.reporting import plateau_score, reference
 from emergence_bench.reporting.ladder import ladders
 from emergence_bench.reporting.leaderboard import flatten
 from emergence_bench.reporting.rank_tables import to_markdown
-from emergence_bench.results.measurement import measurement
 from emergence_bench.results.row import ResultRow, emergence_step
 from emergence_bench.results.row_curves import held_plateaus, plateau_time
 from emergence_bench.results.store import (

@@ -25,9 +25,9 @@ from collections.abc import Collection
 from pathlib import Path
 from typing import Any, cast
 
-from emergence_bench.callbacks.emergence import EMERGENCE
-from emergence_bench.callbacks.plateau import PLATEAU
 from emergence_bench.config import ConfigError, hashed_config
+from emergence_bench.measurements.emergence import EMERGENCE
+from emergence_bench.measurements.plateau import PLATEAU
 from emergence_bench.reporting.ladder import ladders
 from emergence_bench.reporting.leaderboard import flatten
 from emergence_bench.results.row import ResultRow, section

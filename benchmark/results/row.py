@@ -8,7 +8,7 @@ run that failed before training has none of them, a run without an attention pro
 ``row.get(name) or {}``. Each section's keys are all present when the section is, so a section is
 typed ``total=False`` only so that ``{}`` stands for an absent one.
 
-Every measurement is declared in its callback's module (``emergence_bench.results.measurement``) with its
+Every measurement is declared in its own module (``emergence_bench.measurements``) with its
 section and the section's TypedDict, not here: ``section(row, measurement)`` (or ``measurement.read``)
 reads it. The sections here are the run's own: provenance, timing, metrics, task facts, curves.
 """
@@ -95,8 +95,8 @@ class ResultRow(RowBase, total=False):
     metrics: Metrics
     task_facts: TaskFacts
     curves: Curves
-    # The measurements' sections: each declared, with its TypedDict, in its callback's file
-    # (``emergence_bench.results.measurement``); read one with its Measurement: ``PLATEAU.read(row)``.
+    # The measurements' sections: each declared, with its TypedDict, in its module of
+    # ``emergence_bench.measurements``; read one with its Measurement: ``PLATEAU.read(row)``.
     plateau: dict[str, Any]
     emergence: dict[str, Any]
     attention_probe: dict[str, Any]

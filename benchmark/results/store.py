@@ -21,13 +21,14 @@ from collections import Counter
 from collections.abc import Mapping
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
-from typing import Any, BinaryIO, Callable, TypeGuard, cast
-
-import pandas as pd
+from typing import TYPE_CHECKING, Any, BinaryIO, Callable, TypeGuard, cast
 
 from emergence_bench.machine import allocator
 from emergence_bench.results.row import ResultRow, Row, emergence_step, plateau_section, section
 from emergence_bench.stats.held_plateau import plateau_fields
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 SCHEMA_VERSION = 3  # 2: task_facts, full-sequence losses, init and bias patterns in the config; 3: the held plateau
 READS = (2, 3)  # schema 2 rows are upgraded when read (upgrade_row)
@@ -353,6 +354,8 @@ def load_records(root: str | Path, strict: bool = False, quiet: bool = False,
 
 def load(root: str | Path) -> pd.DataFrame:
     """Every result.json under ``root`` as one flat DataFrame (nested keys joined by dots)."""
+    import pandas as pd  # here: every command imports the store, and most never need a DataFrame
+
     records = load_records(root)
     if not records:
         return pd.DataFrame()

@@ -11,7 +11,7 @@ import numpy as np
 import torch
 from matplotlib.figure import Figure
 
-from emergence_bench.callbacks.attention_probe import ATTENTION_PROBE
+from emergence_bench.measurements.attention_probe import ATTENTION_PROBE
 from emergence_bench.reporting.figure import Drawn, Results, find_run_dir, register_figure
 from emergence_bench.reporting.figures.staircase import staircase_seed
 from emergence_bench.reporting.plotting import PAGE_INCHES, plt, slug

@@ -10,9 +10,9 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from emergence_bench.callbacks.emergence import EMERGENCE
-from emergence_bench.callbacks.plateau import PLATEAU
 from emergence_bench.config import hashed_config
+from emergence_bench.measurements.emergence import EMERGENCE
+from emergence_bench.measurements.plateau import PLATEAU
 from emergence_bench.reporting import leaderboard
 from emergence_bench.reporting.figure import Drawn, Results, register_figure
 from emergence_bench.reporting.plotting import PAGE_INCHES, plain_log, plt, slug

@@ -11,8 +11,8 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
-from emergence_bench.callbacks.emergence import EMERGENCE
-from emergence_bench.callbacks.plateau import PLATEAU
+from emergence_bench.measurements.emergence import EMERGENCE
+from emergence_bench.measurements.plateau import PLATEAU
 from emergence_bench.reporting import leaderboard
 from emergence_bench.reporting.figure import REGISTRY, Drawn, Results, register_figure
 from emergence_bench.reporting.plotting import (

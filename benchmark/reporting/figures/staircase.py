@@ -6,7 +6,7 @@ import numpy as np
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
-from emergence_bench.callbacks.emergence import EMERGENCE
+from emergence_bench.measurements.emergence import EMERGENCE
 from emergence_bench.reporting.figure import Drawn, Results, register_figure
 from emergence_bench.reporting.plotting import (
     draw_line,

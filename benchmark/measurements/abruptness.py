@@ -26,8 +26,9 @@ import statistics
 from collections.abc import Sequence
 from typing import Any
 
+from emergence_bench.measurements import register_measurement
 from emergence_bench.results.columns import Computed, missing
-from emergence_bench.results.measurement import Measurement, register_measurement
+from emergence_bench.results.measurement import Measurement
 from emergence_bench.results.row import Curves, Row, section
 from emergence_bench.results.row_curves import cell_fits, cell_transitions, min_drop
 
