@@ -21,17 +21,18 @@ from collections import Counter
 from collections.abc import Mapping
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
-from typing import Any, BinaryIO, Callable, TypeGuard, cast
+from typing import Any, BinaryIO, Callable, TypeGuard, cast, get_args
 
 import pandas as pd
 
 from emergence_bench.machine import allocator
-from emergence_bench.results.row import ResultRow, Row, emergence_step, plateau_section, section
+from emergence_bench.results.row import MAPPINGS, ResultRow, Row, Status, emergence_step, plateau_section, section
 from emergence_bench.stats.held_plateau import plateau_fields
 
 SCHEMA_VERSION = 3  # 2: task_facts, full-sequence losses, init and bias patterns in the config; 3: the held plateau
 READS = (2, 3)  # schema 2 rows are upgraded when read (upgrade_row)
 FINISHED = ("ok", "diverged")  # a sweep does not rerun these; `failed` runs are retried
+STATUSES: tuple[str, ...] = get_args(Status)  # ok, diverged, failed
 
 # What a run folder DIR/<run_id>/ holds.
 RESULT_FILE = "result.json"  # the result row, written last: its presence marks the run finished
@@ -260,6 +261,14 @@ def parse_result(path: str | Path) -> ResultRow:
     if data.get("schema_version") not in READS:
         raise UnreadableResult(f"{path}: schema_version {data.get('schema_version')!r}; "
                                f"this version reads {', '.join(map(str, READS))}")
+    # Read as it is, such a row would still count as a seed whose numbers are missing (a final loss
+    # averaged over fewer runs than the seeds column says, a run counted as never emerged).
+    if data["status"] not in STATUSES:
+        raise UnreadableResult(f"{path}: status {data['status']!r}; a row's status is one of {', '.join(STATUSES)}")
+    broken = next((key for key in MAPPINGS if key in data and not isinstance(data[key], dict)), None)
+    if broken is not None:
+        raise UnreadableResult(f"{path}: {broken} is {json.dumps(data[broken])[:40]}, not a mapping as the suite "
+                               f"writes it (a row edited by hand, or written by another tool)")
     return upgrade_row(cast(ResultRow, data))
 
 
