@@ -49,6 +49,22 @@ def files(tmp_path):
     (tmp_path / "not-utf8.json.gz").write_bytes(gzip.compress(b"\xff\xfe{}"))
     (tmp_path / "a-part.json.gz").write_bytes(gzip.compress(json.dumps({"format": 1, "preset": "x"}).encode()))
     two_runs(tmp_path / "two-runs")
+    edited_copy(tmp_path / "two-runs", tmp_path / "null-metrics", {"metrics": None})
+    edited_copy(tmp_path / "two-runs", tmp_path / "two-budgets", {"config.trainer.max_steps": 20})
+
+
+def edited_copy(folder, copy, changes: dict) -> None:
+    """``folder`` copied to ``copy``, its first row changed at each dotted key of ``changes``."""
+    shutil.copytree(folder, copy)
+    path = sorted(copy.glob("*/result.json"))[0]
+    row = json.loads(path.read_text())
+    for key, value in changes.items():
+        *parents, last = key.split(".")
+        holder = row
+        for part in parents:
+            holder = holder[part]
+        holder[last] = value
+    path.write_text(json.dumps(row))
 
 
 def two_runs(out):
@@ -499,3 +515,43 @@ def test_a_mixer_key_with_mixers_is_set_on_each_of_them_not_dropped(folder, caps
                  "--group", "linear-map"])
     runs = list(yaml.safe_load_all(capsys.readouterr().out))
     assert code == 0 and runs and all(run["mixer"]["n_heads"] == 2 for run in runs)
+
+
+WITH_STRICT = [name for name, p in PARSERS.items() if any("--strict" in a.option_strings for a in p._actions)]
+
+
+@pytest.mark.parametrize("name", WITH_STRICT)
+def test_a_row_with_a_null_section_is_named_by_every_command_that_reads_rows(name, folder, capsys, monkeypatch):
+    """A finished row whose metrics are null is not read as a seed with its numbers missing: named and
+    left out (a warning), and with --strict one line naming the file and the key."""
+    assert set(WITH_STRICT) == {"leaderboard", "rank", "report"}
+    before = tree(folder / "null-metrics")
+    one_line([name, "{tmp}/null-metrics", "--strict"], folder, capsys, monkeypatch,
+             ["null-metrics", "result.json: metrics is null, not a mapping"])
+    assert tree(folder / "null-metrics") == before
+
+
+def test_the_leaderboard_counts_only_the_rows_it_read(folder, tmp_path, capsys, monkeypatch):
+    """Its seeds column and the final loss's mean are over the same runs: the one row it can read."""
+    copy = tmp_path / "copy"
+    shutil.copytree(folder / "null-metrics", copy)
+    code, err = answer(["leaderboard", str(copy)], folder, capsys, monkeypatch)
+    assert code == 0 and "metrics is null" in err, err
+    (row,) = json.loads((copy / "leaderboard.json").read_text())
+    assert row["seeds"] == 1 and row["final_eval_loss"] is not None
+
+
+RANKING = {"rank": ["rank", "{tmp}/two-budgets"],
+           "rank --against": ["rank", "{tmp}/two-runs", "--against", "{tmp}/two-budgets"]}
+
+
+@pytest.mark.parametrize("case", RANKING)
+def test_a_ranking_of_two_settings_in_one_cell_is_refused_and_writes_nothing(case, folder, capsys, monkeypatch):
+    """Runs of two budgets in one cell: a success rate over both means neither. Every command that
+    ranks a folder names the cell and the budgets, and writes nothing."""
+    assert {n for n, p in PARSERS.items() if n == "rank" or any("--against" in a.option_strings for a in options(p))} \
+        == {c.split()[0] for c in RANKING}
+    before = {name: tree(folder / name) for name in ("two-runs", "two-budgets")}
+    one_line(RANKING[case], folder, capsys, monkeypatch,
+             ["mixes runs of two settings", "trainer.max_steps=10: 1 run", "trainer.max_steps=20: 1 run"])
+    assert {name: tree(folder / name) for name in before} == before

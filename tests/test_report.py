@@ -208,3 +208,20 @@ def test_edge_markers_of_a_sweep_axis_lie_inside_the_panel():
     for ax in figure.axes:
         low, high = ax.get_xlim()
         assert low < 1 - 0.1 and high > 3 + 0.1  # room for a marker's half at either end
+
+
+def test_a_ranking_of_two_budgets_in_one_cell_is_not_drawn_and_the_page_says_why(tmp_path):
+    """As `rank` refuses it: the page lists the ranking with rank's reason (the cell and its budgets),
+    not the generic one, and draws none of its parts."""
+    import json
+
+    from test_rank import BUDGET, ladder_records
+
+    longer = [dict(r, run_id=r["run_id"] + "-long", config={**r["config"], "trainer": {"max_steps": 2 * BUDGET}})
+              for r in ladder_records()[:2]]
+    for r in ladder_records() + longer:
+        (tmp_path / r["run_id"]).mkdir()
+        (tmp_path / r["run_id"] / "result.json").write_text(json.dumps(r))
+    page = report.write(tmp_path, figures=("ranking",)).read_text()
+    assert "<li>ranking: not ranked: the cell a · linear_map sparsity=1 mixes runs of two settings" in page
+    assert "<img " not in page

@@ -6,6 +6,8 @@ family's runs (state size, sparsity, pairs, depth), its values the rungs, harder
 *cell* is one (mixer, family, rung): its seeds' success rate (emerged within the budget) with a 95%
 Wilson interval; Kaplan–Meier medians of the first loss drop (``plateau_score``), the held plateau's
 end (``emergence_bench.stats.held_plateau``) and the emergence step, runs that never got there censored.
+A cell is one setting over its replicates (seeds, task instances), and every mixer of a rung has
+one budget: a folder that mixes two (a rerun at another budget) is refused, not pooled.
 
 Per mixer and family:
   - frontier: the hardest rung whose success rate is ≥ 50%, with an interval: the hardest rung whose
@@ -79,13 +81,53 @@ def cell_members(records: list[ResultRow], ladder: dict) -> dict[tuple[str, str,
     return members
 
 
+REPLICATES = ("seed", "task.task_seed")  # what the runs of one cell may differ in: its replicates
+BUDGET_KEY = "trainer.max_steps"
+
+
+class MixedSettings(ConfigError):
+    """A cell of two settings, or a rung of two budgets (``check_settings``): not a ranking."""
+
+
+def check_settings(members: dict[tuple[str, str, str], list[ResultRow]], ladder: dict) -> None:
+    """A cell's success rate is over one setting: its runs may differ in their replicates only, and
+    every mixer of a rung trains for one budget (a run given more steps has more time to emerge).
+    Two settings in one folder (a rerun at another --trainer.max_steps) are refused, naming the keys
+    and values, rather than pooled or compared across budgets (MixedSettings)."""
+    how = ("rank each setting on its own: move one setting's run folders into another folder (the leaderboard, "
+           "`emergence-bench leaderboard DIR`, shows a row per setting)")
+    budgets: dict[tuple[str, str], dict[str, set[str]]] = {}
+    for (mixer, family, rung), runs in members.items():
+        flats = [flatten(hashed_config(r["config"])) for r in runs]
+        keys = sorted({k for f in flats for k in f} - set(REPLICATES))
+        for key in keys:
+            values = Counter(json.dumps(f.get(key), default=str) for f in flats)
+            if len(values) > 1:
+                counted = ", ".join(f"{key}={v}: {n} run{'s' if n > 1 else ''}" for v, n in sorted(values.items()))
+                raise MixedSettings(f"the cell {mixer} · {family} {_rung(ladder[family]['axis'], rung)} mixes runs of "
+                                  f"two settings ({counted}): a success rate over both means neither; {how}")
+        budgets.setdefault((family, rung), {}).setdefault(json.dumps(flats[0].get(BUDGET_KEY)), set()).add(mixer)
+    for (family, rung), by_budget in budgets.items():
+        if len(by_budget) > 1:
+            listed = "; ".join(f"{BUDGET_KEY}={b}: {', '.join(sorted(m))}" for b, m in sorted(by_budget.items()))
+            raise MixedSettings(f"the mixers of {family} {_rung(ladder[family]['axis'], rung)} trained for different "
+                              f"budgets ({listed}): success within a budget compares them only at one; {how}")
+
+
+def _rung(axis: str | None, rung: str) -> str:
+    return f"{axis.removeprefix('task.')}={json.loads(rung)}" if axis else "(one rung)"
+
+
 def cells(records: list[ResultRow], axes: dict[str, str] | None = None) -> tuple[pd.DataFrame, dict]:
     """One row per (mixer, family, rung) and the ladders. Failed runs (errors) are left out of the
-    rates; a diverged run counts as not emerged, as in the leaderboard."""
+    rates; a diverged run counts as not emerged, as in the leaderboard. A cell of two settings (or a
+    rung of two budgets) is refused (``check_settings``)."""
     ladder = ladders(records, axes)
     emergence, budget, abrupt = measurement("emergence"), measurement("budget"), measurement("abruptness")
     rows = []
-    for (mixer, family, rung), members in cell_members(records, ladder).items():
+    found = cell_members(records, ladder)
+    check_settings(found, ladder)
+    for (mixer, family, rung), members in found.items():
         measured = [r for r in members if r["status"] in ("ok", "diverged")]
         emerged = sum(1 for r in measured if emergence_step(r) is not None)
         low, high = wilson_interval(emerged, len(measured))

@@ -9,7 +9,7 @@ from matplotlib.figure import Figure
 
 from emergence_bench.config import ConfigError
 from emergence_bench.reporting import rank, rank_tables
-from emergence_bench.reporting.figure import Drawn, Results, register_figure
+from emergence_bench.reporting.figure import Drawn, NotDrawn, Results, register_figure
 from emergence_bench.reporting.figures import comparison
 from emergence_bench.reporting.figures.tuning_curves import tuning_figure
 from emergence_bench.reporting.plotting import PAGE_INCHES, legend_above, plain_log, plt
@@ -71,6 +71,8 @@ def _ranking(results: Results) -> list[Drawn]:
     rows, results.reference_data, axes = rows_to_rank(results.records, results.root, results.reference)
     try:
         ranked = rank.build(rows, axes, learning_speed=saved_rank(results.root).get("learning_speed") or ())
+    except rank.MixedSettings as why:  # two budgets in one cell: said in the page, as `rank` says it
+        raise NotDrawn(f"not ranked: {why}") from None
     except ConfigError:  # no single ladder per family: the sweep is not a ranking
         return []
     figure = ladder_figure(ranked)
