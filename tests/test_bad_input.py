@@ -184,6 +184,10 @@ CASES = [
      ["--replay", "a folder"]),
     ("a folder as the report file", ["report", "{tmp}/two-runs", "--out", "{tmp}/empty"],
      ["--out", "is a folder", "report.html"]),
+    ("pythia model a missing folder", ["analyze", "pythia", "--model", "{tmp}/nowhere/pythia-70m", "--probe",
+                                       "repetition", "--out", "{tmp}/pythia-rows"], ["--model", "no such folder"]),
+    ("pythia model a file", ["analyze", "pythia", "--model", "{tmp}/a-file", "--probe", "repetition", "--out",
+                             "{tmp}/pythia-rows"], ["--model", "a-file is a file"]),
     # other commands
     ("check-mixer unknown", ["check-mixer", "transfomer"], ["transfomer", "transformer"]),
     ("rank bad rung", ["rank", "{tmp}/empty", "--rung", "linear_map"], ["FAMILY=KEY"]),
@@ -555,3 +559,11 @@ def test_a_ranking_of_two_settings_in_one_cell_is_refused_and_writes_nothing(cas
     one_line(RANKING[case], folder, capsys, monkeypatch,
              ["mixes runs of two settings", "trainer.max_steps=10: 1 run", "trainer.max_steps=20: 1 run"])
     assert {name: tree(folder / name) for name in before} == before
+
+
+def test_a_pythia_model_that_is_no_folder_writes_no_row(folder, capsys, monkeypatch):
+    """A missing folder is not tried as a hub name (whose answer named another problem) nor recorded
+    as a failed row: one line, nothing written."""
+    one_line(["analyze", "pythia", "--model", "./no-such-folder", "--probe", "repetition", "--out",
+              "{tmp}/pythia-rows"], folder, capsys, monkeypatch, ["--model ./no-such-folder: no such folder"])
+    assert not (folder / "pythia-rows").exists()
