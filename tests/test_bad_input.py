@@ -50,7 +50,35 @@ def files(tmp_path):
     (tmp_path / "a-part.json.gz").write_bytes(gzip.compress(json.dumps({"format": 1, "preset": "x"}).encode()))
     two_runs(tmp_path / "two-runs")
     edited_copy(tmp_path / "two-runs", tmp_path / "null-metrics", {"metrics": None})
+    three_runs(tmp_path / "two-runs", tmp_path / "three-runs")
+    claims_rows(tmp_path / "claims-rows")
     edited_copy(tmp_path / "two-runs", tmp_path / "two-budgets", {"config.trainer.max_steps": 20})
+
+
+def three_runs(folder, copy) -> None:
+    """``folder``'s two runs and a third seed of the second, two of the three emerged: a fleet to forecast."""
+    shutil.copytree(folder, copy)
+    paths = sorted(copy.glob("*/result.json"))
+    rows = [json.loads(p.read_text()) for p in paths]
+    third = {**rows[1], "seed": 2, "run_id": rows[1]["run_id"] + "-2", "config": {**rows[1]["config"], "seed": 2}}
+    paths.append(copy / third["run_id"] / "result.json")
+    paths[-1].parent.mkdir()
+    for path, row, step in zip(paths, [*rows, third], (8, None, 10)):
+        path.write_text(json.dumps({**row, "emergence": {**row["emergence"], "step": step}}))
+
+
+def claims_rows(folder) -> None:
+    """Hand-made rows of the claims' emergence and bias groups (test_claims): a folder `claims` judges."""
+    from test_claims import bias_rows
+
+    from emergence_bench.results.store import SCHEMA_VERSION
+
+    for group, rows in bias_rows(plateau=100).items():
+        for row in rows:
+            (folder / group / row["run_id"]).mkdir(parents=True)
+            (folder / group / row["run_id"] / "result.json").write_text(json.dumps(
+                {"schema_version": SCHEMA_VERSION, "error": None, "backend": None, "device": None, "threads": 1,
+                 "versions": {}, "started_at": "", **row}))
 
 
 def edited_copy(folder, copy, changes: dict) -> None:
@@ -567,3 +595,73 @@ def test_a_pythia_model_that_is_no_folder_writes_no_row(folder, capsys, monkeypa
     one_line(["analyze", "pythia", "--model", "./no-such-folder", "--probe", "repetition", "--out",
               "{tmp}/pythia-rows"], folder, capsys, monkeypatch, ["--model ./no-such-folder: no such folder"])
     assert not (folder / "pythia-rows").exists()
+
+
+# Each command that writes its outputs beside a folder's rows, run on a copy of the folder named: it
+# writes them all at its end, together, so a failure at its last file leaves every earlier one.
+OUTPUTS = {
+    "leaderboard": ("two-runs", ["leaderboard", "{dir}"]),
+    "rank": ("two-runs", ["rank", "{dir}"]),
+    "rank --against": ("two-runs", ["rank", "{dir}", "--against", "{tmp}/two-runs"]),
+    "report": ("two-runs", ["report", "{dir}", "--figures", "curves,seeds"]),
+    "claims": ("claims-rows", ["claims", "{dir}"]),
+    "forecast": ("three-runs", ["forecast", "{dir}", "--window", "5", "--permutations", "5", "--save",
+                                "all runs={dir}/model.json", "--stopped", "{dir}"]),
+    "analyze abruptness": ("two-runs", ["analyze", "abruptness", "{dir}", "--surrogates", "0"]),
+    "analyze calibration": ("two-runs", ["analyze", "calibration", "{dir}"]),
+}
+# The other writers: run and sweep write each run's row as it finishes (a stopped sweep keeps those,
+# docs/faults.md), as lm-family train does each seed's; the rest write one file, atomically, once
+# everything is computed (analyze emergence, patch, pythia; lm-family analyze's summary; speed).
+AS_THEY_GO = {"run", "sweep", "lm-family train"}
+ONE_FILE_AT_THE_END = {"analyze emergence", "analyze patch", "analyze pythia", "lm-family analyze", "speed"}
+
+
+def test_every_command_that_writes_is_tried_at_its_last_file_or_said_why_not():
+    assert {case.split(" --")[0] for case in OUTPUTS} | AS_THEY_GO | ONE_FILE_AT_THE_END == \
+        {case.split(" --")[0] for case in WRITES}
+
+
+@pytest.mark.parametrize("case", OUTPUTS)
+def test_a_command_whose_last_file_fails_leaves_every_earlier_one_as_it_was(case, folder, tmp_path, capsys,
+                                                                            monkeypatch):
+    """A full disk at the last file a command writes: its earlier files (here, those of its first call)
+    are left whole and unchanged, none replaced by this call's, and no temporary file is left."""
+    import errno
+
+    from emergence_bench.results import store
+
+    source, argv = OUTPUTS[case]
+    work = tmp_path / source
+    shutil.copytree(folder / source, work)
+    argv = [a.replace("{dir}", str(work)) for a in argv]
+    staged, real = [], store._staged
+
+    def recording(path, write):
+        staged.append(path)
+        return real(path, write)
+
+    monkeypatch.setattr(store, "_staged", recording)
+    code, err = answer(argv, folder, capsys, monkeypatch)
+    assert code == 0 and staged, err
+    before, last = tree(work), staged[-1]
+
+    def full_at_the_last(path, write):
+        if path == last:
+            raise store.unwritable(path, OSError(errno.ENOSPC, "No space left on device"))
+        return real(path, write)
+
+    monkeypatch.setattr(store, "_staged", full_at_the_last)
+    one_line(argv, folder, capsys, monkeypatch, [f"cannot write {last}", "(ENOSPC)"])
+    assert tree(work) == before
+
+
+def test_a_forecast_whose_save_names_no_fleet_writes_nothing(folder, tmp_path, capsys, monkeypatch):
+    """`forecast --save FLEET=PATH` with a fleet it does not have: refused before its tables are
+    computed or its forecast.md and .json written."""
+    work = tmp_path / "three-runs"
+    shutil.copytree(folder / "three-runs", work)
+    before = tree(work)
+    one_line(["forecast", str(work), "--window", "5", "--permutations", "5", "--save", f"nosuch={work}/m.json"],
+             folder, capsys, monkeypatch, ["--save takes FLEET=PATH with FLEET one of: all runs", "nosuch"])
+    assert tree(work) == before

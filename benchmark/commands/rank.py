@@ -39,6 +39,7 @@ def add_parser(subparsers: Subparsers) -> argparse.ArgumentParser:
 
 def main(args: argparse.Namespace, extra: list[str]) -> int:
     from emergence_bench.reporting import rank
+    from emergence_bench.results.store import write_files
 
     folder = results_in(args.dir)
     other = results_in(args.against) if args.against is not None else None
@@ -54,13 +55,15 @@ def main(args: argparse.Namespace, extra: list[str]) -> int:
 
         # DIR's unreadable files are named once, by its ranking below.
         comparison, text = reproduction.compared(folder, other, axes, strict=args.strict, quiet=True)
-    ranked, markdown = rank.write(folder, axes, strict=args.strict, baseline=args.baseline,
-                                  reference_name=args.reference)
+    ranked, markdown, files = rank.ranked(folder, axes, strict=args.strict, baseline=args.baseline,
+                                          reference_name=args.reference)
+    if other is not None:
+        files.update(reproduction.files(folder, other, comparison, text))
+    write_files(files)  # at the end, all together: a command that fails leaves the earlier files as they were
     print(markdown, end="")
     print(f"\nwrote {folder / 'rank.md'}, rank.csv and rank.json ({len(ranked['ranking'])} mixers, "
           f"{len(ranked['cells'])} cells)", file=sys.stderr)
     if other is not None:
-        reproduction.save(folder, other, comparison, text)
         print("\n" + text, end="")
         print(f"\nwrote {folder / (reproduction.STEM + '.md')} and {reproduction.STEM}.json "
               f"({comparison['summary']['cells']} cells compared)", file=sys.stderr)

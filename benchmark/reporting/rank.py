@@ -43,10 +43,10 @@ from emergence_bench.results.store import (
     LADDER_FILE,
     RANK_STEM,
     TUNING_DIR,
+    json_text,
     load_records,
     read_tables,
-    write_json,
-    write_text,
+    write_files,
 )
 from emergence_bench.stats.medians import kaplan_meier_median, wilson_interval
 
@@ -296,12 +296,21 @@ def declared_learning_speed(root: Path) -> list[str]:
 def write(root: str | Path, axes: dict[str, str] | None = None, strict: bool = False,
           baseline: str | None = None, reference_name: str | None = None,
           learning_speed: list[str] | None = None) -> tuple[dict, str]:
+    """``ranked``, written: rank.md, rank.csv and rank.json under ``root``, all three or none."""
+    found, markdown, written = ranked(root, axes, strict, baseline, reference_name, learning_speed)
+    write_files(written)
+    return found, markdown
+
+
+def ranked(root: str | Path, axes: dict[str, str] | None = None, strict: bool = False,
+           baseline: str | None = None, reference_name: str | None = None,
+           learning_speed: list[str] | None = None) -> tuple[dict, str, dict[Path, str]]:
     """Rank every result under ``root`` (its tuning runs left out), with the rows of the reference
-    ``reference_name`` for the mixers ``root`` lacks; write rank.md, rank.csv (the ranking) and
-    rank.json (all of it, with each mixer's learning rate per family and the tuning tables).
-    ``learning_speed``: the families outside the success score (default: those ``root/ladder.json``
-    declares). ``strict``: an unreadable result file is an error, not a warning (see
-    results.load_records)."""
+    ``reference_name`` for the mixers ``root`` lacks: (the ranking, its Markdown, the files it goes
+    to: rank.md, rank.csv (the ranking) and rank.json (all of it, with each mixer's learning rate per
+    family and the tuning tables)); nothing written. ``learning_speed``: the families outside the
+    success score (default: those ``root/ladder.json`` declares). ``strict``: an unreadable result
+    file is an error, not a warning (see results.load_records)."""
     root = Path(root)
     if learning_speed is None:
         learning_speed = declared_learning_speed(root)
@@ -324,24 +333,22 @@ def write(root: str | Path, axes: dict[str, str] | None = None, strict: bool = F
             raise ConfigError(why)
         ours = {r["config"]["mixer"]["name"] for r in records}
         records = records + reference.rows(ref, without=ours)
-    ranked = build(records, axes, baseline, learning_speed)
-    ranked["tuning"] = tuning + reference_tuning(ref, records, {(t["mixer"], t["group"]) for t in tuning})
-    ranked["reference"] = None if ref is None else {"name": reference_name, **{k: ref[k] for k in (
+    found = build(records, axes, baseline, learning_speed)
+    found["tuning"] = tuning + reference_tuning(ref, records, {(t["mixer"], t["group"]) for t in tuning})
+    found["reference"] = None if ref is None else {"name": reference_name, **{k: ref[k] for k in (
         "preset", "ladder", "commit", "versions", "machine", "created")}}  # name: what `report` ranks against
-    markdown = to_markdown(ranked)
+    markdown = to_markdown(found)
     if ref is not None:
         markdown = (f"Ranked against reference {ref['preset']} (ladder {ref['ladder']}, commit {str(ref['commit'])[:10]}, "
                     f"torch {ref['versions'].get('torch')}, {ref['machine'].get('cpus')} CPUs) for the mixers not "
                     f"run here.\n\n") + markdown
-    write_text(root / f"{RANK_STEM}.md", markdown)
-    write_text(root / f"{RANK_STEM}.csv", ranked["ranking"].to_csv(index=False))
-    write_json(root / f"{RANK_STEM}.json", {
-        "ladders": ranked["ladders"], "baseline": ranked["baseline"], "lr": ranked["lr"],
-        "learning_speed": ranked["learning_speed"],
-        "tuning": ranked["tuning"], "reference": ranked["reference"],
-        **{part: json.loads(ranked[part].to_json(orient="records"))
-           for part in ("ranking", "families", "cells", "held_plateau", "first_drop")}})
-    return ranked, markdown
+    return found, markdown, {
+        root / f"{RANK_STEM}.md": markdown, root / f"{RANK_STEM}.csv": found["ranking"].to_csv(index=False),
+        root / f"{RANK_STEM}.json": json_text({
+            "ladders": found["ladders"], "baseline": found["baseline"], "lr": found["lr"],
+            "learning_speed": found["learning_speed"], "tuning": found["tuning"], "reference": found["reference"],
+            **{part: json.loads(found[part].to_json(orient="records"))
+               for part in ("ranking", "families", "cells", "held_plateau", "first_drop")}})}
 
 
 def reference_tuning(ref: dict | None, records: list[ResultRow], have: set[tuple[str, str]]) -> list[dict]:

@@ -32,7 +32,7 @@ from emergence_bench.results.store import (
     code_version,
     load_records,
     mixed_code_note,
-    write_text,
+    write_files,
 )
 
 
@@ -92,7 +92,7 @@ def write(root: str | Path, out: str | Path | None = None, axes: tuple[str, str]
     page.section("Provenance", "Where these numbers come from: the code, the software, the machines and the "
                  "commands, with the number of runs for each.")
     page.add(provenance_table(records).html())
-    write_text(out, page.html(f"emergence-bench report: {root}"))
+    write_files({**page.files, out: page.html(f"emergence-bench report: {root}")})  # all at once, at the end
     return out
 
 

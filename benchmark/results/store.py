@@ -84,7 +84,27 @@ def write_atomic(path: str | Path, write: Callable[[BinaryIO], object]) -> None:
     which then replaces ``path``, so a reader (or a resumed sweep) sees the old file or the new one,
     never half of one, even if this process dies mid-write. Creates the parent folders. A disk error
     (DISK_ERRORS) raises ResultsUnwritable, with the temporary file removed."""
-    path = Path(path)
+    _replace([(_staged(Path(path), write), Path(path))])
+
+
+def write_files(files: Mapping[Path, str | bytes]) -> None:
+    """Write each of ``files`` (path -> its text or bytes) as ``write_atomic`` does, and all of them
+    or none: every temporary file is written before the first replaces its file, so a command whose
+    last file fails (a full disk) leaves every earlier one as it was, not half of its outputs new."""
+    staged: list[tuple[Path, Path]] = []
+    try:
+        for path, data in files.items():
+            content = data.encode("utf-8") if isinstance(data, str) else data
+            staged.append((_staged(Path(path), lambda f, content=content: f.write(content)), Path(path)))
+    except BaseException:
+        _remove([tmp for tmp, _ in staged])
+        raise
+    _replace(staged)
+
+
+def _staged(path: Path, write: Callable[[BinaryIO], object]) -> Path:
+    """``write(f)`` into a new temporary file beside ``path`` (its folders made), synced to disk; its
+    path. A failure removes it (a disk error raised as ResultsUnwritable naming ``path``)."""
     # Same folder: os.replace is atomic only within one filesystem. A random name: concurrent writers
     # of one path never share a temporary file. Mode "x" creates it with the usual permissions.
     tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
@@ -94,20 +114,37 @@ def write_atomic(path: str | Path, write: Callable[[BinaryIO], object]) -> None:
             write(f)
             f.flush()
             os.fsync(f.fileno())
-        os.replace(tmp, path)
     except BaseException as error:
+        _remove([tmp])
+        if is_disk_error(error):
+            raise unwritable(path, error) from error
+        raise
+    return tmp
+
+
+def _replace(staged: list[tuple[Path, Path]]) -> None:
+    """Each staged temporary file renamed over its path; on a failure, those not renamed are removed."""
+    for i, (tmp, path) in enumerate(staged):
+        try:
+            os.replace(tmp, path)
+        except BaseException as error:
+            _remove([t for t, _ in staged[i:]])
+            if is_disk_error(error):
+                raise unwritable(path, error) from error
+            raise
+
+
+def _remove(temporaries: list[Path]) -> None:
+    for tmp in temporaries:
         try:
             tmp.unlink(missing_ok=True)
         except OSError:  # a read-only filesystem refuses the unlink too: the first error is the one to report
             pass
-        if is_disk_error(error):
-            raise unwritable(path, error) from error
-        raise
 
 
 def write_text(path: str | Path, text: str) -> None:
     """Write ``text`` (UTF-8) to ``path`` atomically (see ``write_atomic``)."""
-    write_atomic(path, lambda f: f.write(text.encode("utf-8")))
+    write_files({Path(path): text})
 
 
 def write_ladder(folder: str | Path, preset: str, ladder: str | None, learning_speed: list[str]) -> None:
@@ -119,7 +156,12 @@ def write_ladder(folder: str | Path, preset: str, ladder: str | None, learning_s
 
 def write_json(path: str | Path, data: Mapping[str, Any] | list) -> None:
     """Write ``data`` as JSON to ``path`` atomically (strict JSON: no NaN)."""
-    write_text(path, json.dumps(data, indent=2, allow_nan=False))
+    write_text(path, json_text(data))
+
+
+def json_text(data: Mapping[str, Any] | list) -> str:
+    """``data`` as the JSON text ``write_json`` writes (strict: no NaN), for ``write_files``."""
+    return json.dumps(data, indent=2, allow_nan=False)
 
 
 def without_non_finite(data: Any, key: str = "", found: list[str] | None = None) -> tuple[Any, list[str]]:
