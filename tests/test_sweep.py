@@ -224,3 +224,37 @@ def test_the_closing_line_names_the_next_command_rank_for_a_ladder(tmp_path, tin
         assert main(["sweep", str(path), "--out", str(out)]) == 0
         err = capsys.readouterr().err
         assert f"next: `emergence-bench {command} {out}`, then `emergence-bench report {out}`" in err
+
+
+def test_the_eta_counts_the_stages_still_to_come_from_the_first_line(tmp_path, tiny_config, monkeypatch):
+    """A plugin's sweep: its tuning runs first, its ranking runs (announced) only once the tuning has
+    chosen. The ETA of the tuning's first line covers both (it covered the tuning alone: a fraction
+    of the sweep's time)."""
+    import re
+    import time
+
+    from emergence_bench.execution import sweep as sweeps
+
+    def fake_run(config, out):  # one second a run
+        time.sleep(1.0)
+        return {"run_id": sweeps.resolve(config).run_id(), "status": "ok", "error": None, "emergence_step": None}
+
+    monkeypatch.setattr(sweeps, "_run_one", fake_run)
+    tuning_stage = sweeps.Stage(Sweep("t", tiny_config(), grid={"seed": [100]}), tmp_path / "t", priority=0)
+    ranking = sweeps.Stage(Sweep("r", tiny_config(), grid={"seed": [0, 1, 2, 3]}), tmp_path / "r", priority=1)
+
+    unlocked = []
+
+    def follow(finished):  # the tuning's run unlocks the ranking, once
+        if finished and not unlocked:
+            unlocked.append(ranking)
+            return unlocked
+        return []
+
+    log = tmp_path / "log"
+    with open(log, "w") as stream:
+        sweeps.run_stages([tuning_stage], stream=stream, follow=follow, announced={"r": 4})
+    first = next(line for line in log.read_text().splitlines() if line.startswith("[t] 1/1 done"))
+    eta = re.search(r"eta (\d+):(\d+):(\d+)", first)
+    assert int(eta.group(2)) * 60 + int(eta.group(3)) >= 3, first  # 4 runs of about 1 s to come
+    assert "[r] 4 runs, 0 already finished, 4 to run" in log.read_text()
