@@ -3,7 +3,9 @@ names the problem, and never a traceback. One table of command lines and files; 
 Below it, the categories of mistake each generated over every registered command it applies to: a
 command line of the wrong shape, flags before the command, an empty value, a number that is not
 finite, a reference that is not one, a read-only results folder, a flag that would be dropped or
-would quietly change what is run, and a comparison that fails after the ranking it replaces."""
+would quietly change what is run, a comparison that fails after the ranking it replaces, a row whose
+section is null, a ranking cell of two settings (budgets), a folder to read that does not exist, and
+a command that fails at its last file (nothing it wrote before may be overwritten)."""
 
 import argparse
 import gzip
@@ -665,3 +667,40 @@ def test_a_forecast_whose_save_names_no_fleet_writes_nothing(folder, tmp_path, c
     one_line(["forecast", str(work), "--window", "5", "--permutations", "5", "--save", f"nosuch={work}/m.json"],
              folder, capsys, monkeypatch, ["--save takes FLEET=PATH with FLEET one of: all runs", "nosuch"])
     assert tree(work) == before
+
+
+# Every argument that names a folder to read, and a command line around it ({missing}: a folder that does
+# not exist). `lm-family train OUT` and the --out flags name folders to make, and are not here.
+READ_FOLDERS = {
+    ("leaderboard", None): ["leaderboard", "{missing}"],
+    ("rank", None): ["rank", "{missing}"],
+    ("rank", "--against"): ["rank", "{tmp}/two-runs", "--against", "{missing}"],
+    ("report", None): ["report", "{missing}"],
+    ("claims", None): ["claims", "{missing}"],
+    ("forecast", None): ["forecast", "{missing}"],
+    ("forecast", "--stopped"): ["forecast", "{tmp}/three-runs", "--stopped", "{missing}"],
+    ("analyze emergence", None): ["analyze", "emergence", "{missing}"],
+    ("analyze patch", None): ["analyze", "patch", "{missing}", "--old", "0", "--new", "5"],
+    ("analyze abruptness", None): ["analyze", "abruptness", "{missing}"],
+    ("analyze calibration", None): ["analyze", "calibration", "{missing}"],
+    ("analyze pythia", "--model"): ["analyze", "pythia", "--model", "{missing}", "--probe", "repetition", "--out",
+                                    "{tmp}/pythia-rows"],
+    ("lm-family analyze", None): ["lm-family", "analyze", "{missing}"],
+}
+
+
+def test_every_folder_a_command_reads_is_tried_missing():
+    found = {(name, a.option_strings[-1] if a.option_strings else None) for name, p in PARSERS.items()
+             for a in p._actions if a.metavar in ("DIR", "RUN_DIR", "OTHER", "DIR2")}
+    assert found | {("analyze pythia", "--model"), ("lm-family analyze", None)} == set(READ_FOLDERS)
+
+
+@pytest.mark.parametrize("case", READ_FOLDERS, ids=[" ".join(filter(None, c)) for c in READ_FOLDERS])
+def test_a_folder_that_does_not_exist_is_named_and_nothing_is_made(case, folder, capsys, monkeypatch):
+    """One line naming the folder (never a hub's answer, a traceback, or a row recording the failure),
+    and nothing made: neither the folder nor an output."""
+    missing = folder / "no-such" / "folder"
+    before = tree(folder)
+    argv = [a.replace("{missing}", str(missing)) for a in READ_FOLDERS[case]]
+    one_line(argv, folder, capsys, monkeypatch, [str(missing)])
+    assert not (folder / "no-such").exists() and tree(folder) == before
