@@ -16,7 +16,19 @@ reads it. The sections here are the run's own: provenance, timing, metrics, task
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, Literal, TypedDict, TypeVar, Union, cast, get_origin, get_type_hints, is_typeddict, overload
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    Literal,
+    TypedDict,
+    TypeVar,
+    Union,
+    cast,
+    get_origin,
+    get_type_hints,
+    is_typeddict,
+    overload,
+)
 
 if TYPE_CHECKING:  # (it imports this module)
     from emergence_bench.results.measurement import Measurement

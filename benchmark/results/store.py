@@ -95,11 +95,15 @@ def write_files(files: Mapping[Path, str | bytes]) -> None:
     try:
         for path, data in files.items():
             content = data.encode("utf-8") if isinstance(data, str) else data
-            staged.append((_staged(Path(path), lambda f, content=content: f.write(content)), Path(path)))
+            staged.append((_staged(Path(path), functools.partial(_write_bytes, content)), Path(path)))
     except BaseException:
         _remove([tmp for tmp, _ in staged])
         raise
     _replace(staged)
+
+
+def _write_bytes(content: bytes, file: BinaryIO) -> None:
+    file.write(content)
 
 
 def _staged(path: Path, write: Callable[[BinaryIO], object]) -> Path:

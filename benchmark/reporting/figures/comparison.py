@@ -162,7 +162,8 @@ def state_figure(ranked: dict) -> Figure | None:
     colours = _colours(list(ranking["mixer"]))
     markers = {mixer: MARKERS[i % len(MARKERS)] for i, mixer in enumerate(sorted(ranking["mixer"]))}
     unknown = set(unknown_state(ranked))
-    panels = [(axes[0, 0], "score", None, "success score (mean area, ±95%)")]
+    panels: list[tuple[Axes, str, tuple[str, str] | None, str]] = [
+        (axes[0, 0], "score", None, "success score (mean area, ±95%)")]
     if has_plateau:
         panels.append((axes[0, 1], "held_plateau_ratio", ("held_plateau_low", "held_plateau_high"),
                        f"plateau ratio to {ranked['baseline']} (log)"))
