@@ -631,29 +631,29 @@ def test_a_command_whose_last_file_fails_leaves_every_earlier_one_as_it_was(case
     are left whole and unchanged, none replaced by this call's, and no temporary file is left."""
     import errno
 
-    from emergence_bench.results import store
+    from emergence_bench.results import atomic
 
     source, argv = OUTPUTS[case]
     work = tmp_path / source
     shutil.copytree(folder / source, work)
     argv = [a.replace("{dir}", str(work)) for a in argv]
-    staged, real = [], store._staged
+    staged, real = [], atomic._staged
 
     def recording(path, write):
         staged.append(path)
         return real(path, write)
 
-    monkeypatch.setattr(store, "_staged", recording)
+    monkeypatch.setattr(atomic, "_staged", recording)
     code, err = answer(argv, folder, capsys, monkeypatch)
     assert code == 0 and staged, err
     before, last = tree(work), staged[-1]
 
     def full_at_the_last(path, write):
         if path == last:
-            raise store.unwritable(path, OSError(errno.ENOSPC, "No space left on device"))
+            raise atomic.unwritable(path, OSError(errno.ENOSPC, "No space left on device"))
         return real(path, write)
 
-    monkeypatch.setattr(store, "_staged", full_at_the_last)
+    monkeypatch.setattr(atomic, "_staged", full_at_the_last)
     one_line(argv, folder, capsys, monkeypatch, [f"cannot write {last}", "(ENOSPC)"])
     assert tree(work) == before
 

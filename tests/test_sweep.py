@@ -111,7 +111,8 @@ def test_seed_parallel_sweep_groups_seeds_of_one_config(tmp_path, tiny_config):
 
 def test_a_failed_write_keeps_the_old_result(tmp_path):
     """Resume trusts result.json: an interrupted write leaves the old file whole and no temp file."""
-    from emergence_bench.results.store import write_atomic, write_json
+    from emergence_bench.results.atomic import write_atomic
+    from emergence_bench.results.store import write_json
 
     path = tmp_path / "run" / "result.json"
     write_json(path, {"status": "ok"})

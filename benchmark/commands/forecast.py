@@ -129,7 +129,8 @@ def main(args: argparse.Namespace, extra: list[str] | None = None) -> int:
             raise ValueError(f"--save {args.save}: {saved_to} is a folder; give FLEET=FILE, the file to write")
         writable(saved_to.parent, f"--save {args.save}: choose another PATH")
     from emergence_bench.forecast.evaluate import in_domain, replay_stop, stop_savings, transfer
-    from emergence_bench.results.store import json_text, load_records, without_non_finite, write_files
+    from emergence_bench.results.atomic import write_files
+    from emergence_bench.results.store import json_text, load_records, without_non_finite
 
     rows = [r for r in load_records(folder) if r.get("status") == "ok"]
     if not rows:

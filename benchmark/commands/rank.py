@@ -39,7 +39,7 @@ def add_parser(subparsers: Subparsers) -> argparse.ArgumentParser:
 
 def main(args: argparse.Namespace, extra: list[str]) -> int:
     from emergence_bench.reporting import rank
-    from emergence_bench.results.store import write_files
+    from emergence_bench.results.atomic import write_files
 
     folder = results_in(args.dir)
     other = results_in(args.against) if args.against is not None else None

@@ -25,9 +25,9 @@ from emergence_bench.execution.stop_signals import STOP_SIGNALS, SweepStopped, s
 from emergence_bench.execution.sweep_spec import Sweep
 from emergence_bench.execution.workers import Interrupted, WorkerLost, Workers
 from emergence_bench.machine.threads import available_cpus, set_cpu_share
+from emergence_bench.results.atomic import ResultsUnwritable
 from emergence_bench.results.row import Row
 from emergence_bench.results.store import (
-    ResultsUnwritable,
     busy_row,
     is_finished,
     lost_summary,

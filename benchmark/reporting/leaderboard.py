@@ -21,6 +21,7 @@ import pandas as pd
 from emergence_bench import registry
 from emergence_bench.config import hashed_config
 from emergence_bench.reporting.table import Table
+from emergence_bench.results.atomic import write_files
 from emergence_bench.results.columns import (
     BUDGET,
     Median,
@@ -29,7 +30,7 @@ from emergence_bench.results.columns import (
 )
 from emergence_bench.results.measurement import measurements
 from emergence_bench.results.row import ResultRow, forecast_stopped
-from emergence_bench.results.store import LEADERBOARD_STEM, TUNING_DIR, json_text, load_records, write_files
+from emergence_bench.results.store import LEADERBOARD_STEM, TUNING_DIR, json_text, load_records
 
 
 def flatten(data: dict, prefix: str = "") -> dict:

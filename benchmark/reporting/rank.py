@@ -36,18 +36,11 @@ from emergence_bench.reporting import plateau_score, reference
 from emergence_bench.reporting.ladder import ladders
 from emergence_bench.reporting.leaderboard import flatten
 from emergence_bench.reporting.rank_tables import to_markdown
+from emergence_bench.results.atomic import write_files
 from emergence_bench.results.measurement import measurement
 from emergence_bench.results.row import ResultRow, emergence_step
 from emergence_bench.results.row_curves import held_plateaus, plateau_time
-from emergence_bench.results.store import (
-    LADDER_FILE,
-    RANK_STEM,
-    TUNING_DIR,
-    json_text,
-    load_records,
-    read_tables,
-    write_files,
-)
+from emergence_bench.results.store import LADDER_FILE, RANK_STEM, TUNING_DIR, json_text, load_records, read_tables
 from emergence_bench.stats.medians import kaplan_meier_median, wilson_interval
 
 Z = 1.96  # 95%

@@ -24,6 +24,7 @@ from emergence_bench.reporting.figures import FIGURES
 from emergence_bench.reporting.page import Page
 from emergence_bench.reporting.ranked import rows_to_rank
 from emergence_bench.reporting.table import Table
+from emergence_bench.results.atomic import write_files
 from emergence_bench.results.row import ResultRow, section
 from emergence_bench.results.store import (
     REPORT_FILE,
@@ -32,7 +33,6 @@ from emergence_bench.results.store import (
     code_version,
     load_records,
     mixed_code_note,
-    write_files,
 )
 
 

@@ -30,8 +30,9 @@ import pandas as pd
 from emergence_bench.config import ConfigError
 from emergence_bench.reporting import rank
 from emergence_bench.reporting.table import Table
+from emergence_bench.results.atomic import write_files
 from emergence_bench.results.row import ResultRow
-from emergence_bench.results.store import TUNING_DIR, json_text, load_records, write_files
+from emergence_bench.results.store import TUNING_DIR, json_text, load_records
 from emergence_bench.stats.significance import fisher_exact, holm
 
 ALPHA = 0.05

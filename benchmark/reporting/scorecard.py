@@ -23,6 +23,7 @@ import pandas as pd
 from emergence_bench.claims import claims
 from emergence_bench.claims.claim import Claim, ScoreRow, confirmation, scorecard
 from emergence_bench.config import ConfigError
+from emergence_bench.results.atomic import write_files
 from emergence_bench.results.row import ResultRow, emergence_step
 from emergence_bench.results.store import (
     ANALYSIS_DIR,
@@ -31,7 +32,6 @@ from emergence_bench.results.store import (
     parse_result,
     result_paths,
     without_non_finite,
-    write_files,
 )
 
 PATCHING_GROUP = "patching"
