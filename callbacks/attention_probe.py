@@ -12,7 +12,8 @@ import torch
 from emergence_bench.callbacks.emergence import Emergence
 from emergence_bench.mixers.base import MixerContext
 from emergence_bench.registry import register_callback
-from emergence_bench.results.store import MAPS_FILE, write_atomic
+from emergence_bench.results.atomic import write_atomic
+from emergence_bench.results.store import MAPS_FILE
 
 if TYPE_CHECKING:
     from emergence_bench.callbacks.contract import MeasuredModule

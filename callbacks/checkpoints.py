@@ -9,7 +9,8 @@ from typing import TYPE_CHECKING, Any
 import lightning as L
 import torch
 
-from emergence_bench.results.store import CHECKPOINT_DIR, write_atomic
+from emergence_bench.results.atomic import write_atomic
+from emergence_bench.results.store import CHECKPOINT_DIR
 
 if TYPE_CHECKING:
     from emergence_bench.callbacks.contract import MeasuredModule

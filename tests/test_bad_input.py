@@ -3,7 +3,9 @@ names the problem, and never a traceback. One table of command lines and files; 
 Below it, the categories of mistake each generated over every registered command it applies to: a
 command line of the wrong shape, flags before the command, an empty value, a number that is not
 finite, a reference that is not one, a read-only results folder, a flag that would be dropped or
-would quietly change what is run, and a comparison that fails after the ranking it replaces."""
+would quietly change what is run, a comparison that fails after the ranking it replaces, a row whose
+section is null, a ranking cell of two settings (budgets), a folder to read that does not exist, and
+a command that fails at its last file (nothing it wrote before may be overwritten)."""
 
 import argparse
 import gzip
@@ -49,6 +51,50 @@ def files(tmp_path):
     (tmp_path / "not-utf8.json.gz").write_bytes(gzip.compress(b"\xff\xfe{}"))
     (tmp_path / "a-part.json.gz").write_bytes(gzip.compress(json.dumps({"format": 1, "preset": "x"}).encode()))
     two_runs(tmp_path / "two-runs")
+    edited_copy(tmp_path / "two-runs", tmp_path / "null-metrics", {"metrics": None})
+    three_runs(tmp_path / "two-runs", tmp_path / "three-runs")
+    claims_rows(tmp_path / "claims-rows")
+    edited_copy(tmp_path / "two-runs", tmp_path / "two-budgets", {"config.trainer.max_steps": 20})
+
+
+def three_runs(folder, copy) -> None:
+    """``folder``'s two runs and a third seed of the second, two of the three emerged: a fleet to forecast."""
+    shutil.copytree(folder, copy)
+    paths = sorted(copy.glob("*/result.json"))
+    rows = [json.loads(p.read_text()) for p in paths]
+    third = {**rows[1], "seed": 2, "run_id": rows[1]["run_id"] + "-2", "config": {**rows[1]["config"], "seed": 2}}
+    paths.append(copy / third["run_id"] / "result.json")
+    paths[-1].parent.mkdir()
+    for path, row, step in zip(paths, [*rows, third], (8, None, 10)):
+        path.write_text(json.dumps({**row, "emergence": {**row["emergence"], "step": step}}))
+
+
+def claims_rows(folder) -> None:
+    """Hand-made rows of the claims' emergence and bias groups (test_claims): a folder `claims` judges."""
+    from test_claims import bias_rows
+
+    from emergence_bench.results.store import SCHEMA_VERSION
+
+    for group, rows in bias_rows(plateau=100).items():
+        for row in rows:
+            (folder / group / row["run_id"]).mkdir(parents=True)
+            (folder / group / row["run_id"] / "result.json").write_text(json.dumps(
+                {"schema_version": SCHEMA_VERSION, "error": None, "backend": None, "device": None, "threads": 1,
+                 "versions": {}, "started_at": "", **row}))
+
+
+def edited_copy(folder, copy, changes: dict) -> None:
+    """``folder`` copied to ``copy``, its first row changed at each dotted key of ``changes``."""
+    shutil.copytree(folder, copy)
+    path = sorted(copy.glob("*/result.json"))[0]
+    row = json.loads(path.read_text())
+    for key, value in changes.items():
+        *parents, last = key.split(".")
+        holder = row
+        for part in parents:
+            holder = holder[part]
+        holder[last] = value
+    path.write_text(json.dumps(row))
 
 
 def two_runs(out):
@@ -168,6 +214,10 @@ CASES = [
      ["--replay", "a folder"]),
     ("a folder as the report file", ["report", "{tmp}/two-runs", "--out", "{tmp}/empty"],
      ["--out", "is a folder", "report.html"]),
+    ("pythia model a missing folder", ["analyze", "pythia", "--model", "{tmp}/nowhere/pythia-70m", "--probe",
+                                       "repetition", "--out", "{tmp}/pythia-rows"], ["--model", "no such folder"]),
+    ("pythia model a file", ["analyze", "pythia", "--model", "{tmp}/a-file", "--probe", "repetition", "--out",
+                             "{tmp}/pythia-rows"], ["--model", "a-file is a file"]),
     # other commands
     ("check-mixer unknown", ["check-mixer", "transfomer"], ["transfomer", "transformer"]),
     ("rank bad rung", ["rank", "{tmp}/empty", "--rung", "linear_map"], ["FAMILY=KEY"]),
@@ -499,3 +549,158 @@ def test_a_mixer_key_with_mixers_is_set_on_each_of_them_not_dropped(folder, caps
                  "--group", "linear-map"])
     runs = list(yaml.safe_load_all(capsys.readouterr().out))
     assert code == 0 and runs and all(run["mixer"]["n_heads"] == 2 for run in runs)
+
+
+WITH_STRICT = [name for name, p in PARSERS.items() if any("--strict" in a.option_strings for a in p._actions)]
+
+
+@pytest.mark.parametrize("name", WITH_STRICT)
+def test_a_row_with_a_null_section_is_named_by_every_command_that_reads_rows(name, folder, capsys, monkeypatch):
+    """A finished row whose metrics are null is not read as a seed with its numbers missing: named and
+    left out (a warning), and with --strict one line naming the file and the key."""
+    assert set(WITH_STRICT) == {"leaderboard", "rank", "report"}
+    before = tree(folder / "null-metrics")
+    one_line([name, "{tmp}/null-metrics", "--strict"], folder, capsys, monkeypatch,
+             ["null-metrics", "result.json: metrics is null, not a mapping"])
+    assert tree(folder / "null-metrics") == before
+
+
+def test_the_leaderboard_counts_only_the_rows_it_read(folder, tmp_path, capsys, monkeypatch):
+    """Its seeds column and the final loss's mean are over the same runs: the one row it can read."""
+    copy = tmp_path / "copy"
+    shutil.copytree(folder / "null-metrics", copy)
+    code, err = answer(["leaderboard", str(copy)], folder, capsys, monkeypatch)
+    assert code == 0 and "metrics is null" in err, err
+    (row,) = json.loads((copy / "leaderboard.json").read_text())
+    assert row["seeds"] == 1 and row["final_eval_loss"] is not None
+
+
+RANKING = {"rank": ["rank", "{tmp}/two-budgets"],
+           "rank --against": ["rank", "{tmp}/two-runs", "--against", "{tmp}/two-budgets"]}
+
+
+@pytest.mark.parametrize("case", RANKING)
+def test_a_ranking_of_two_settings_in_one_cell_is_refused_and_writes_nothing(case, folder, capsys, monkeypatch):
+    """Runs of two budgets in one cell: a success rate over both means neither. Every command that
+    ranks a folder names the cell and the budgets, and writes nothing."""
+    assert {n for n, p in PARSERS.items() if n == "rank" or any("--against" in a.option_strings for a in options(p))} \
+        == {c.split()[0] for c in RANKING}
+    before = {name: tree(folder / name) for name in ("two-runs", "two-budgets")}
+    one_line(RANKING[case], folder, capsys, monkeypatch,
+             ["mixes runs of two settings", "trainer.max_steps=10: 1 run", "trainer.max_steps=20: 1 run"])
+    assert {name: tree(folder / name) for name in before} == before
+
+
+def test_a_pythia_model_that_is_no_folder_writes_no_row(folder, capsys, monkeypatch):
+    """A missing folder is not tried as a hub name (whose answer named another problem) nor recorded
+    as a failed row: one line, nothing written."""
+    one_line(["analyze", "pythia", "--model", "./no-such-folder", "--probe", "repetition", "--out",
+              "{tmp}/pythia-rows"], folder, capsys, monkeypatch, ["--model ./no-such-folder: no such folder"])
+    assert not (folder / "pythia-rows").exists()
+
+
+# Each command that writes its outputs beside a folder's rows, run on a copy of the folder named: it
+# writes them all at its end, together, so a failure at its last file leaves every earlier one.
+OUTPUTS = {
+    "leaderboard": ("two-runs", ["leaderboard", "{dir}"]),
+    "rank": ("two-runs", ["rank", "{dir}"]),
+    "rank --against": ("two-runs", ["rank", "{dir}", "--against", "{tmp}/two-runs"]),
+    "report": ("two-runs", ["report", "{dir}", "--figures", "curves,seeds"]),
+    "claims": ("claims-rows", ["claims", "{dir}"]),
+    "forecast": ("three-runs", ["forecast", "{dir}", "--window", "5", "--permutations", "5", "--save",
+                                "all runs={dir}/model.json", "--stopped", "{dir}"]),
+    "analyze abruptness": ("two-runs", ["analyze", "abruptness", "{dir}", "--surrogates", "0"]),
+    "analyze calibration": ("two-runs", ["analyze", "calibration", "{dir}"]),
+}
+# The other writers: run and sweep write each run's row as it finishes (a stopped sweep keeps those,
+# docs/faults.md), as lm-family train does each seed's; the rest write one file, atomically, once
+# everything is computed (analyze emergence, patch, pythia; lm-family analyze's summary; speed).
+AS_THEY_GO = {"run", "sweep", "lm-family train"}
+ONE_FILE_AT_THE_END = {"analyze emergence", "analyze patch", "analyze pythia", "lm-family analyze", "speed"}
+
+
+def test_every_command_that_writes_is_tried_at_its_last_file_or_said_why_not():
+    assert {case.split(" --")[0] for case in OUTPUTS} | AS_THEY_GO | ONE_FILE_AT_THE_END == \
+        {case.split(" --")[0] for case in WRITES}
+
+
+@pytest.mark.parametrize("case", OUTPUTS)
+def test_a_command_whose_last_file_fails_leaves_every_earlier_one_as_it_was(case, folder, tmp_path, capsys,
+                                                                            monkeypatch):
+    """A full disk at the last file a command writes: its earlier files (here, those of its first call)
+    are left whole and unchanged, none replaced by this call's, and no temporary file is left."""
+    import errno
+
+    from emergence_bench.results import atomic
+
+    source, argv = OUTPUTS[case]
+    work = tmp_path / source
+    shutil.copytree(folder / source, work)
+    argv = [a.replace("{dir}", str(work)) for a in argv]
+    staged, real = [], atomic._staged
+
+    def recording(path, write):
+        staged.append(path)
+        return real(path, write)
+
+    monkeypatch.setattr(atomic, "_staged", recording)
+    code, err = answer(argv, folder, capsys, monkeypatch)
+    assert code == 0 and staged, err
+    before, last = tree(work), staged[-1]
+
+    def full_at_the_last(path, write):
+        if path == last:
+            raise atomic.unwritable(path, OSError(errno.ENOSPC, "No space left on device"))
+        return real(path, write)
+
+    monkeypatch.setattr(atomic, "_staged", full_at_the_last)
+    one_line(argv, folder, capsys, monkeypatch, [f"cannot write {last}", "(ENOSPC)"])
+    assert tree(work) == before
+
+
+def test_a_forecast_whose_save_names_no_fleet_writes_nothing(folder, tmp_path, capsys, monkeypatch):
+    """`forecast --save FLEET=PATH` with a fleet it does not have: refused before its tables are
+    computed or its forecast.md and .json written."""
+    work = tmp_path / "three-runs"
+    shutil.copytree(folder / "three-runs", work)
+    before = tree(work)
+    one_line(["forecast", str(work), "--window", "5", "--permutations", "5", "--save", f"nosuch={work}/m.json"],
+             folder, capsys, monkeypatch, ["--save takes FLEET=PATH with FLEET one of: all runs", "nosuch"])
+    assert tree(work) == before
+
+
+# Every argument that names a folder to read, and a command line around it ({missing}: a folder that does
+# not exist). `lm-family train OUT` and the --out flags name folders to make, and are not here.
+READ_FOLDERS = {
+    ("leaderboard", None): ["leaderboard", "{missing}"],
+    ("rank", None): ["rank", "{missing}"],
+    ("rank", "--against"): ["rank", "{tmp}/two-runs", "--against", "{missing}"],
+    ("report", None): ["report", "{missing}"],
+    ("claims", None): ["claims", "{missing}"],
+    ("forecast", None): ["forecast", "{missing}"],
+    ("forecast", "--stopped"): ["forecast", "{tmp}/three-runs", "--stopped", "{missing}"],
+    ("analyze emergence", None): ["analyze", "emergence", "{missing}"],
+    ("analyze patch", None): ["analyze", "patch", "{missing}", "--old", "0", "--new", "5"],
+    ("analyze abruptness", None): ["analyze", "abruptness", "{missing}"],
+    ("analyze calibration", None): ["analyze", "calibration", "{missing}"],
+    ("analyze pythia", "--model"): ["analyze", "pythia", "--model", "{missing}", "--probe", "repetition", "--out",
+                                    "{tmp}/pythia-rows"],
+    ("lm-family analyze", None): ["lm-family", "analyze", "{missing}"],
+}
+
+
+def test_every_folder_a_command_reads_is_tried_missing():
+    found = {(name, a.option_strings[-1] if a.option_strings else None) for name, p in PARSERS.items()
+             for a in p._actions if a.metavar in ("DIR", "RUN_DIR", "OTHER", "DIR2")}
+    assert found | {("analyze pythia", "--model"), ("lm-family analyze", None)} == set(READ_FOLDERS)
+
+
+@pytest.mark.parametrize("case", READ_FOLDERS, ids=[" ".join(filter(None, c)) for c in READ_FOLDERS])
+def test_a_folder_that_does_not_exist_is_named_and_nothing_is_made(case, folder, capsys, monkeypatch):
+    """One line naming the folder (never a hub's answer, a traceback, or a row recording the failure),
+    and nothing made: neither the folder nor an output."""
+    missing = folder / "no-such" / "folder"
+    before = tree(folder)
+    argv = [a.replace("{missing}", str(missing)) for a in READ_FOLDERS[case]]
+    one_line(argv, folder, capsys, monkeypatch, [str(missing)])
+    assert not (folder / "no-such").exists() and tree(folder) == before

@@ -119,3 +119,28 @@ def test_rank_that_cannot_read_its_folder_leaves_its_earlier_files_alone(tmp_pat
         leaderboard.write(tmp_path, strict=True)
     assert (tmp_path / "rank.md").read_text() == "an earlier ranking\n"
     assert not (tmp_path / "leaderboard.md").exists()
+
+
+@pytest.mark.parametrize("key, value", [("metrics", None), ("emergence", None), ("timing", [1]), ("config", "x"),
+                                        ("status", "finished")])
+def test_a_row_with_a_section_that_is_not_one_is_named_and_counts_as_no_seed(tmp_path, capsys, key, value):
+    """A finished row whose metrics (or another section) is null was counted as a seed whose numbers
+    were missing: the final loss averaged over fewer runs than the seeds column said, a run counted
+    as never emerged. It is named and left out (as a corrupt file is), so the leaderboard and rank
+    count only the seeds they read."""
+    from emergence_bench.reporting import rank
+
+    records = ladder_records()
+    bad = {**records[0], "run_id": "bad", "seed": 9, key: value}
+    folder_with(tmp_path, {"bad": json.dumps(bad)})
+    err = capsys.readouterr().err
+    assert not err
+    assert len(load_records(tmp_path)) == len(records)
+    line = capsys.readouterr().err
+    assert str(tmp_path / "bad" / "result.json") in line and (key if key != "status" else "'finished'") in line
+    table, _ = leaderboard.write(tmp_path)
+    assert table["seeds"].sum() == len(records)
+    ranked, _ = rank.write(tmp_path)
+    assert ranked["cells"]["seeds"].sum() == len(records)
+    with pytest.raises(UnreadableResult, match="bad"):
+        load_records(tmp_path, strict=True)

@@ -145,3 +145,116 @@ def _log_spaced(ticks: list[tuple[float, float]]) -> bool:
         return float(np.abs(fitted - heights).max())
 
     return misfit(np.log(values)) < misfit(values)
+
+
+# --- Each figure draws what its caption says, read in Chromium --------------------------------------------------
+
+SHOWN = "JSON.stringify(Array.from(document.images).map(i => [i.alt, i.naturalWidth, i.clientWidth]))"
+CAPTIONS = "JSON.stringify(Array.from(document.querySelectorAll('h2')).map(h => [h.textContent, " \
+           "h.nextElementSibling && h.nextElementSibling.tagName === 'P' ? h.nextElementSibling.textContent : '']))"
+# Per SVG figure: the box of every text (its string beside it: a comment per line), of each axes' background
+# and of the whole image.
+TEXTS = """JSON.stringify((() => {
+  const box = e => { const r = e.getBoundingClientRect(); return [r.left, r.top, r.right, r.bottom]; };
+  const said = g => Array.from(g.childNodes).filter(n => n.nodeType === 8).map(n => n.data.trim()).join(' ');
+  return {texts: Array.from(document.querySelectorAll('g[id^="text_"]')).filter(g => said(g)).map(g => [said(g), box(g)]),
+          axes: Array.from(document.querySelectorAll('g[id^="axes_"] > g[id^="patch_"]')).map(box),
+          image: box(document.documentElement)};
+})())"""
+
+
+def _write(folder, rows) -> None:
+    for row in rows:
+        (folder / row["run_id"]).mkdir(parents=True)
+        (folder / row["run_id"] / "result.json").write_text(json.dumps({"schema_version": 3, **row}))
+
+
+def _ranking_folder(folder) -> None:
+    """Three mixers on four task ladders (one numeric task key each), one of them a plugin whose state
+    is unknown, and tuning tables where no lr works for any of them on one family."""
+    from test_rank import row
+
+    families = {"linear_map": "sparsity", "cellular_automata": "rules", "mqar": "pairs", "dyck": "bracket_types"}
+    states = {"transformer": 3968, "lru": 256, "my_mixer": None}
+    rows = [dict(row(mixer, family, rung, seed, 100 * rung * (seed + 1) if seed < 2 else None, axis=axis),
+                 state_size=state)
+            for mixer, state in states.items() for family, axis in families.items() for rung in (1, 2, 3)
+            for seed in range(3)]
+    _write(folder, rows)
+
+    def point(lr, area):
+        return {"values": {"optim.lr": lr}, "runs": 4, "failed": 0, "emerged": int(4 * area), "area": area,
+                "area_low": 0.0, "area_high": min(1.0, area + 0.4), "median_emergence_step": None}
+
+    tables = [{"mixer": mixer, "group": family.replace("_", "-"), "family": family, "rung_axis": f"task.{axis}",
+               "rungs": [2], "grid": {"optim.lr": [3e-4, 1e-3, 3e-3, 1e-2]}, "chosen": {"optim.lr": 3e-4},
+               "edge": None, "points": [point(lr, 0.0 if family == "mqar" else area)
+                                        for lr, area in ((3e-4, 0.25), (1e-3, 1.0), (3e-3, 0.75), (1e-2, 0.0))]}
+              for mixer in states for family, axis in families.items()]
+    (folder / "tuning").mkdir()
+    (folder / "tuning" / "tuning.json").write_text(json.dumps({"tables": tables}))
+
+
+def _boxes_apart(a, b) -> bool:
+    return a[2] <= b[0] or b[2] <= a[0] or a[3] <= b[1] or b[3] <= a[1]
+
+
+def test_the_ranking_figures_name_every_mixer_keep_their_labels_apart_and_fit_the_page(tmp_path):
+    """A plugin of unknown state is in the state figure (a dashed line, "state unknown" in the legend and
+    the caption); its labels never overlap, nor leave the image; the tuning curves' three "none works"
+    of one panel sit above it, apart from each other and from the points; every figure of the page is
+    shown at the width it was drawn (none wider than the page, its text shrunk); and a figure is drawn
+    against each of the four task axes that vary, its caption naming the runs it draws."""
+    folder = tmp_path / "mine"
+    _ranking_folder(folder)
+    page = report.write(folder)
+    check = check_page(page)
+    assert check.ok, (check.broken, check.errors)
+    shown = json.loads(evaluate(page, SHOWN))
+    assert all(natural <= width for _, natural, width in shown), shown
+    captions = dict(json.loads(evaluate(page, CAPTIONS)))
+    assert "my_mixer: state unknown" in captions["State size and quality"]
+    for family, axis in (("linear_map", "sparsity"), ("cellular_automata", "rules"), ("mqar", "pairs"),
+                         ("dyck", "bracket_types")):
+        caption = captions[f"Plateau and emergence against task.{axis}"]
+        assert f"Drawn: the 27 runs that set task.{axis} ({family}, lru, my_mixer, transformer), 3 lines" in caption
+    figures = folder / "report_figures"
+    state = json.loads(evaluate(figures / "state.svg", TEXTS))
+    said = [text for text, _ in state["texts"]]
+    assert {"transformer", "lru", "my_mixer (state unknown)"} <= set(said), said
+    image = state["image"]
+    for text, box in state["texts"]:
+        assert image[0] <= box[0] and box[2] <= image[2] and image[1] <= box[1] and box[3] <= image[3], (text, box)
+    for i, (text, box) in enumerate(state["texts"]):
+        for other, other_box in state["texts"][i + 1:]:
+            assert _boxes_apart(box, other_box), (text, other)
+    tuning = json.loads(evaluate(figures / "tuning-curves.svg", TEXTS))
+    (title,) = [box for text, box in tuning["texts"] if "none works" in text]
+    assert all(_boxes_apart(title, panel) for panel in tuning["axes"])  # above its panel, never on the points
+    for i, (text, box) in enumerate(tuning["texts"]):
+        for other, other_box in tuning["texts"][i + 1:]:
+            assert _boxes_apart(box, other_box), (text, other)
+
+
+def test_a_figure_that_leaves_groups_out_says_which_and_why(tmp_path):
+    """Twelve groups: the staircase draws four (the report's --maps) and threshold sensitivity ten (more
+    lines cannot be told apart); each caption says so, naming the groups left out or the flag that
+    draws them; the sweep axis's one line is named by its runs, not "all runs"."""
+    from emergence_bench.reporting.figures.threshold_sensitivity import MAX_LINES
+
+    rows = [dict(r, run_id=f"{r['run_id']}-{group}") for group in range(12) for r in _rows(False, group)]
+    _write(tmp_path, rows)
+    page = report.write(tmp_path, figures=("staircase", "thresholds", "axes"))
+    check = check_page(page)
+    assert check.ok, (check.broken, check.errors)
+    captions = dict(json.loads(evaluate(page, CAPTIONS)))
+    assert "Drawn: the first 4 of the 12 groups with per-cell curves" in captions["Per-cell eval loss (the staircase)"]
+    assert "--maps 12 draws every one" in captions["Per-cell eval loss (the staircase)"]
+    thresholds = captions["Threshold sensitivity"]
+    assert f"Drawn: the first {MAX_LINES} of the 12 groups with eval curves" in thresholds
+    assert "left out: state_size=8; state_size=9." in thresholds, thresholds  # the leaderboard sorts labels as text
+    against = captions["Plateau and emergence against task.state_size"]
+    assert "Drawn: the 36 runs that set task.state_size (linear_map, transformer), one line" in against
+    legend = json.loads(evaluate(tmp_path / "report_figures" / "against-task-state-size.svg", TEXTS))
+    assert "linear_map · transformer" in [text for text, _ in legend["texts"]]
+    assert all(natural <= width for _, natural, width in json.loads(evaluate(page, SHOWN)))

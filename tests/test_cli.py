@@ -57,6 +57,8 @@ def test_every_command_is_registered_and_the_parser_is_a_loop_over_them(capsys):
 
     assert list(COMMANDS) == COMMAND_NAMES
     assert "{" + ",".join(COMMAND_NAMES) + "}" in parser().format_usage()  # `--help` lists them, in this order
+    described = " ".join(parser().description.split())
+    assert ", ".join(COMMAND_NAMES) in described  # and its description names each (claims, lm-family too)
     for name in COMMAND_NAMES:  # each adds the parser of the name it is registered under
         with pytest.raises(SystemExit) as exit:
             main([name, "--help"])

@@ -82,3 +82,31 @@ def test_the_anchor_rule_matches_github():
     assert "history-claim-by-claim-at-3-seeds-claims-cpu" in anchors(page)
     assert "the-scorecard-claims-cpu-v2" in anchors(page)
     assert "agreement-with-an-independent-reproduction" in anchors(page)
+
+
+def test_every_ladder_a_preset_or_page_names_is_that_presets_own():
+    """Each preset with a `ladder:` names that ladder in its `sweep --list` description and its row of
+    docs/sweeps.md's table, and no description or page says another version ("standard-cpu is
+    ladder v2" stayed after it became v3)."""
+    import yaml
+
+    from emergence_bench.execution.sweep_spec import presets
+
+    files = {name: yaml.safe_load(path.read_text(encoding="utf-8")) for name, path in presets().items()}
+    ladders = {name: data["ladder"] for name, data in files.items() if data.get("ladder")}
+    assert ladders["standard-cpu"] == "v3-tuned"
+
+    def said(ladder: str) -> str:  # "v3-tuned" -> "tuned ladder v3"
+        version, _, tuned = ladder.partition("-")
+        return f"{tuned + ' ' if tuned else ''}ladder {version}"
+
+    sweeps = (REPO / "docs" / "sweeps.md").read_text(encoding="utf-8")
+    for name, ladder in ladders.items():
+        assert said(ladder) in files[name]["description"].lower(), name
+        row = next(line for line in sweeps.splitlines() if line.startswith(f"| `{name}`"))
+        assert said(ladder) in row.lower(), row
+    texts = [data.get("description", "") for data in files.values()] + [sweeps, (REPO / "README.md").read_text()]
+    for text in texts:
+        for found in re.finditer(r"`?([\w-]+)`? is (?:the )?((?:tuned )?ladder v\d+)", text):
+            if found.group(1) in ladders:
+                assert found.group(2) == said(ladders[found.group(1)]), found.group(0)

@@ -26,7 +26,7 @@ from emergence_bench.execution.workers import WorkerLost, Workers
 from emergence_bench.mixers.base import TokenMixer
 from emergence_bench.registry import register_mixer
 from emergence_bench.reporting import leaderboard
-from emergence_bench.results import store
+from emergence_bench.results import atomic, store
 
 
 @register_mixer("test_faults_open_ended")
@@ -174,7 +174,7 @@ def test_a_full_disk_mid_sweep_is_named_in_one_line_and_leaves_no_half_file(code
                 return HalfWritten(file, code)
         return file
 
-    monkeypatch.setattr(store, "open", open_on_a_filling_disk, raising=False)
+    monkeypatch.setattr(atomic, "open", open_on_a_filling_disk, raising=False)
     out = tmp_path / "out"
     assert main(["sweep", str(sweep), "--out", str(out)]) == 2
     err = capsys.readouterr().err
@@ -197,16 +197,16 @@ def test_a_read_only_filesystem_is_reported_even_where_the_cleanup_fails_too(tmp
 
     monkeypatch.setattr(os, "fsync", refuse)
     monkeypatch.setattr(Path, "unlink", refuse)
-    with pytest.raises(store.ResultsUnwritable, match=r"\(EROFS\)"):
+    with pytest.raises(atomic.ResultsUnwritable, match=r"\(EROFS\)"):
         store.write_text(tmp_path / "x.json", "{}")
 
 
 def test_a_disk_error_crosses_from_a_worker_intact():
-    error = store.unwritable("/r/x/result.json", OSError(errno.ENOSPC, "No space left on device"))
+    error = atomic.unwritable("/r/x/result.json", OSError(errno.ENOSPC, "No space left on device"))
     back = pickle.loads(pickle.dumps(error))
-    assert isinstance(back, store.ResultsUnwritable) and isinstance(back, ValueError)
+    assert isinstance(back, atomic.ResultsUnwritable) and isinstance(back, ValueError)
     assert back.errno == errno.ENOSPC and str(back) == str(error) and "(ENOSPC)" in str(back)
-    assert not store.is_disk_error(OSError(errno.ENOENT, "missing"))
+    assert not atomic.is_disk_error(OSError(errno.ENOENT, "missing"))
 
 
 # --- local workers ------------------------------------------------------------------------------

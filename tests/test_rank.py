@@ -380,3 +380,28 @@ def test_a_sweep_file_names_its_learning_speed_families(tmp_path):
     path.write_text(json.dumps({**spec, "learning_speed": "dyck"}))
     with pytest.raises(ConfigError, match="must be a list of task family names"):
         load_sweep(str(path))
+
+
+def test_a_cell_of_two_budgets_or_settings_is_refused_naming_them_and_instances_are_pooled():
+    """A folder holding a rerun at another budget: a cell's success rate over both budgets means
+    neither, so rank names the cell and the budgets instead of pooling them; across mixers too (each
+    mixer of a rung at its own budget). Seeds and task instances (task.task_seed, once --rung names
+    the ladder) are a cell's replicates, pooled."""
+    longer = [dict(r, run_id=r["run_id"] + "-long", config={**r["config"], "trainer": {"max_steps": 2 * BUDGET}})
+              for r in seeds("a", "linear_map", 2, [200, 300])]
+    with pytest.raises(ConfigError, match=r"the cell a · linear_map sparsity=2 mixes runs of two settings "
+                                          r"\(trainer.max_steps=1000: 3 runs, trainer.max_steps=2000: 2 runs\)"):
+        rank.build(ladder_records() + longer)
+    lrs = [dict(r, run_id=f"{r['run_id']}-{lr}", config={**r["config"], "optim": {"lr": lr}})
+           for lr, n in ((0.001, 3), (0.01, 2)) for r in seeds("a", "linear_map", 1, [100] * n)]
+    with pytest.raises(ConfigError, match=r"\(optim.lr=0.001: 3 runs, optim.lr=0.01: 2 runs\)"):
+        rank.build(lrs)
+    b_longer = [dict(r, config={**r["config"], "trainer": {"max_steps": 2 * BUDGET}})
+                for r in ladder_records() if r["config"]["mixer"]["name"] == "b"]
+    with pytest.raises(ConfigError, match=r"the mixers of linear_map sparsity=1 trained for different budgets "
+                                          r"\(trainer.max_steps=1000: a; trainer.max_steps=2000: b\)"):
+        rank.build([r for r in ladder_records() if r["config"]["mixer"]["name"] == "a"] + b_longer)
+    instances = [dict(r, run_id=r["run_id"] + "-i1", config={**r["config"], "task": {**r["config"]["task"], "task_seed": 1}})
+                 for r in ladder_records()]
+    pooled = rank.build(ladder_records() + instances, {"linear_map": "task.sparsity"})
+    assert pooled["cells"]["seeds"].tolist() == [6] * 6

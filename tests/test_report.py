@@ -79,7 +79,7 @@ def test_metric_against_an_axis_has_one_line_per_mixer_and_censored_medians():
     records = ([row("transformer", s, i, 10 * s) for s in (4, 8, 16) for i in range(3)]
                + [row("mamba", s, i, None if s == 16 else 50) for s in (4, 8, 16) for i in range(3)])
     assert axes.numeric_axes(records) == ["task.state_size"]
-    lines = axes.axis_lines(records, "task.state_size")
+    lines = axes.axis_lines(records, "task.state_size").lines
     assert set(lines) == {"name=transformer", "name=mamba"}
     assert [p["emergence"]["median"] for p in lines["name=transformer"]] == [40, 80, 160]
     assert lines["name=mamba"][2]["emergence"]["median"] is None  # censored: drawn at the budget
@@ -89,11 +89,16 @@ def test_metric_against_an_axis_has_one_line_per_mixer_and_censored_medians():
     heads = [{**row("transformer", 8, i, 10 * h), "config": {**row("transformer", 8, i, 0)["config"],
                                                             "mixer": {"name": "transformer", "n_heads": h, "head_dim": 64 // h}}}
              for h in (1, 4, 16) for i in range(2)]
-    assert list(axes.axis_lines(heads, "mixer.n_heads")) == ["all runs"]
+    # Its one line is named by what its runs are (not "all runs"), and the caption says what follows the axis.
+    along = axes.axis_lines(heads, "mixer.n_heads")
+    assert list(along.lines) == ["linear_map · transformer"] and along.follows == {"mixer.head_dim": [64, 16, 4]}
+    assert "Changing with mixer.n_heads, value for value (so not the axis alone): mixer.head_dim (64, 16, 4)" \
+        in axes.what_it_draws(along)
     # An axis whose every value is another mixer compares the mixers, not the axis: no figure.
     two = [row("transformer", 8, 0, 10), row("mamba", 8, 0, 20)]
     two[0]["config"]["mixer"]["n_heads"], two[1]["config"]["mixer"]["n_heads"] = 2, 8
-    assert axes.axis_lines(two, "mixer.n_heads") == {}
+    other = axes.axis_lines(two, "mixer.n_heads")
+    assert other.lines == {} and "another task or mixer" in other.why_not
 
 
 def test_the_staircase_shows_the_median_emergence_seed_and_needs_per_cell_curves():
@@ -208,3 +213,20 @@ def test_edge_markers_of_a_sweep_axis_lie_inside_the_panel():
     for ax in figure.axes:
         low, high = ax.get_xlim()
         assert low < 1 - 0.1 and high > 3 + 0.1  # room for a marker's half at either end
+
+
+def test_a_ranking_of_two_budgets_in_one_cell_is_not_drawn_and_the_page_says_why(tmp_path):
+    """As `rank` refuses it: the page lists the ranking with rank's reason (the cell and its budgets),
+    not the generic one, and draws none of its parts."""
+    import json
+
+    from test_rank import BUDGET, ladder_records
+
+    longer = [dict(r, run_id=r["run_id"] + "-long", config={**r["config"], "trainer": {"max_steps": 2 * BUDGET}})
+              for r in ladder_records()[:2]]
+    for r in ladder_records() + longer:
+        (tmp_path / r["run_id"]).mkdir()
+        (tmp_path / r["run_id"] / "result.json").write_text(json.dumps(r))
+    page = report.write(tmp_path, figures=("ranking",)).read_text()
+    assert "<li>ranking: not ranked: the cell a · linear_map sparsity=1 mixes runs of two settings" in page
+    assert "<img " not in page

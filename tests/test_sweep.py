@@ -112,7 +112,8 @@ def test_seed_parallel_sweep_groups_seeds_of_one_config(tmp_path, tiny_config):
 
 def test_a_failed_write_keeps_the_old_result(tmp_path):
     """Resume trusts result.json: an interrupted write leaves the old file whole and no temp file."""
-    from emergence_bench.results.store import write_atomic, write_json
+    from emergence_bench.results.atomic import write_atomic
+    from emergence_bench.results.store import write_json
 
     path = tmp_path / "run" / "result.json"
     write_json(path, {"status": "ok"})
@@ -255,3 +256,37 @@ def test_a_groups_mixers_keys_shape_that_mixer_in_its_runs_and_its_tuning_and_a_
     path.write_text(yaml.safe_dump({"groups": [{"name": "a", "mixers": ["transformer"]}]}))
     with pytest.raises(ConfigError, match="must map a mixer name to its keys"):
         load_sweep(str(path))
+
+
+def test_the_eta_counts_the_stages_still_to_come_from_the_first_line(tmp_path, tiny_config, monkeypatch):
+    """A plugin's sweep: its tuning runs first, its ranking runs (announced) only once the tuning has
+    chosen. The ETA of the tuning's first line covers both (it covered the tuning alone: a fraction
+    of the sweep's time)."""
+    import re
+    import time
+
+    from emergence_bench.execution import sweep as sweeps
+
+    def fake_run(config, out):  # one second a run
+        time.sleep(1.0)
+        return {"run_id": sweeps.resolve(config).run_id(), "status": "ok", "error": None, "emergence_step": None}
+
+    monkeypatch.setattr(sweeps, "_run_one", fake_run)
+    tuning_stage = sweeps.Stage(Sweep("t", tiny_config(), grid={"seed": [100]}), tmp_path / "t", priority=0)
+    ranking = sweeps.Stage(Sweep("r", tiny_config(), grid={"seed": [0, 1, 2, 3]}), tmp_path / "r", priority=1)
+
+    unlocked = []
+
+    def follow(finished):  # the tuning's run unlocks the ranking, once
+        if finished and not unlocked:
+            unlocked.append(ranking)
+            return unlocked
+        return []
+
+    log = tmp_path / "log"
+    with open(log, "w") as stream:
+        sweeps.run_stages([tuning_stage], stream=stream, follow=follow, announced={"r": 4})
+    first = next(line for line in log.read_text().splitlines() if line.startswith("[t] 1/1 done"))
+    eta = re.search(r"eta (\d+):(\d+):(\d+)", first)
+    assert int(eta.group(2)) * 60 + int(eta.group(3)) >= 3, first  # 4 runs of about 1 s to come
+    assert "[r] 4 runs, 0 already finished, 4 to run" in log.read_text()

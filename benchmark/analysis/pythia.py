@@ -53,6 +53,25 @@ def revision_step(revision: str) -> int:
     return int(match.group(1))
 
 
+# A Hugging Face hub name: a repository, optionally under its owner (``EleutherAI/pythia-70m``).
+_HUB_NAME = re.compile(r"[\w.-]+(/[\w.-]+)?")
+
+
+def check_model(model: str) -> None:
+    """``--model``: a local folder, or a hub name that is not a local path. A path that is not a folder
+    (absolute, relative with a parent that is here, or a file) is bad input (ValueError), not a hub
+    name to try: the hub's answer would name another problem, and the run a failed row."""
+    path = Path(model).expanduser()
+    if path.is_dir():
+        return
+    how = "give a folder of step*/ checkpoint folders, or a hub name such as EleutherAI/pythia-70m"
+    if path.exists():
+        raise ValueError(f"--model {model} is a file, not a model; {how}")
+    local = Path(model.split("/")[0]).is_dir() and "/" in model
+    if local or not _HUB_NAME.fullmatch(model) or ".." in model or model.startswith("."):
+        raise ValueError(f"--model {model}: no such folder; {how}")
+
+
 def default_revisions(model: str) -> list[str]:
     """A local folder's ``step*`` subfolders, else Pythia's published revisions."""
     root = Path(model)
@@ -235,13 +254,19 @@ def analyze(model: str, probe: str, revisions: list[str] | None = None, out: str
         raise ValueError(f"--threshold must be in (0, 1], got {threshold}")
     if top_k < 1:
         raise ValueError(f"--top-k must be ≥ 1, got {top_k}")
+    check_model(model)
     revisions = list(revisions or default_revisions(model))
     by_step = {revision_step(r): r for r in revisions}
     for revision in revisions:  # a missing local folder fails here, before anything loads
         _local(model, revision)
     prompt_set = probe_set(probe, prompts, probe_seed, single, lexicon)
-    base, seed = model_and_seed(model)
     last = max(by_step)
+    try:  # the first contact with a hub name: one that cannot be reached is named, before any row exists
+        tokenizer = load_tokenizer(model, by_step[last])
+    except OSError as error:
+        raise ValueError(f"--model {model}: its tokenizer cannot be loaded ({str(error).splitlines()[0]}); check "
+                         f"the hub name and the network, or give a local folder of step*/ checkpoints") from None
+    base, seed = model_and_seed(model)
     config = {
         "seed": seed,
         "task": {"name": "language_probe", "probe": probe, "prompts": len(prompt_set), "single": single,
@@ -263,7 +288,6 @@ def analyze(model: str, probe: str, revisions: list[str] | None = None, out: str
     try:
         dev = resolve_device(device)
         record["device"] = dev.type
-        tokenizer = load_tokenizer(model, by_step[last])
         encoded = EncodedProbe(tokenizer, prompt_set, dev)
         accuracy: dict[int, float] = {}
         head_history: list[tuple[int, dict]] = []

@@ -139,7 +139,7 @@ def writable(folder: str | Path, advice: str, what: str = "") -> Path:
     import tempfile
 
     from emergence_bench.config import ConfigError
-    from emergence_bench.results.store import DISK_ERRORS
+    from emergence_bench.results.atomic import DISK_ERRORS
 
     folder = Path(folder)
     existing = folder

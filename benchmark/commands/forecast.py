@@ -128,8 +128,9 @@ def main(args: argparse.Namespace, extra: list[str] | None = None) -> int:
         if saved_to.is_dir():
             raise ValueError(f"--save {args.save}: {saved_to} is a folder; give FLEET=FILE, the file to write")
         writable(saved_to.parent, f"--save {args.save}: choose another PATH")
-    from emergence_bench.forecast.evaluate import in_domain, transfer
-    from emergence_bench.results.store import load_records, without_non_finite, write_json, write_text
+    from emergence_bench.forecast.evaluate import in_domain, replay_stop, stop_savings, transfer
+    from emergence_bench.results.atomic import write_files
+    from emergence_bench.results.store import json_text, load_records, without_non_finite
 
     rows = [r for r in load_records(folder) if r.get("status") == "ok"]
     if not rows:
@@ -144,6 +145,8 @@ def main(args: argparse.Namespace, extra: list[str] | None = None) -> int:
         print(f"[forecast] {name}: {n} run(s), fewer than {MIN_FLEET}: left out", file=sys.stderr)
     groups = {name: fleet(name, members, window_of(members, args.window))
               for name, members in found.items() if name not in small}
+    if args.save:  # its fleet named before anything is computed
+        _save_target(args.save, groups)
     results = []
     for name, one in groups.items():
         print(f"[forecast] {name}: {len(one.y)} runs, window {one.window}, leave-one-out …", file=sys.stderr)
@@ -155,23 +158,28 @@ def main(args: argparse.Namespace, extra: list[str] | None = None) -> int:
                 results.append(transfer(_columns(train, common), _columns(test, common), args.features,
                                         args.permutations))
     markdown = to_markdown(results)
-    print(markdown, end="")
-    write_text(folder / "forecast.md", markdown)
+    # Every file, written together at the end: a command that fails on the way leaves the earlier ones.
     # A score that is not defined (e.g. a correlation over fewer than 3 emerged runs) is null.
-    write_json(folder / "forecast.json", {"results": without_non_finite(results)[0]})
+    files = {folder / "forecast.md": markdown,
+             folder / "forecast.json": json_text({"results": without_non_finite(results)[0]})}
     if args.save:
-        _save(args.save, groups, args.features)
+        files.update(_saved(args.save, groups, args.features))
+    lines = []
     if saved_model is not None:
-        from emergence_bench.forecast.evaluate import replay_stop, stop_savings
-
         for name, members in fleets(rows).items():
-            print(f"\n{name}: " + _savings_line(stop_savings(members, replay_stop(saved_model, members, args.risk))))
+            lines.append(f"\n{name}: " + _savings_line(stop_savings(members, replay_stop(saved_model, members, args.risk))))
     if args.stopped:
-        from emergence_bench.forecast.evaluate import stop_savings
-
         saved = stop_savings(rows, [r for r in load_records(args.stopped) if r.get("status") == "ok"])
-        print("\nforecast stop: " + _savings_line(saved))
-        write_json(Path(args.stopped) / "forecast-stop.json", saved)
+        lines.append("\nforecast stop: " + _savings_line(saved))
+        files[Path(args.stopped) / "forecast-stop.json"] = json_text(saved)
+    write_files(files)
+    print(markdown, end="")
+    if args.save:
+        name, _, path = args.save.rpartition("=")
+        print(f"[forecast] saved the pipeline fitted on {name} (window {groups[name].window}) to {path}",
+              file=sys.stderr)
+    for line in lines:
+        print(line)
     return 0
 
 
@@ -204,17 +212,22 @@ def _columns(one: Fleet, names: tuple[str, ...]) -> Fleet:
     return Fleet(one.name, one.window, one.X[:, keep], one.y, one.censored, names)
 
 
-def _save(spec: str, groups: dict[str, Fleet], k: int) -> None:
+def _save_target(spec: str, groups: dict[str, Fleet]) -> Path:
+    """``--save FLEET=PATH``: the path, once FLEET is one of ``groups``; else bad input naming them."""
     name, _, path = spec.rpartition("=")
     if name not in groups or not path:
         raise ValueError(f"--save takes FLEET=PATH with FLEET one of: {', '.join(groups)}; got {spec!r}")
-    from emergence_bench.forecast.evaluate import pipeline
-    from emergence_bench.results.store import write_json
+    return Path(path)
 
-    one = groups[name]
+
+def _saved(spec: str, groups: dict[str, Fleet], k: int) -> dict[Path, str]:
+    """``--save FLEET=PATH``'s file: the pipeline fitted on the whole fleet, as JSON."""
+    from emergence_bench.forecast.evaluate import pipeline
+    from emergence_bench.results.store import json_text
+
+    path, one = _save_target(spec, groups), groups[spec.rpartition("=")[0]]
     model, _ = pipeline(one.X, one.y, one.censored, one.names, k)
-    write_json(path, {"fleet": name, "window": one.window, "model": model.to_dict()})
-    print(f"[forecast] saved the pipeline fitted on {name} (window {one.window}) to {path}", file=sys.stderr)
+    return {path: json_text({"fleet": one.name, "window": one.window, "model": model.to_dict()})}
 
 
 register_command("forecast", add_parser, main)

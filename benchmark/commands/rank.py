@@ -48,19 +48,22 @@ def main(args: argparse.Namespace, extra: list[str]) -> int:
         axes[family] = key if "." in key else f"task.{key}"
     writable_results(folder, "rank", "rank.md, .csv and .json" + (" and reproduction.md and .json" if other else ""))
     from emergence_bench.reporting import rank  # (pandas: after the arguments are checked)
+    from emergence_bench.results.atomic import write_files
 
     if other is not None:  # compared first: a comparison that fails leaves the earlier rank.* as they were
         from emergence_bench.reporting import reproduction
 
         # DIR's unreadable files are named once, by its ranking below.
         comparison, text = reproduction.compared(folder, other, axes, strict=args.strict, quiet=True)
-    ranked, markdown = rank.write(folder, axes, strict=args.strict, baseline=args.baseline,
-                                  reference_name=args.reference)
+    ranked, markdown, files = rank.ranked(folder, axes, strict=args.strict, baseline=args.baseline,
+                                          reference_name=args.reference)
+    if other is not None:
+        files.update(reproduction.files(folder, other, comparison, text))
+    write_files(files)  # at the end, all together: a command that fails leaves the earlier files as they were
     print(markdown, end="")
     print(f"\nwrote {folder / 'rank.md'}, rank.csv and rank.json ({len(ranked['ranking'])} mixers, "
           f"{len(ranked['cells'])} cells)", file=sys.stderr)
     if other is not None:
-        reproduction.save(folder, other, comparison, text)
         print("\n" + text, end="")
         print(f"\nwrote {folder / (reproduction.STEM + '.md')} and {reproduction.STEM}.json "
               f"({comparison['summary']['cells']} cells compared)", file=sys.stderr)

@@ -16,15 +16,9 @@ from pathlib import Path
 
 from emergence_bench.config import ConfigError
 from emergence_bench.reporting.reference import BUILTIN_PRESET, FORMAT, REFERENCE_DIR, compact, families
+from emergence_bench.results.atomic import write_atomic
 from emergence_bench.results.row import section
-from emergence_bench.results.store import (
-    SCHEMA_VERSION,
-    TUNING_DIR,
-    code_version,
-    load_records,
-    read_tables,
-    write_atomic,
-)
+from emergence_bench.results.store import SCHEMA_VERSION, TUNING_DIR, code_version, load_records, read_tables
 
 
 def build(root: str | Path, preset: str) -> dict:

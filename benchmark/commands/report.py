@@ -19,7 +19,8 @@ def add_parser(subparsers: Subparsers) -> argparse.ArgumentParser:
     add_results_dir(parser)
     parser.add_argument("--out", help="HTML file to write (default: DIR/report.html)")
     parser.add_argument("--axes", help="two config keys for the heatmap, e.g. task.state_size,task.sparsity")
-    parser.add_argument("--maps", type=int, default=4, help="attention-map figures to include (default 4)")
+    parser.add_argument("--maps", type=int, default=4, help="groups drawn in the staircase and in the attention-map "
+                                                            "figures (default 4; the captions say how many there are)")
     parser.add_argument("--over", default="seed", help="config keys to aggregate over (default: seed)")
     parser.add_argument("--seed", type=int, help="the seed the staircase and the filmstrip show "
                                                  "(default: each group's median-emergence seed)")

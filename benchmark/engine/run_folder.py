@@ -25,18 +25,16 @@ from emergence_bench.engine.model import SequenceModel
 from emergence_bench.engine.trainer import build_logger
 from emergence_bench.machine.devices import accelerator_device, describe_device
 from emergence_bench.machine.threads import cpu_share
+from emergence_bench.results.atomic import ResultsUnwritable, is_disk_error, unwritable
 from emergence_bench.results.row import ResultRow, Row
 from emergence_bench.results.store import (
     CONFIG_FILE,
     LOCKS_DIR,
     RESULT_FILE,
     SCHEMA_VERSION,
-    ResultsUnwritable,
-    is_disk_error,
     is_finished,
     provenance,
     read_result,
-    unwritable,
     versions,
     without_non_finite,
     write_json,

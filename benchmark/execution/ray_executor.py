@@ -25,16 +25,9 @@ from typing import Callable
 
 from emergence_bench.config import ConfigError
 from emergence_bench.machine.threads import available_cpus, set_cpu_share
+from emergence_bench.results.atomic import ResultsUnwritable, write_atomic
 from emergence_bench.results.row import ResultRow
-from emergence_bench.results.store import (
-    CHECKPOINT_DIR,
-    RESULT_FILE,
-    ResultsUnwritable,
-    lost_summary,
-    progress_summary,
-    write_atomic,
-    write_json,
-)
+from emergence_bench.results.store import CHECKPOINT_DIR, RESULT_FILE, lost_summary, progress_summary, write_json
 
 MAX_FILE_BYTES = 64 * 2**20  # larger files stay on the worker
 

@@ -25,9 +25,9 @@ from emergence_bench.execution.stop_signals import STOP_SIGNALS, SweepStopped, s
 from emergence_bench.execution.sweep_spec import Sweep
 from emergence_bench.execution.workers import Interrupted, WorkerLost, Workers
 from emergence_bench.machine.threads import available_cpus, set_cpu_share
+from emergence_bench.results.atomic import ResultsUnwritable
 from emergence_bench.results.row import Row
 from emergence_bench.results.store import (
-    ResultsUnwritable,
     busy_row,
     is_finished,
     lost_summary,
@@ -213,7 +213,8 @@ def run_stages(stages: list[Stage], workers: int = 1, stream: TextIO | None = No
     unlocks as runs finish (they join the queue at once: no stage waits for another to end, so the
     workers stay busy). Returns {sweep name: counts by status, with "total" and "skipped"} and
     "wall_seconds". ``announced`` gives a name's total runs where its later stages are not known
-    yet; its header says so. Arguments and faults as ``run_sweep``."""
+    yet: its header says so, and the ETA counts them from the first line. Arguments and faults as
+    ``run_sweep``."""
     if not isinstance(workers, int) or workers < 1:
         raise ConfigError(f"--workers must be a whole number ≥ 1, got {workers}")
     if executor not in ("local", "ray"):
@@ -237,11 +238,18 @@ def run_stages(stages: list[Stage], workers: int = 1, stream: TextIO | None = No
     folders: dict[str, Path] = {}
     shown: set[str] = set()  # names whose header is printed
 
+    # A name announced before its stages are known (a ranking that waits for its tuning) counts in
+    # every ETA from the start: an ETA of the tuning alone promised a fraction of the sweep's time.
+    for name, total in announced.items():
+        progresses[name] = Progress(name, total, 0, stream, peers)
+        known[name] = 0
+
     def headers() -> None:
-        """One line per name not introduced yet: its runs, how many finished, how many follow."""
+        """One line per name not introduced yet, once it has runs: its runs, how many finished, how many
+        follow."""
         where = "on Ray" if executor == "ray" else f"with {workers} worker(s) of ≤ {share} thread(s)"
         for name, p in progresses.items():
-            if name not in shown:
+            if name not in shown and known[name]:
                 shown.add(name)
                 later = f" (the other {p.total - known[name]} follow their mixer's tuning)" if p.total > known[name] else ""
                 print(f"[{name}] {p.total} runs, {p.skipped} already finished, {known[name] - p.skipped} to run"
@@ -256,7 +264,7 @@ def run_stages(stages: list[Stage], workers: int = 1, stream: TextIO | None = No
         every.extend(runs)
         name = stage.sweep.name
         if name not in progresses:
-            progresses[name] = Progress(name, announced.get(name, len(runs)), len(runs) - len(pending), stream, peers)
+            progresses[name] = Progress(name, len(runs), len(runs) - len(pending), stream, peers)
             known[name] = 0
         else:
             progresses[name].grow(0 if name in announced else len(runs), len(runs) - len(pending))

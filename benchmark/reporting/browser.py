@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from emergence_bench.results.store import write_atomic
+from emergence_bench.results.atomic import write_atomic
 
 BROWSERS = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
 WIDTH, MAX_HEIGHT = 1280, 16384  # the screenshot's width, and the tallest page it captures whole

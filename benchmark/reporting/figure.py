@@ -62,6 +62,12 @@ class Results:
 Draw = Callable[[Results], list[Drawn]]
 
 
+class NotDrawn(Exception):
+    """Raised by a figure's ``draw`` to say why these results do not allow it, where its ``absent``
+    reason would not be the one (e.g. the ranking refused: two budgets in one cell); the page lists
+    the figure with this reason."""
+
+
 def from_groups(draw: Callable[[list[tuple[str, list[ResultRow]]]], Figure | None], file: str) -> Draw:
     """A figure drawn from the leaderboard's groups alone: ``[Drawn(draw(groups), file)]``, or none
     when ``draw`` has nothing to show."""
@@ -102,7 +108,11 @@ def register_figure(name: str, title: str, caption: str, absent: str,
 def show(page: Page, figure: ReportFigure, results: Results) -> bool:
     """Draw ``figure`` (then its parts) into ``page``, or list it as absent with its reason; whether
     it was drawn."""
-    drawn = figure.draw(results)
+    try:
+        drawn = figure.draw(results)
+    except NotDrawn as why:
+        page.absent(figure.name, str(why))
+        return False
     if not drawn:
         page.absent(figure.name, figure.absent)
         return False

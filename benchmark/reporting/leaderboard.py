@@ -22,6 +22,7 @@ from emergence_bench import registry
 from emergence_bench.config import hashed_config
 from emergence_bench.measurements import measurements
 from emergence_bench.reporting.table import Table
+from emergence_bench.results.atomic import write_files
 from emergence_bench.results.columns import (
     BUDGET,
     Median,
@@ -29,7 +30,7 @@ from emergence_bench.results.columns import (
     ratio_cell,
 )
 from emergence_bench.results.row import ResultRow, forecast_stopped
-from emergence_bench.results.store import LEADERBOARD_STEM, TUNING_DIR, load_records, write_json, write_text
+from emergence_bench.results.store import LEADERBOARD_STEM, TUNING_DIR, json_text, load_records
 
 
 def flatten(data: dict, prefix: str = "") -> dict:
@@ -270,7 +271,6 @@ def write(root: str | Path, over: tuple[str, ...] = ("seed",), baseline: str | N
     check_over(records, over)
     table = build(records, over, baseline=baseline)
     markdown = to_markdown(table)
-    write_text(root / f"{LEADERBOARD_STEM}.md", markdown)
-    write_text(root / f"{LEADERBOARD_STEM}.csv", table.to_csv(index=False))
-    write_json(root / f"{LEADERBOARD_STEM}.json", json.loads(table.to_json(orient="records")))
+    write_files({root / f"{LEADERBOARD_STEM}.md": markdown, root / f"{LEADERBOARD_STEM}.csv": table.to_csv(index=False),
+                 root / f"{LEADERBOARD_STEM}.json": json_text(json.loads(table.to_json(orient="records")))})
     return table, markdown

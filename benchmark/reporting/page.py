@@ -11,19 +11,20 @@ from pathlib import Path
 from matplotlib.figure import Figure
 
 from emergence_bench.reporting.plotting import DPI, plt
-from emergence_bench.results.store import write_atomic
 
 
 class Page:
     """The report being written: its sections, each an <h2> the index at the top links to, and its
-    figures, each embedded in the page as a PNG and, with ``folder``, also written there as
-    ``<name>.png`` and ``<name>.svg`` to go straight into a paper."""
+    figures, each embedded in the page as a PNG and, with ``folder``, also kept for that folder as
+    ``<name>.png`` and ``<name>.svg`` to go straight into a paper (``files``: written with the page,
+    once every figure is drawn, so a report that fails leaves the earlier one's files as they were)."""
 
     def __init__(self, folder: Path | None = None) -> None:
         self.folder = folder
         self.parts: list[str] = []
         self.sections: list[tuple[str, str]] = []  # (anchor, title)
         self.missing: list[tuple[str, str]] = []  # (figure, why it is not drawn)
+        self.files: dict[Path, bytes] = {}  # the figures' PNG and SVG files for ``folder``
 
     def absent(self, name: str, reason: str) -> None:
         """A figure the results do not allow: listed under the index with the reason."""
@@ -42,8 +43,9 @@ class Page:
         buffer = io.BytesIO()
         figure.savefig(buffer, format="png", dpi=DPI, bbox_inches="tight")
         if self.folder is not None:
-            write_atomic(self.folder / f"{name}.png", lambda f: f.write(buffer.getvalue()))
-            write_atomic(self.folder / f"{name}.svg", lambda f: figure.savefig(f, format="svg", bbox_inches="tight"))
+            svg = io.BytesIO()
+            figure.savefig(svg, format="svg", bbox_inches="tight")
+            self.files.update({self.folder / f"{name}.png": buffer.getvalue(), self.folder / f"{name}.svg": svg.getvalue()})
         plt.close(figure)
         data = base64.b64encode(buffer.getvalue()).decode()
         self.parts.append(f'<img alt="{html.escape(alt)}" src="data:image/png;base64,{data}">')

@@ -122,6 +122,12 @@ def legend_above(figure: Figure, handles: list[Any], labels: list[str], columns:
                   ncol=columns or min(len(labels), 4), frameon=False)
 
 
+def legend_below(figure: Figure, handles: list[Any], labels: list[str], columns: int | None = None) -> None:
+    """As ``legend_above``, below the panels (under their axis labels); call it after ``tight_layout``."""
+    figure.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, 0.0),
+                  ncol=columns or min(len(labels), 4), frameon=False)
+
+
 def log_label(ax: Axes, text: str, axis: str = "y") -> None:
     """Label an axis ``text``, followed by "(log)" only where the axis is log-scaled."""
     scale = ax.get_yscale() if axis == "y" else ax.get_xscale()

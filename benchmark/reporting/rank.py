@@ -6,6 +6,8 @@ family's runs (state size, sparsity, pairs, depth), its values the rungs, harder
 *cell* is one (mixer, family, rung): its seeds' success rate (emerged within the budget) with a 95%
 Wilson interval; Kaplan–Meier medians of the first loss drop (``plateau_score``), the held plateau's
 end (``emergence_bench.stats.held_plateau``) and the emergence step, runs that never got there censored.
+A cell is one setting over its replicates (seeds, task instances), and every mixer of a rung has
+one budget: a folder that mixes two (a rerun at another budget) is refused, not pooled.
 
 Per mixer and family:
   - frontier: the hardest rung whose success rate is ≥ 50%, with an interval: the hardest rung whose
@@ -35,17 +37,10 @@ from emergence_bench.reporting import plateau_score, reference
 from emergence_bench.reporting.ladder import ladders
 from emergence_bench.reporting.leaderboard import flatten
 from emergence_bench.reporting.rank_tables import to_markdown
+from emergence_bench.results.atomic import write_files
 from emergence_bench.results.row import ResultRow, emergence_step
 from emergence_bench.results.row_curves import held_plateaus, plateau_time
-from emergence_bench.results.store import (
-    LADDER_FILE,
-    RANK_STEM,
-    TUNING_DIR,
-    load_records,
-    read_tables,
-    write_json,
-    write_text,
-)
+from emergence_bench.results.store import LADDER_FILE, RANK_STEM, TUNING_DIR, json_text, load_records, read_tables
 from emergence_bench.stats.medians import kaplan_meier_median, wilson_interval
 
 Z = 1.96  # 95%
@@ -79,13 +74,53 @@ def cell_members(records: list[ResultRow], ladder: dict) -> dict[tuple[str, str,
     return members
 
 
+REPLICATES = ("seed", "task.task_seed")  # what the runs of one cell may differ in: its replicates
+BUDGET_KEY = "trainer.max_steps"
+
+
+class MixedSettings(ConfigError):
+    """A cell of two settings, or a rung of two budgets (``check_settings``): not a ranking."""
+
+
+def check_settings(members: dict[tuple[str, str, str], list[ResultRow]], ladder: dict) -> None:
+    """A cell's success rate is over one setting: its runs may differ in their replicates only, and
+    every mixer of a rung trains for one budget (a run given more steps has more time to emerge).
+    Two settings in one folder (a rerun at another --trainer.max_steps) are refused, naming the keys
+    and values, rather than pooled or compared across budgets (MixedSettings)."""
+    how = ("rank each setting on its own: move one setting's run folders into another folder (the leaderboard, "
+           "`emergence-bench leaderboard DIR`, shows a row per setting)")
+    budgets: dict[tuple[str, str], dict[str, set[str]]] = {}
+    for (mixer, family, rung), runs in members.items():
+        flats = [flatten(hashed_config(r["config"])) for r in runs]
+        keys = sorted({k for f in flats for k in f} - set(REPLICATES))
+        for key in keys:
+            values = Counter(json.dumps(f.get(key), default=str) for f in flats)
+            if len(values) > 1:
+                counted = ", ".join(f"{key}={v}: {n} run{'s' if n > 1 else ''}" for v, n in sorted(values.items()))
+                raise MixedSettings(f"the cell {mixer} · {family} {_rung(ladder[family]['axis'], rung)} mixes runs of "
+                                  f"two settings ({counted}): a success rate over both means neither; {how}")
+        budgets.setdefault((family, rung), {}).setdefault(json.dumps(flats[0].get(BUDGET_KEY)), set()).add(mixer)
+    for (family, rung), by_budget in budgets.items():
+        if len(by_budget) > 1:
+            listed = "; ".join(f"{BUDGET_KEY}={b}: {', '.join(sorted(m))}" for b, m in sorted(by_budget.items()))
+            raise MixedSettings(f"the mixers of {family} {_rung(ladder[family]['axis'], rung)} trained for different "
+                              f"budgets ({listed}): success within a budget compares them only at one; {how}")
+
+
+def _rung(axis: str | None, rung: str) -> str:
+    return f"{axis.removeprefix('task.')}={json.loads(rung)}" if axis else "(one rung)"
+
+
 def cells(records: list[ResultRow], axes: dict[str, str] | None = None) -> tuple[pd.DataFrame, dict]:
     """One row per (mixer, family, rung) and the ladders. Failed runs (errors) are left out of the
-    rates; a diverged run counts as not emerged, as in the leaderboard."""
+    rates; a diverged run counts as not emerged, as in the leaderboard. A cell of two settings (or a
+    rung of two budgets) is refused (``check_settings``)."""
     ladder = ladders(records, axes)
     emergence, budget, abrupt = measurement("emergence"), measurement("budget"), measurement("abruptness")
     rows = []
-    for (mixer, family, rung), members in cell_members(records, ladder).items():
+    found = cell_members(records, ladder)
+    check_settings(found, ladder)
+    for (mixer, family, rung), members in found.items():
         measured = [r for r in members if r["status"] in ("ok", "diverged")]
         emerged = sum(1 for r in measured if emergence_step(r) is not None)
         low, high = wilson_interval(emerged, len(measured))
@@ -254,12 +289,21 @@ def declared_learning_speed(root: Path) -> list[str]:
 def write(root: str | Path, axes: dict[str, str] | None = None, strict: bool = False,
           baseline: str | None = None, reference_name: str | None = None,
           learning_speed: list[str] | None = None) -> tuple[dict, str]:
+    """``ranked``, written: rank.md, rank.csv and rank.json under ``root``, all three or none."""
+    found, markdown, written = ranked(root, axes, strict, baseline, reference_name, learning_speed)
+    write_files(written)
+    return found, markdown
+
+
+def ranked(root: str | Path, axes: dict[str, str] | None = None, strict: bool = False,
+           baseline: str | None = None, reference_name: str | None = None,
+           learning_speed: list[str] | None = None) -> tuple[dict, str, dict[Path, str]]:
     """Rank every result under ``root`` (its tuning runs left out), with the rows of the reference
-    ``reference_name`` for the mixers ``root`` lacks; write rank.md, rank.csv (the ranking) and
-    rank.json (all of it, with each mixer's learning rate per family and the tuning tables).
-    ``learning_speed``: the families outside the success score (default: those ``root/ladder.json``
-    declares). ``strict``: an unreadable result file is an error, not a warning (see
-    results.load_records)."""
+    ``reference_name`` for the mixers ``root`` lacks: (the ranking, its Markdown, the files it goes
+    to: rank.md, rank.csv (the ranking) and rank.json (all of it, with each mixer's learning rate per
+    family and the tuning tables)); nothing written. ``learning_speed``: the families outside the
+    success score (default: those ``root/ladder.json`` declares). ``strict``: an unreadable result
+    file is an error, not a warning (see results.load_records)."""
     root = Path(root)
     if learning_speed is None:
         learning_speed = declared_learning_speed(root)
@@ -282,24 +326,22 @@ def write(root: str | Path, axes: dict[str, str] | None = None, strict: bool = F
             raise ConfigError(why)
         ours = {r["config"]["mixer"]["name"] for r in records}
         records = records + reference.rows(ref, without=ours)
-    ranked = build(records, axes, baseline, learning_speed)
-    ranked["tuning"] = tuning + reference_tuning(ref, records, {(t["mixer"], t["group"]) for t in tuning})
-    ranked["reference"] = None if ref is None else {"name": reference_name, **{k: ref[k] for k in (
+    found = build(records, axes, baseline, learning_speed)
+    found["tuning"] = tuning + reference_tuning(ref, records, {(t["mixer"], t["group"]) for t in tuning})
+    found["reference"] = None if ref is None else {"name": reference_name, **{k: ref[k] for k in (
         "preset", "ladder", "commit", "versions", "machine", "created")}}  # name: what `report` ranks against
-    markdown = to_markdown(ranked)
+    markdown = to_markdown(found)
     if ref is not None:
         markdown = (f"Ranked against reference {ref['preset']} (ladder {ref['ladder']}, commit {str(ref['commit'])[:10]}, "
                     f"torch {ref['versions'].get('torch')}, {ref['machine'].get('cpus')} CPUs) for the mixers not "
                     f"run here.\n\n") + markdown
-    write_text(root / f"{RANK_STEM}.md", markdown)
-    write_text(root / f"{RANK_STEM}.csv", ranked["ranking"].to_csv(index=False))
-    write_json(root / f"{RANK_STEM}.json", {
-        "ladders": ranked["ladders"], "baseline": ranked["baseline"], "lr": ranked["lr"],
-        "learning_speed": ranked["learning_speed"],
-        "tuning": ranked["tuning"], "reference": ranked["reference"],
-        **{part: json.loads(ranked[part].to_json(orient="records"))
-           for part in ("ranking", "families", "cells", "held_plateau", "first_drop")}})
-    return ranked, markdown
+    return found, markdown, {
+        root / f"{RANK_STEM}.md": markdown, root / f"{RANK_STEM}.csv": found["ranking"].to_csv(index=False),
+        root / f"{RANK_STEM}.json": json_text({
+            "ladders": found["ladders"], "baseline": found["baseline"], "lr": found["lr"],
+            "learning_speed": found["learning_speed"], "tuning": found["tuning"], "reference": found["reference"],
+            **{part: json.loads(found[part].to_json(orient="records"))
+               for part in ("ranking", "families", "cells", "held_plateau", "first_drop")}})}
 
 
 def reference_tuning(ref: dict | None, records: list[ResultRow], have: set[tuple[str, str]]) -> list[dict]:

@@ -24,6 +24,7 @@ from emergence_bench.reporting.figures import FIGURES
 from emergence_bench.reporting.page import Page
 from emergence_bench.reporting.ranked import rows_to_rank
 from emergence_bench.reporting.table import Table
+from emergence_bench.results.atomic import write_files
 from emergence_bench.results.row import ResultRow, section
 from emergence_bench.results.store import (
     REPORT_FILE,
@@ -32,7 +33,6 @@ from emergence_bench.results.store import (
     code_version,
     load_records,
     mixed_code_note,
-    write_text,
 )
 
 
@@ -92,7 +92,7 @@ def write(root: str | Path, out: str | Path | None = None, axes: tuple[str, str]
     page.section("Provenance", "Where these numbers come from: the code, the software, the machines and the "
                  "commands, with the number of runs for each.")
     page.add(provenance_table(records).html())
-    write_text(out, page.html(f"emergence-bench report: {root}"))
+    write_files({**page.files, out: page.html(f"emergence-bench report: {root}")})  # all at once, at the end
     return out
 
 

@@ -30,8 +30,9 @@ import pandas as pd
 from emergence_bench.config import ConfigError
 from emergence_bench.reporting import rank
 from emergence_bench.reporting.table import Table
+from emergence_bench.results.atomic import write_files
 from emergence_bench.results.row import ResultRow
-from emergence_bench.results.store import TUNING_DIR, load_records, write_json, write_text
+from emergence_bench.results.store import TUNING_DIR, json_text, load_records
 from emergence_bench.stats.significance import fisher_exact, holm
 
 ALPHA = 0.05
@@ -280,11 +281,16 @@ def compared(root: str | Path, other: str | Path, axes: dict[str, str] | None = 
     return comparison, render(comparison, str(root), str(other))
 
 
-def save(root: str | Path, other: str | Path, comparison: dict[str, Any], markdown: str) -> None:
-    """Write ``compared``'s answer as root/reproduction.md and root/reproduction.json, each atomically."""
+def files(root: str | Path, other: str | Path, comparison: dict[str, Any], markdown: str) -> dict[Path, str]:
+    """``compared``'s answer as the files it goes to: root/reproduction.md and root/reproduction.json."""
     root = Path(root)
-    write_text(root / f"{STEM}.md", markdown)
-    write_json(root / f"{STEM}.json", {"first": str(root), "second": str(Path(other)), **comparison})
+    return {root / f"{STEM}.md": markdown,
+            root / f"{STEM}.json": json_text({"first": str(root), "second": str(Path(other)), **comparison})}
+
+
+def save(root: str | Path, other: str | Path, comparison: dict[str, Any], markdown: str) -> None:
+    """Write ``compared``'s answer (``files``), both files or neither."""
+    write_files(files(root, other, comparison, markdown))
 
 
 def write(root: str | Path, other: str | Path, axes: dict[str, str] | None = None, strict: bool = False,

@@ -23,15 +23,15 @@ import pandas as pd
 from emergence_bench.claims import claims
 from emergence_bench.claims.claim import Claim, ScoreRow, confirmation, scorecard
 from emergence_bench.config import ConfigError
+from emergence_bench.results.atomic import write_files
 from emergence_bench.results.row import ResultRow, emergence_step
 from emergence_bench.results.store import (
     ANALYSIS_DIR,
     UnreadableResult,
+    json_text,
     parse_result,
     result_paths,
     without_non_finite,
-    write_json,
-    write_text,
 )
 
 PATCHING_GROUP = "patching"
@@ -157,9 +157,8 @@ def write(folder: Path, only: Sequence[Claim] | None = None) -> tuple[list[dict[
                           f"run `emergence-bench sweep claims-cpu-v2 --out {folder}` first")
     written = table(card)
     rows = [r.to_dict() for r in card if only is None or r.claim in only]
-    write_text(folder / "claims.md", to_markdown(written))
     flat = pd.DataFrame([{k: v for k, v in r.items() if k != "settings"} for r in written])
-    write_text(folder / "claims.csv", flat.to_csv(index=False))
-    write_json(folder / "claims.json", without_non_finite(written)[0])  # an unbounded end as null
+    write_files({folder / "claims.md": to_markdown(written), folder / "claims.csv": flat.to_csv(index=False),
+                 folder / "claims.json": json_text(without_non_finite(written)[0])})  # an unbounded end as null
     return rows, to_markdown(rows, full=False)
 

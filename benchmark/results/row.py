@@ -16,7 +16,19 @@ reads it. The sections here are the run's own: provenance, timing, metrics, task
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, Literal, TypedDict, TypeVar, Union, cast, overload
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    Literal,
+    TypedDict,
+    TypeVar,
+    Union,
+    cast,
+    get_origin,
+    get_type_hints,
+    is_typeddict,
+    overload,
+)
 
 if TYPE_CHECKING:  # (it imports this module)
     from emergence_bench.results.measurement import Measurement
@@ -106,6 +118,11 @@ class ResultRow(RowBase, total=False):
     seed_parallel: dict[str, Any]  # {k, group} or {k: 1, fallback}, with probe under batching auto
     non_finite: list[str]  # the dotted keys whose NaN or inf was written as null
 
+
+# The keys of a row whose value is a mapping wherever the suite writes one (its sections, and the config
+# and versions every row has): a row holding null (or a list, a number) there was not written by the
+# suite as it is, and a reader would take the missing section for "not measured".
+MAPPINGS = tuple(key for key, hint in get_type_hints(ResultRow).items() if is_typeddict(hint) or get_origin(hint) is dict)
 
 SectionName = Literal["provenance", "timing", "metrics", "task_facts", "curves", "attention_bias", "seed_parallel"]
 Row = Union[ResultRow, Mapping[str, Any]]  # a row as read, or as a run builds it (a plain dict)

@@ -1,19 +1,17 @@
 """One versioned result record per run, written atomically as JSON; ``load`` gives a DataFrame.
 
 Also the one list of what a run folder holds (so the code that writes a file and the code that reads
-it agree on its name), the atomic writer every file of it goes through, and the progress summary of
-a row that the executors report.
+it agree on its name), its text and JSON writers (through ``results.atomic``, as every file of it),
+and the progress summary of a row that the executors report.
 """
 
 from __future__ import annotations
 
-import errno
 import functools
 import json
 import math
 import os
 import platform
-import secrets
 import shlex
 import subprocess
 import sys
@@ -21,10 +19,11 @@ from collections import Counter
 from collections.abc import Mapping
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, BinaryIO, Callable, TypeGuard, cast
+from typing import TYPE_CHECKING, Any, cast, get_args
 
 from emergence_bench.machine import allocator
-from emergence_bench.results.row import ResultRow, Row, emergence_step, plateau_section, section
+from emergence_bench.results.atomic import write_files
+from emergence_bench.results.row import MAPPINGS, ResultRow, Row, Status, emergence_step, plateau_section, section
 from emergence_bench.stats.held_plateau import plateau_fields
 
 if TYPE_CHECKING:
@@ -33,6 +32,7 @@ if TYPE_CHECKING:
 SCHEMA_VERSION = 3  # 2: task_facts, full-sequence losses, init and bias patterns in the config; 3: the held plateau
 READS = (2, 3)  # schema 2 rows are upgraded when read (upgrade_row)
 FINISHED = ("ok", "diverged")  # a sweep does not rerun these; `failed` runs are retried
+STATUSES: tuple[str, ...] = get_args(Status)  # ok, diverged, failed
 
 # What a run folder DIR/<run_id>/ holds.
 RESULT_FILE = "result.json"  # the result row, written last: its presence marks the run finished
@@ -53,61 +53,9 @@ REPORT_FILE = "report.html"
 LOCKS_DIR = ".locks"  # <run_id>.lock: held by the process training that run (emergence_bench.engine.run_folder.RunLock)
 
 
-# A write failing with one of these is the disk's or the folder's, not the run's: named in one line.
-DISK_ERRORS = (errno.ENOSPC, errno.EDQUOT, errno.EACCES, errno.EPERM, errno.EROFS)
-
-
-class ResultsUnwritable(OSError, ValueError):
-    """A results file could not be written: a full disk, no permission, a read-only filesystem. The
-    message names the file and the cause. A ValueError too, so the command line reports it as one
-    ``error:`` line rather than a bug; a sweep stops on it (every later write would fail alike)."""
-
-    def __str__(self) -> str:
-        return self.strerror or super().__str__()
-
-
-def is_disk_error(error: BaseException) -> TypeGuard[OSError]:
-    return isinstance(error, OSError) and not isinstance(error, ResultsUnwritable) and error.errno in DISK_ERRORS
-
-
-def unwritable(path: str | Path, error: OSError) -> ResultsUnwritable:
-    """A disk error (``is_disk_error``) raised writing ``path``, as one line naming both."""
-    number = error.errno if error.errno is not None else errno.EIO  # a disk error always has one
-    name = errno.errorcode.get(number, str(number))
-    return ResultsUnwritable(number, f"cannot write {path}: {os.strerror(number)} ({name}); nothing "
-                                          f"half-written is left: free space or fix the permissions, then rerun "
-                                          f"the same command to resume")
-
-
-def write_atomic(path: str | Path, write: Callable[[BinaryIO], object]) -> None:
-    """Fill ``path`` atomically: ``write(f)`` writes a temporary file (binary) in the same folder,
-    which then replaces ``path``, so a reader (or a resumed sweep) sees the old file or the new one,
-    never half of one, even if this process dies mid-write. Creates the parent folders. A disk error
-    (DISK_ERRORS) raises ResultsUnwritable, with the temporary file removed."""
-    path = Path(path)
-    # Same folder: os.replace is atomic only within one filesystem. A random name: concurrent writers
-    # of one path never share a temporary file. Mode "x" creates it with the usual permissions.
-    tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with open(tmp, "xb") as f:
-            write(f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException as error:
-        try:
-            tmp.unlink(missing_ok=True)
-        except OSError:  # a read-only filesystem refuses the unlink too: the first error is the one to report
-            pass
-        if is_disk_error(error):
-            raise unwritable(path, error) from error
-        raise
-
-
 def write_text(path: str | Path, text: str) -> None:
     """Write ``text`` (UTF-8) to ``path`` atomically (see ``write_atomic``)."""
-    write_atomic(path, lambda f: f.write(text.encode("utf-8")))
+    write_files({Path(path): text})
 
 
 def write_ladder(folder: str | Path, preset: str, ladder: str | None, learning_speed: list[str]) -> None:
@@ -119,7 +67,12 @@ def write_ladder(folder: str | Path, preset: str, ladder: str | None, learning_s
 
 def write_json(path: str | Path, data: Mapping[str, Any] | list) -> None:
     """Write ``data`` as JSON to ``path`` atomically (strict JSON: no NaN)."""
-    write_text(path, json.dumps(data, indent=2, allow_nan=False))
+    write_text(path, json_text(data))
+
+
+def json_text(data: Mapping[str, Any] | list) -> str:
+    """``data`` as the JSON text ``write_json`` writes (strict: no NaN), for ``write_files``."""
+    return json.dumps(data, indent=2, allow_nan=False)
 
 
 def without_non_finite(data: Any, key: str = "", found: list[str] | None = None) -> tuple[Any, list[str]]:
@@ -261,6 +214,14 @@ def parse_result(path: str | Path) -> ResultRow:
     if data.get("schema_version") not in READS:
         raise UnreadableResult(f"{path}: schema_version {data.get('schema_version')!r}; "
                                f"this version reads {', '.join(map(str, READS))}")
+    # Read as it is, such a row would still count as a seed whose numbers are missing (a final loss
+    # averaged over fewer runs than the seeds column says, a run counted as never emerged).
+    if data["status"] not in STATUSES:
+        raise UnreadableResult(f"{path}: status {data['status']!r}; a row's status is one of {', '.join(STATUSES)}")
+    broken = next((key for key in MAPPINGS if key in data and not isinstance(data[key], dict)), None)
+    if broken is not None:
+        raise UnreadableResult(f"{path}: {broken} is {json.dumps(data[broken])[:40]}, not a mapping as the suite "
+                               f"writes it (a row edited by hand, or written by another tool)")
     return upgrade_row(cast(ResultRow, data))
 
 

@@ -119,14 +119,18 @@ def _maps_of(results: Results, label: str, members: list) -> Figure | None:
     return attention_maps(run_dir, f"{title + ', ' if title else ''}seed {members[0]['seed']}") if run_dir else None
 
 
-def per_group(draw: Callable[[Results, str, list], Figure | None], name: str,
-              alt: str) -> Callable[[Results], list[Drawn]]:
+def per_group(draw: Callable[[Results, str, list], Figure | None], name: str, alt: str,
+              caption: str) -> Callable[[Results], list[Drawn]]:
     """A figure per group (``draw(results, label, members)``, None where a group has none to show), at
-    most ``results.maps`` of them, saved as ``<name>-<group>``."""
+    most ``results.maps`` of them, saved as ``<name>-<group>``; where groups are left unlooked-at once
+    that many are drawn, the ``caption`` says so."""
     def drawn(results: Results) -> list[Drawn]:
         figures: list[Drawn] = []
-        for label, members in results.groups:
+        for i, (label, members) in enumerate(results.groups):
             if len(figures) >= results.maps:
+                figures[0].caption = (f"{caption} Drawn for the first {len(figures)} groups that have it, in the "
+                                      f"leaderboard's order; {len(results.groups) - i} of the {len(results.groups)} "
+                                      f"groups were left out (the report's --maps N sets how many are drawn).")
                 break
             figure = draw(results, label, members)
             if figure:
@@ -136,14 +140,13 @@ def per_group(draw: Callable[[Results, str, list], Figure | None], name: str,
     return drawn
 
 
-register_figure("filmstrip", "Attention over time",
-                "The best head's map at the start, when the pattern was found, at emergence and at the end, beside "
-                "the ground truth, all on one colour scale (the truth drawn as the attention that follows it "
-                "exactly).", "no run saved its attention maps at the four moments (a mixer without attention "
-                "scores, or results from an older version)")(
-    per_group(_filmstrip_of, "filmstrip", "attention over time"))
-register_figure("maps", "Attention maps beside the ground truth",
-                "Each group's last attention maps (one panel a head; rows: the query position, columns: the key it "
-                "attends to) next to the task's true sources, on one colour scale; grey rows are positions the task "
-                "does not score.", "no run saved attention maps (mixers without attention scores, or no attention "
-                "probe)")(per_group(_maps_of, "attention", "attention"))
+FILMSTRIP = ("The best head's map at the start, when the pattern was found, at emergence and at the end, beside "
+             "the ground truth, all on one colour scale (the truth drawn as the attention that follows it exactly).")
+MAPS = ("Each group's last attention maps (one panel a head; rows: the query position, columns: the key it attends "
+        "to) next to the task's true sources, on one colour scale; grey rows are positions the task does not score.")
+register_figure("filmstrip", "Attention over time", FILMSTRIP,
+                "no run saved its attention maps at the four moments (a mixer without attention scores, or results "
+                "from an older version)")(per_group(_filmstrip_of, "filmstrip", "attention over time", FILMSTRIP))
+register_figure("maps", "Attention maps beside the ground truth", MAPS,
+                "no run saved attention maps (mixers without attention scores, or no attention probe)")(
+    per_group(_maps_of, "attention", "attention", MAPS))

@@ -25,7 +25,7 @@ from matplotlib.axes import Axes  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
 from emergence_bench.reporting import rank  # noqa: E402
-from emergence_bench.reporting.plotting import plain_log  # noqa: E402
+from emergence_bench.reporting.plotting import PAGE_INCHES, legend_above, plain_log  # noqa: E402
 from emergence_bench.results.row import ResultRow, emergence_step, step_budget  # noqa: E402
 from emergence_bench.results.row_curves import plateau_time  # noqa: E402
 from emergence_bench.stats.medians import kaplan_meier  # noqa: E402
@@ -78,7 +78,7 @@ def survival_figure(ranked: dict, records: list[ResultRow]) -> Figure | None:
     families = sorted(ladder)
     columns = max(len(ladder[f]["rungs"]) for f in families)
     colours = _colours(sorted({m for m, _, _ in members}))
-    figure, axes = plt.subplots(2 * len(families), columns, figsize=(4.2 * columns, 2.6 * 2 * len(families)),
+    figure, axes = plt.subplots(2 * len(families), columns, figsize=(PAGE_INCHES, 2.6 * 2 * len(families)),
                                 squeeze=False, sharey=True)
     for row, family in enumerate(families):
         for column in range(columns):
@@ -138,37 +138,61 @@ def forest_figure(ranked: dict) -> Figure | None:
     return figure
 
 
+MARKERS = "osD^vP*Xph<>"  # one per mixer with its colour: told apart in the legend without labels on the data
+
+
+def unknown_state(ranked: dict) -> list[str]:
+    """The ranked mixers whose runs do not state the state they carry (a plugin whose mixer has no
+    ``state_size``): the state figure draws them apart, and its caption names them."""
+    ranking = ranked["ranking"]
+    return sorted(ranking.loc[ranking["state_size"].isna(), "mixer"]) if "state_size" in ranking else []
+
+
 def state_figure(ranked: dict) -> Figure | None:
-    """Success score (left) and plateau ratio (right) against the state per sequence (log axes)."""
+    """Success score (left) and plateau ratio (right) against the state per sequence (log x), one marker
+    and colour per mixer, named in the legend above (labels beside the points overlapped and ran off
+    the edge); a mixer of unknown state is a dashed line at its value across the panel. None where
+    fewer than two mixers state theirs."""
     ranking = ranked["ranking"]
     if "state_size" not in ranking or ranking["state_size"].notna().sum() < 2:
         return None
-    rows = ranking[ranking["state_size"].notna()]
-    has_plateau = "held_plateau_ratio" in rows and rows["held_plateau_ratio"].notna().sum() >= 2
-    figure, axes = plt.subplots(1, 2 if has_plateau else 1, figsize=(12 if has_plateau else 6.5, 4.2), squeeze=False)
+    has_plateau = "held_plateau_ratio" in ranking and ranking["held_plateau_ratio"].notna().sum() >= 2
+    figure, axes = plt.subplots(1, 2 if has_plateau else 1, figsize=(PAGE_INCHES if has_plateau else 6.5, 4.2),
+                                squeeze=False)
     colours = _colours(list(ranking["mixer"]))
-    left = axes[0, 0]
-    for row in rows.itertuples():
-        left.errorbar(row.state_size, row.score, yerr=1.96 * row.score_se, marker="o", capsize=3,
-                      color=colours[row.mixer])
-        left.annotate(row.mixer, (row.state_size, row.score), textcoords="offset points", xytext=(5, 5), fontsize=8)
-    left.set_ylabel("success score (mean area, ±95%)")
-    left.set_ylim(-0.05, 1.1)
+    markers = {mixer: MARKERS[i % len(MARKERS)] for i, mixer in enumerate(sorted(ranking["mixer"]))}
+    unknown = set(unknown_state(ranked))
+    panels: list[tuple[Axes, str, tuple[str, str] | None, str]] = [
+        (axes[0, 0], "score", None, "success score (mean area, ±95%)")]
     if has_plateau:
-        right = axes[0, 1]
-        for row in rows[rows["held_plateau_ratio"].notna()].itertuples():
-            right.errorbar(row.state_size, row.held_plateau_ratio,
-                           yerr=[[row.held_plateau_ratio - row.held_plateau_low],
-                                 [row.held_plateau_high - row.held_plateau_ratio]],
-                           marker="o", capsize=3, color=colours[row.mixer])
-            right.annotate(row.mixer, (row.state_size, row.held_plateau_ratio), textcoords="offset points",
-                           xytext=(5, 5), fontsize=8)
-        plain_log(right)
-        right.axhline(1, color="grey", linestyle="--", linewidth=1)
-        right.set_ylabel(f"plateau ratio to {ranked['baseline']} (log)")
-    for ax in axes.flat:
+        panels.append((axes[0, 1], "held_plateau_ratio", ("held_plateau_low", "held_plateau_high"),
+                       f"plateau ratio to {ranked['baseline']} (log)"))
+    for ax, column, interval, label in panels:
+        for row in ranking.itertuples():
+            value = getattr(row, column)
+            if value is None or value != value:  # no value here (NaN): nothing to draw
+                continue
+            if interval:
+                error = [[value - getattr(row, interval[0])], [getattr(row, interval[1]) - value]]
+            else:
+                error = [[1.96 * row.score_se], [1.96 * row.score_se]]
+            if row.mixer in unknown:  # no x to draw it at: its value across the panel
+                ax.axhline(value, color=colours[row.mixer], linestyle="--", linewidth=1.2)
+                continue
+            ax.errorbar(row.state_size, value, yerr=error, marker=markers[row.mixer], capsize=3,
+                        color=colours[row.mixer], linestyle="none")
         plain_log(ax, "x")
+        ax.margins(x=0.12)  # the first and last points' caps inside the panel
         ax.set_xlabel("state carried per sequence at inference (numbers, log)")
+        ax.set_ylabel(label)
         ax.grid(alpha=0.3)
+    axes[0, 0].set_ylim(-0.05, 1.1)
+    if has_plateau:
+        plain_log(axes[0, 1])
+        axes[0, 1].axhline(1, color="grey", linestyle=":", linewidth=1)
     figure.tight_layout()
+    handles = [plt.Line2D([], [], color=colours[m], linestyle="--") if m in unknown else
+               plt.Line2D([], [], color=colours[m], marker=markers[m], linestyle="none") for m in sorted(ranking["mixer"])]
+    labels = [f"{m} (state unknown)" if m in unknown else m for m in sorted(ranking["mixer"])]
+    legend_above(figure, handles, labels, columns=min(len(labels), 5 if has_plateau else 3))
     return figure

@@ -9,13 +9,13 @@ from matplotlib.figure import Figure
 from emergence_bench.reporting import leaderboard
 from emergence_bench.reporting.figure import Drawn, Results, register_figure
 from emergence_bench.reporting.plotting import PAGE_INCHES, plt
-from emergence_bench.results.row import ResultRow
+from emergence_bench.results.row import ResultRow, section
 
 
 def heatmap(records: list[ResultRow], axes: tuple[str, str] | None) -> tuple[Figure | None, tuple[str, str] | None]:
     """Mean final eval loss over two config axes (the first two numeric axes that vary, unless given)."""
     measured = [r for r in records if r["status"] in ("ok", "diverged")
-                and r["metrics"].get("final_eval_loss") is not None]
+                and section(r, "metrics").get("final_eval_loss") is not None]
     if not measured:
         return None, None
     flats = pd.DataFrame([leaderboard.flatten(r["config"]) for r in measured])
@@ -25,7 +25,7 @@ def heatmap(records: list[ResultRow], axes: tuple[str, str] | None) -> tuple[Fig
     axes = axes or _varying_pair(flats)
     if axes is None:
         return None, None
-    flats["loss"] = [r["metrics"]["final_eval_loss"] for r in measured]
+    flats["loss"] = [section(r, "metrics")["final_eval_loss"] for r in measured]
     grid = flats.dropna(subset=list(axes)).groupby(list(axes))["loss"].mean().unstack()
     figure, ax = plt.subplots(figsize=(min(PAGE_INCHES, 2.5 + 0.8 * grid.shape[1]), 1.5 + 0.5 * grid.shape[0]))
     image = ax.imshow(grid.values, cmap="viridis", aspect="auto")

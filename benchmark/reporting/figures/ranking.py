@@ -9,7 +9,7 @@ from matplotlib.figure import Figure
 
 from emergence_bench.config import ConfigError
 from emergence_bench.reporting import rank, rank_tables
-from emergence_bench.reporting.figure import Drawn, Results, register_figure
+from emergence_bench.reporting.figure import Drawn, NotDrawn, Results, register_figure
 from emergence_bench.reporting.figures import comparison
 from emergence_bench.reporting.figures.tuning_curves import tuning_figure
 from emergence_bench.reporting.plotting import PAGE_INCHES, legend_above, plain_log, plt
@@ -71,6 +71,8 @@ def _ranking(results: Results) -> list[Drawn]:
     rows, results.reference_data, axes = rows_to_rank(results.records, results.root, results.reference)
     try:
         ranked = rank.build(rows, axes, learning_speed=saved_rank(results.root).get("learning_speed") or ())
+    except rank.MixedSettings as why:  # two budgets in one cell: said in the page, as `rank` says it
+        raise NotDrawn(f"not ranked: {why}") from None
     except ConfigError:  # no single ladder per family: the sweep is not a ranking
         return []
     figure = ladder_figure(ranked)
@@ -84,9 +86,9 @@ def _ranking(results: Results) -> list[Drawn]:
                   alt="success and plateau end vs rung",
                   html=(tables["ranking"].html(), "<h3>Frontier per task family</h3>", tables["frontier"].html(),
                         "<p>Top: success rate per rung with 95% Wilson intervals, one line per mixer. Bottom: the "
-                        "median first loss drop (the smoothed loss first just under chance) per rung on a log "
-                        "axis; a triangle at the budget where the median was "
-                        "not reached.</p>"))]
+                        "median end of the held plateau (the loss held at one level until its last sharp drop) per "
+                        "rung on a log axis, from the runs that kept a train-loss curve; a triangle at the budget "
+                        "where the plateau was still held (the median not reached).</p>"))]
 
 
 @register_figure("tuning", "Tuning curves",
@@ -130,10 +132,22 @@ def _forest(results: Results) -> list[Drawn]:
         "not reached within the budget). Left of the dashed line: a shorter plateau."))]
 
 
-@register_figure("state", "State size and quality",
-                 "Success score and plateau ratio against the state each mixer carries per sequence at inference "
-                 "(attention's grows with the sequence; the largest in the ranking is drawn).",
-                 "the results do not record state sizes (runs from before state_size was recorded)", part_of="ranking")
+STATE_CAPTION = ("Success score and plateau ratio against the state each mixer carries per sequence at inference "
+                 "(attention's grows with the sequence; the largest in the ranking is drawn); each mixer's marker "
+                 "is named in the legend.")
+
+
+@register_figure("state", "State size and quality", STATE_CAPTION,
+                 "fewer than two mixers record their state size (runs from before state_size was recorded, or "
+                 "plugins whose mixers do not state it)", part_of="ranking")
 def _state(results: Results) -> list[Drawn]:
     figure = comparison.state_figure(results.ranked) if results.ranked else None
-    return [Drawn(figure, "state")] if figure else []
+    if figure is None or results.ranked is None:
+        return []
+    unknown = comparison.unknown_state(results.ranked)
+    said = (f" {html.escape(', '.join(unknown))}: state unknown (the mixer does not state its state_size), so no "
+            "place on the state axis; drawn as a dashed line at its value across each panel.") if unknown else ""
+    if len(figure.axes) == 1:  # the plateau ratio's panel needs two mixers with one
+        said += (" Only the success score is drawn: fewer than two mixers have a plateau ratio (runs without "
+                 "train-loss curves, or no baseline).")
+    return [Drawn(figure, "state", caption=STATE_CAPTION + said)]

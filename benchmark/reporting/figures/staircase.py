@@ -73,12 +73,20 @@ def staircase(groups: list[tuple[str, list[ResultRow]]], limit: int, seed: int |
     return figure
 
 
-@register_figure("staircase", "Per-cell eval loss (the staircase)",
-                 "Each output cell's eval loss over training, one line per cell, for each group's median-emergence "
-                 "seed (a log axis where every loss is above 0, and then its label says so); a dot where that cell "
-                 "emerged; dashed: a shortcut cell, predictable from earlier outputs without the sparse pattern. "
-                 "Cells that drop one after another are capabilities arriving one at a time.",
+CAPTION = ("Each output cell's eval loss over training, one line per cell, for each group's median-emergence "
+           "seed (a log axis where every loss is above 0, and then its label says so); a dot where that cell "
+           "emerged; dashed: a shortcut cell, predictable from earlier outputs without the sparse pattern. "
+           "Cells that drop one after another are capabilities arriving one at a time.")
+
+
+@register_figure("staircase", "Per-cell eval loss (the staircase)", CAPTION,
                  "no run kept its per-cell eval losses (curves.eval_cells: results from an older version)")
 def _staircase(results: Results) -> list[Drawn]:
-    figure = staircase(results.groups, limit=max(1, results.maps), seed=results.seed)
-    return [Drawn(figure, "staircase")] if figure else []
+    limit = max(1, results.maps)
+    figure = staircase(results.groups, limit=limit, seed=results.seed)
+    if figure is None:
+        return []
+    kept = sum(staircase_seed(members, results.seed) is not None for _, members in results.groups)
+    left_out = (f" Drawn: the first {limit} of the {kept} groups with per-cell curves, in the leaderboard's order "
+                f"(the report's --maps N sets how many; --maps {kept} draws every one).") if kept > limit else ""
+    return [Drawn(figure, "staircase", caption=CAPTION + left_out)]

@@ -1,12 +1,14 @@
 """The tuning curves: per task family, success area against learning rate, one line per mixer, with
 95% Wilson intervals and the chosen lr marked, from the tuning tables (execution/tuning.py). Where no
 lr made a tuning run emerge, the choice is the tie-break's, not an optimum: it is drawn as a cross and
-the panel says "none works" for that mixer. A pruned point (stopped once the rule could no longer
-choose it, execution/pruning.py) is drawn hollow: its area is what it had reached by then."""
+the panel's title says "none works" for those mixers (above the data, never on it). A pruned point
+(stopped once the rule could no longer choose it, execution/pruning.py) is drawn hollow: its area is
+what it had reached by then. The figure is the page's width (four panels a row)."""
 
 from __future__ import annotations
 
 import math
+import textwrap
 
 import matplotlib
 
@@ -16,6 +18,7 @@ from matplotlib import ticker  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.lines import Line2D  # noqa: E402
 
+from emergence_bench.reporting.plotting import PAGE_INCHES, legend_below  # noqa: E402
 from emergence_bench.results.store import none_works  # noqa: E402
 
 KEY = "optim.lr"
@@ -34,9 +37,10 @@ def tuning_figure(tables: list[dict]) -> Figure | None:
     colours = {m: f"C{i % 10}" for i, m in enumerate(mixers)}  # the ranking figures' colours
     columns = min(4, len(groups))
     rows = -(-len(groups) // columns)
-    figure, axes = plt.subplots(rows, columns, figsize=(3.4 * columns, 2.9 * rows + 0.6), squeeze=False,
+    figure, axes = plt.subplots(rows, columns, figsize=(PAGE_INCHES, 3.1 * rows + 0.6), squeeze=False,
                                 sharey=True)
     for ax, group in zip(axes.flat, groups):
+        failing = []  # the mixers none of whose lrs works here, named in the title
         for i, table in enumerate(sorted((t for t in tables if t["group"] == group), key=lambda t: t["mixer"])):
             points = sorted((p for p in table["points"] if p["area"] is not None), key=lambda p: p["values"][KEY])
             if not points:
@@ -48,7 +52,7 @@ def tuning_figure(tables: list[dict]) -> Figure | None:
             y = [p["area"] for p in points]
             errors = [[a - p["area_low"] for a, p in zip(y, points)], [p["area_high"] - a for a, p in zip(y, points)]]
             colour = colours[table["mixer"]]
-            failing = none_works(table)
+            nothing = none_works(table)
             bars = ax.errorbar(x, y, yerr=errors, color=colour, marker="o", markersize=3, linewidth=1.2, capsize=0,
                                elinewidth=0.8, label=table["mixer"])
             for line in bars[2]:
@@ -59,14 +63,16 @@ def tuning_figure(tables: list[dict]) -> Figure | None:
                         zorder=3)  # above the errorbar's own filled marker
                 pruned_any = True
             chosen = next(p for p in points if p["values"] == table["chosen"])
-            ax.plot([chosen["values"][KEY] * shift], [chosen["area"]], marker="x" if failing else "o", markersize=8,
+            ax.plot([chosen["values"][KEY] * shift], [chosen["area"]], marker="x" if nothing else "o", markersize=8,
                     color=colour, markerfacecolor=colour if not table.get("edge") else "white", markeredgewidth=1.5)
-            if failing:  # stacked above the zero line, one line per mixer that found nothing
-                ax.annotate(f"{table['mixer']}: none works", (0.03, 0.1 + 0.07 * len(ax.texts)),
-                            xycoords="axes fraction", fontsize=7, color=colour)
+            if nothing:
+                failing.append(table["mixer"])
         rungs = next(t for t in tables if t["group"] == group)
-        ax.set_title(f"{group} ({rungs['rung_axis'].removeprefix('task.')} = "
-                     f"{', '.join(map(str, rungs['rungs']))})", fontsize=9)
+        title = f"{group} ({rungs['rung_axis'].removeprefix('task.')} = {', '.join(map(str, rungs['rungs']))})"
+        # In the title, not on the panel: the crosses sit at 0 where these labels covered them.
+        if failing:
+            title += "\n" + "\n".join(textwrap.wrap(f"none works (×): {', '.join(failing)}", 40))
+        ax.set_title(title, fontsize=9)
         ax.set_xscale("log")
         values = sorted({p["values"][KEY] for t in tables if t["group"] == group for p in t["points"]})
         ax.set_xticks(values, [f"{v:.0e}".replace("e-0", "e-") for v in values], fontsize=8)
@@ -82,6 +88,6 @@ def tuning_figure(tables: list[dict]) -> Figure | None:
     if pruned_any:  # one key for every mixer's hollow markers
         handles.append(Line2D([], [], linestyle="none", marker="o", markersize=4, color="0.35", markerfacecolor="white"))
         labels.append("pruned: stopped once it could not be chosen (its area by then)")
-    figure.legend(handles, labels, loc="lower center", ncol=min(len(labels), 8), fontsize=8, frameon=False)
-    figure.tight_layout(rect=(0, 0.08 if rows == 1 else 0.05, 1, 1))
+    figure.tight_layout()
+    legend_below(figure, handles, labels, columns=min(len(labels), 5))  # five a row fit the page's width
     return figure
