@@ -55,7 +55,10 @@ def test_report_command(tmp_path, cli, tiny_config):
     assert (tmp_path / "r.html").read_text().startswith("<!doctype html>")
     bad = cli("report", tmp_path, "--axes", "task.state_size")
     assert bad.returncode == 2 and "--axes takes two config keys" in bad.stderr
-    empty = cli("report", tmp_path / "nothing")
+    missing = cli("report", tmp_path / "nothing")
+    assert missing.returncode == 2 and "no such results directory" in missing.stderr
+    (tmp_path / "empty").mkdir()
+    empty = cli("report", tmp_path / "empty")
     assert empty.returncode == 2 and "no result.json" in empty.stderr
 
 
