@@ -80,7 +80,7 @@ Outcome = Union[Evidence, NotApplicable]
 
 @dataclass(frozen=True)
 class Claim:
-    """See the module docstring. ``number``: the claim's number in PAPER.md (1–8); ``paper``: its
+    """See the module docstring. ``number``: the claim's number in docs/science.md (1–8); ``paper``: its
     words; ``paper_number``: the number the paper gives (or "-"); ``effect``: what the effect
     measures, with its units; ``predicts``: the direction in words; ``margin``: an equivalence's
     margin (in effect units)."""
