@@ -1,4 +1,4 @@
-"""Cellular automata with a pool of random rules (PAPER.md, "Cellular automata").
+"""Cellular automata with a pool of random rules (docs/science.md, "Cellular automata").
 
 Every sequence follows one rule from a pool drawn once per task instance, so the model has to infer
 the rule in context from the trajectory before it can predict the next state.
@@ -12,7 +12,7 @@ What is reachable, from an exact Bayes oracle (the rule pool known, a uniform pr
 fixed set of sequences drawn from the task seed: ``max_accuracy`` and ``floor_loss``. Early tokens of
 a sequence are uncertain (few rules are ruled out yet), so the floor is positive. ``shortcut_loss`` is
 the in-context colour-count model, which needs no sparse pattern (C=4, 256 rules, T=16: 1.24 at
-S=4, under PAPER.md's plateau threshold 1.3), or the uniform guess (chance) where that is lower.
+S=4, under the paper's plateau threshold 1.3 (docs/science.md)), or the uniform guess (chance) where that is lower.
 """
 
 from __future__ import annotations

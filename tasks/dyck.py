@@ -1,4 +1,4 @@
-"""Dyck-k: balanced strings of k bracket types, for next-token prediction (pre-pre-training, PAPER.md 8).
+"""Dyck-k: balanced strings of k bracket types, for next-token prediction (pre-pre-training, docs/science.md claim 8).
 
 Tokens: opener of type j is ``j``, its closer is ``k + j`` (vocabulary 2k). A sequence of ``length``
 tokens is a random walk on the nesting depth that starts and ends at depth 0 and never exceeds

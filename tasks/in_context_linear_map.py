@@ -1,6 +1,6 @@
 """In-context linear map: x_{t+1} = A x_t mod 2 with a fresh A in every sequence.
 
-The linear map of PAPER.md stores one A in the weights; here each sequence draws its own A (exactly
+The linear map of docs/science.md stores one A in the weights; here each sequence draws its own A (exactly
 ``sparsity`` ones per row, uniform) and shows it only through its trajectory of T ≥ 3 states, so the
 model has to infer the pattern in context, as in cellular_automata, before it can predict.
 

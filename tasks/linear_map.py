@@ -1,4 +1,4 @@
-"""Linear map over GF(2): x_{t+1} = A x_t mod 2, with s ones per row of A (PAPER.md, "Linear map").
+"""Linear map over GF(2): x_{t+1} = A x_t mod 2, with s ones per row of A (docs/science.md, "Linear map").
 
 The shortcut through earlier outputs: x1 is scored token by token, so a model predicting cell i of x1
 has already read x1[0..i−1]. With x0 uniform, x1[i] is a function of x1[<i] alone exactly when row

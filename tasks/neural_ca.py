@@ -1,8 +1,8 @@
 """Neural cellular automata: 1-D automata whose transition rules are small random networks.
 
-Like ``cellular_automata`` (PAPER.md), but each rule of the pool is a random MLP instead of a uniform
+Like ``cellular_automata`` (docs/science.md), but each rule of the pool is a random MLP instead of a uniform
 lookup table, which gives structured rules (the first layer adds up one vector per neighbour), the
-kind of data proposed for pre-pre-training (PAPER.md, claim 8). Every sequence follows one rule of the
+kind of data proposed for pre-pre-training (docs/science.md, claim 8). Every sequence follows one rule of the
 pool, so the rule is inferred in context.
 
 Rule ρ maps the window x_t[i-r], ..., x_t[i+r] (periodic boundary) to cell i of x_{t+1}:

@@ -13,9 +13,10 @@ from typing import Any
 import pytest
 
 from emergence_bench.claims import claims
-from emergence_bench.claims.claim import CLAIMS, scorecard
+from emergence_bench.claims.claim import CLAIMS
 from emergence_bench.claims.design import SEEDS, TASK_SEEDS
 from emergence_bench.claims.heads import independence_fit
+from emergence_bench.claims.judge import judge as judge_claims
 from emergence_bench.execution.sweep_spec import load_sweep
 from emergence_bench.results.store import SCHEMA_VERSION
 from emergence_bench.stats.significance import holm
@@ -50,7 +51,7 @@ def row(seed: int, task_seed: int = 0, emergence: int | None = 500, plateau: int
 
 
 def cell(rows: list[dict[str, Any]], claim_id: str, label: str = "") -> Any:
-    card = scorecard({"emergence": rows} if not isinstance(rows, dict) else rows, [CLAIMS.get(claim_id)])
+    card = judge_claims({"emergence": rows} if not isinstance(rows, dict) else rows, [CLAIMS.get(claim_id)])
     return next(r for r in card if r.label == label)
 
 
@@ -70,7 +71,7 @@ def bias_rows(plateau: int, jitter: int = 7) -> dict[str, list[dict[str, Any]]]:
 
 
 def judge(rows: dict[str, list[dict[str, Any]]], claim_id: str) -> dict[str, Any]:
-    return {r.label: r for r in scorecard(rows, [CLAIMS.get(claim_id)])}
+    return {r.label: r for r in judge_claims(rows, [CLAIMS.get(claim_id)])}
 
 
 def test_the_bias_agrees_when_the_true_pattern_ends_the_plateau_sooner_than_every_control():
@@ -119,7 +120,7 @@ def test_only_the_confirmation_seeds_and_instances_count():
 
 def test_a_mixer_without_attention_reads_na_with_the_reason_and_a_missing_group_not_run():
     rows = {"emergence": confirmation(attention=False), "bias": []}
-    card = scorecard(rows, [CLAIMS.get("abrupt-with-attention"), CLAIMS.get("bias-removes-plateau")])
+    card = judge_claims(rows, [CLAIMS.get("abrupt-with-attention"), CLAIMS.get("bias-removes-plateau")])
     assert [(r.verdict, r.reason) for r in card] == [
         ("n/a", "the mixer exposes no attention scores"),
         ("not run", "no confirmation rows in group(s) bias")]
@@ -127,7 +128,7 @@ def test_a_mixer_without_attention_reads_na_with_the_reason_and_a_missing_group_
 
 def test_holm_adjusts_over_every_judged_claim():
     rows = {**bias_rows(plateau=150), "emergence": bias_rows(plateau=150)["emergence"]}
-    card = scorecard(rows, claims())
+    card = judge_claims(rows, claims())
     raw = [r.outcome.p if r.outcome is not None and hasattr(r.outcome, "p") else None for r in card]
     assert [r.p_adjusted for r in card] == holm(raw)
     assert sum(p is not None for p in raw) >= 5  # the bias's three, seeds, abruptness, attention, ...
@@ -242,10 +243,10 @@ def test_a_claim_about_one_mixer_judges_each_mixer_in_the_rows_alone():
     plugin = [row(s, t, attention=False, config={"mixer": {"name": "my_mixer"}}) for s in SEEDS for t in TASK_SEEDS]
     for r in plugin:  # deterministic per instance: seeds do not differ
         r["emergence"]["step"] = 500
-    card = {r.label: r for r in scorecard({"emergence": transformer + plugin}, [CLAIMS.get("seeds-differ")])}
+    card = {r.label: r for r in judge_claims({"emergence": transformer + plugin}, [CLAIMS.get("seeds-differ")])}
     assert set(card) == {"transformer", "my_mixer"}
     assert card["transformer"].verdict == "agrees" and card["my_mixer"].verdict == "disagrees"
-    both = scorecard({"emergence": transformer + plugin}, [CLAIMS.get("abrupt-with-attention")])
+    both = judge_claims({"emergence": transformer + plugin}, [CLAIMS.get("abrupt-with-attention")])
     assert {(r.label, r.verdict) for r in both} == {("my_mixer", "n/a"), ("transformer", "agrees")}
 
 
@@ -256,7 +257,7 @@ def test_medium_sparsity_needs_the_middle_above_both_ends_and_judges_the_blanked
                 for (s, blank), loss in losses.items() for seed in SEEDS for t in TASK_SEEDS]
 
     paper = {(1, False): 0.0, (6, False): 0.4, (11, False): 0.06, (1, True): 0.0, (6, True): 0.5, (11, True): 0.69}
-    card = {r.label: r for r in scorecard({"sparsity": sparsity_rows(paper)}, [CLAIMS.get("medium-sparsity")])}
+    card = {r.label: r for r in judge_claims({"sparsity": sparsity_rows(paper)}, [CLAIMS.get("medium-sparsity")])}
     assert card["S=12"].verdict == "agrees" and card["S=12"].outcome.effect == pytest.approx(0.34, abs=0.01)
     blanked = card["S=12, outputs blanked"]
     assert blanked.verdict == "inconclusive" and blanked.outcome.direction == 0 and "mixed" in blanked.reason
@@ -267,7 +268,7 @@ def test_curricula_compare_each_stage_task_with_no_curriculum():
     stage = lambda task: [{"task": {"name": task}, "steps": 300}]  # noqa: E731
     dyck = [row(s, t, emergence=300 + 10 * s, config={"curriculum": stage("dyck")}) for s in SEEDS for t in TASK_SEEDS]
     nca = [row(s, t, emergence=900 + 10 * s, config={"curriculum": stage("neural_ca")}) for s in SEEDS for t in TASK_SEEDS]
-    card = {r.label: r.verdict for r in scorecard({"emergence": none, "curricula": dyck + nca}, [CLAIMS.get("curricula")])}
+    card = {r.label: r.verdict for r in judge_claims({"emergence": none, "curricula": dyck + nca}, [CLAIMS.get("curricula")])}
     assert card == {"after dyck": "agrees", "after neural_ca": "disagrees"}
 
 
@@ -311,7 +312,7 @@ def test_trails_transformer_gives_each_other_mixer_its_row_and_counts_the_transf
     recurrent = [row(s, t, emergence=(900 if name == "mamba" else 100) + 10 * s, attention=False,
                      config={"mixer": {"name": name}}) for name in ("mamba", "rwkv7") for s in SEEDS for t in TASK_SEEDS]
     again = [row(s, t, emergence=400 + 10 * s) for s in SEEDS for t in TASK_SEEDS]  # --mixers transformer,...
-    card = {r.label: r for r in scorecard({"emergence": transformer, "recurrent": recurrent + again},
+    card = {r.label: r for r in judge_claims({"emergence": transformer, "recurrent": recurrent + again},
                                           [CLAIMS.get("trails-transformer")])}
     assert {label: r.verdict for label, r in card.items()} == {"mamba": "agrees", "rwkv7": "disagrees"}
     assert card["mamba"].outcome.n == "16 vs 16"

@@ -110,3 +110,16 @@ def test_every_ladder_a_preset_or_page_names_is_that_presets_own():
         for found in re.finditer(r"`?([\w-]+)`? is (?:the )?((?:tuned )?ladder v\d+)", text):
             if found.group(1) in ladders:
                 assert found.group(2) == said(ladders[found.group(1)]), found.group(0)
+
+
+def test_the_code_cites_the_paper_through_science_md():
+    """Modules once cited "PAPER.md", a file no clone has: the paper's words and numbers the code cites
+    are in docs/science.md, and every citation points there."""
+    cited = [p for folder in ("benchmark", "callbacks", "tasks", "mixers", "tests", "docs")
+             for p in (REPO / folder).rglob("*") if p.suffix in (".py", ".md", ".yaml")
+             and p != Path(__file__).resolve() and "PAPER.md" in p.read_text(encoding="utf-8")]
+    assert not cited and "PAPER.md" not in (REPO / "README.md").read_text(encoding="utf-8"), cited
+    science = (REPO / "docs" / "science.md").read_text(encoding="utf-8")
+    for section in ("## The claims", "**Linear map**", "**Cellular automata**", "**Language probes**",
+                    "**Causal head patching**", "## Numbers the paper reports", "loss < 1.3"):
+        assert section in science, section

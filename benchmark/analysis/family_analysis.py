@@ -1,7 +1,7 @@
 """The language family, analysed as the paper analyses Pythia: per seed and probe, the probe's accuracy
 at every checkpoint, the emergence step by bisection, every head's previous-token and induction
 scores, and head patching between the bracketing checkpoints; then, per probe, the three claims'
-numbers across seeds (PAPER.md's first half):
+numbers across seeds (the paper's first part: docs/science.md, "Language probes"):
 
 1. at a fixed scale, seeds differ in when and whether: the emergence steps and their spread;
 2. heads jump from diffuse to a pattern together with the emergence: each seed's first induction

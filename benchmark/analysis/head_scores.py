@@ -1,4 +1,4 @@
-"""Per-head previous-token and induction scores (PAPER.md's claim 2: do heads jump from diffuse to these
+"""Per-head previous-token and induction scores (claim 2 of docs/science.md: do heads jump from diffuse to these
 patterns together with a probe's emergence?).
 
 Both are read from attention probabilities on ``[bos] + r + r``: a random token string r of length T,

@@ -1,4 +1,4 @@
-"""Language probes for pretrained models (PAPER.md, "Language probes"): templated, deterministic prompt
+"""Language probes for pretrained models (docs/science.md, "Language probes"): templated, deterministic prompt
 sets whose answer is one next token. "Solved" = the greedy next token is the answer.
 
     repetition             string repetition: "0 7 3 1 2 0 2 3 0 7 3 1 2 0 2" -> " 3"

@@ -1,5 +1,5 @@
 """A family of small GPT-NeoX language models trained here, one per init seed, loadable by
-``analyze pythia`` exactly as Pythia is (PAPER.md's first half, on a model that learned language).
+``analyze pythia`` exactly as Pythia is (docs/science.md, "Language probes", on a model that learned language).
 
     OUT/family.json           the family's configuration (a second train with another one is refused)
     OUT/corpus/               the cached archive, tokens.pt (the encoded corpus) and corpus.json (its size)

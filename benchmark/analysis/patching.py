@@ -4,7 +4,7 @@ Run the old (pre-emergence) model on a probe batch with one head's attention pro
 by a source's — the new (post-emergence) model's maps on the same batch, or the task's ground-truth
 pattern, row-normalised — and measure Δp, the change in the mean probability of the correct token.
 Rank the heads by Δp, patch the top K together, and report the fraction of the old→new gap in
-p(correct) that they recover (PAPER.md, "Causal head patching").
+p(correct) that they recover (docs/science.md, "Causal head patching").
 
 The ranking logic is generic over a function ``p_correct(heads) -> float`` (the old model with those
 heads patched), so SequenceModel runs (through ``MixerContext.patch``, for every mixer that exposes

@@ -1,5 +1,5 @@
 """Emergence on Pythia: bisect a language probe over GPT-NeoX checkpoints, then patch heads between the
-bracketing pair (PAPER.md, the paper's first part).
+bracketing pair (docs/science.md, "Language probes": the paper's first part).
 
 Checkpoints are Hugging Face hub revisions (``EleutherAI/pythia-70m`` at ``revision="step1000"``) or
 local folders ``MODEL/step1000/``; models load with ``attn_implementation="eager"``. GPT-NeoX's eager

@@ -1,5 +1,5 @@
 """The paper's claims, each declared once as a pre-registered test (``claim``: a claim, its verdict
-and the scorecard): one module per claim of PAPER.md, in its order. Importing this package declares
+and the scorecard): one module per claim of docs/science.md, in its order. Importing this package declares
 them all; ``compare`` holds the comparisons they share, and ``design`` the frozen settings of the
 confirmation."""
 

@@ -41,7 +41,7 @@ def bracket(row: Row, checkpoints: Sequence[int]) -> tuple[int, int] | None:
 
 
 def report(row: Row) -> Mapping[str, Any]:
-    """The ``patching`` section the scorecard attached to the row ({} where it patched none)."""
+    """The ``patching`` section the judgement attached to the row ({} where it patched none)."""
     return cast(Mapping[str, Any], row).get("patching") or {}
 
 
@@ -57,7 +57,8 @@ def evaluate(rows: Rows, settings: Mapping[str, Any]) -> dict[str, Outcome]:
     k = settings["k"]
     fractions = [f for f in (recovered(r, k) for r in runs) if f is not None]
     if len(fractions) < 2:
-        return {"": NotApplicable(f"{len(fractions)} run(s) emerged between two checkpoints and were patched")}
+        return {"": NotApplicable(f"{len(fractions)} run(s) emerged between two checkpoints and were patched "
+                                   "(`claims DIR --patch` patches them)")}
     curve = {kk: statistics.median(f for f in (recovered(r, kk) for r in runs) if f is not None) for kk in KS
              if any(recovered(r, kk) is not None for r in runs)}
     truth = [report(r)["ground_truth"] for r in runs if report(r).get("ground_truth") is not None]

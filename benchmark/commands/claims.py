@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 from emergence_bench.commands.arguments import add_results_dir, results_in, writable_results
 from emergence_bench.commands.command import Subparsers, register_command
@@ -19,7 +20,45 @@ def add_parser(subparsers: Subparsers) -> argparse.ArgumentParser:
     parser.add_argument("--claim", action="append", metavar="ID",
                         help="print only this claim's rows, judged among all of them (repeatable; docs/claims.md "
                              "names them); the files hold the whole scorecard")
+    parser.add_argument("--patch", action="store_true",
+                        help="first patch the patching group's runs that emerged between two checkpoints (torch; "
+                             "the reports are kept in each run's analysis/ folder, and the judgement reads them)")
     return parser
+
+
+TOP_K = 16  # the heads patched: K = 1…16 are reported
+
+
+def patch_folder(folder: Path) -> int:
+    """The explicit patching step: for each confirmation run of ``folder``'s patching group whose
+    emergence two adjacent checkpoints bracket, writes the reports ``analyze patch`` gives (the top
+    1…16 heads of the post-emergence checkpoint into the pre-emergence one, and the ground truth)
+    where they are not on disk yet; returns how many it wrote. The judgement only reads them."""
+    from emergence_bench.analysis.analyze import load_run, patch
+    from emergence_bench.claims.claim import confirmation
+    from emergence_bench.claims.judge import PATCHING_GROUP, rows_by_group
+    from emergence_bench.claims.patching import FEW_HEADS, bracket
+    from emergence_bench.results.row import emergence_step
+    from emergence_bench.results.store import ANALYSIS_DIR
+
+    patched = 0
+    for row in confirmation(rows_by_group(folder, quiet=True).get(PATCHING_GROUP, []), FEW_HEADS.settings):
+        if emergence_step(row) is None:
+            continue
+        run_dir = folder / PATCHING_GROUP / row["run_id"]
+        try:
+            _, _, checkpoints = load_run(run_dir)
+        except ValueError:  # no checkpoints (it failed early) or no config: nothing to patch
+            continue
+        steps = bracket(row, sorted(checkpoints))
+        if steps is None:
+            continue
+        old, new = steps
+        for truth in (False, True):
+            if not (run_dir / ANALYSIS_DIR / (f"patch_{old}_{new}" + ("_ground_truth" if truth else "") + ".json")).is_file():
+                patch(run_dir, old, new, top_k=TOP_K, ground_truth=truth, device="cpu")
+                patched += 1
+    return patched
 
 
 def main(args: argparse.Namespace, extra: list[str]) -> int:
@@ -30,9 +69,13 @@ def main(args: argparse.Namespace, extra: list[str]) -> int:
 
     claims()  # declares the built-in claims, so --claim can name them
     only = [CLAIMS.get(name) for name in args.claim] if args.claim else None  # judged among all: one Holm family
-    from emergence_bench.reporting import scorecard  # (pandas: after the arguments are checked)
+    from emergence_bench.claims.judge import judge_folder
+    from emergence_bench.reporting import scorecard
 
-    rows, markdown = scorecard.write(folder, only)
+    if args.patch:
+        print(f"patched {patch_folder(folder)} report(s)", file=sys.stderr)  # (pandas: after the arguments are checked)
+
+    rows, markdown = scorecard.write(folder, judge_folder(folder), only)
     print(markdown, end="")
     print(f"\nwrote {folder / 'claims.md'} (with the paper's words, each test and its details), claims.csv and "
           f"claims.json", file=sys.stderr)

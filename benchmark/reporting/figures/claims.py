@@ -9,7 +9,8 @@ import math
 import numpy as np
 from matplotlib.figure import Figure
 
-from emergence_bench.claims.claim import Evidence, ScoreRow
+from emergence_bench.claims.claim import Evidence
+from emergence_bench.claims.judge import ScoreRow
 from emergence_bench.reporting.figure import Drawn, Results, register_figure
 from emergence_bench.reporting.plotting import PAGE_INCHES, plt
 from emergence_bench.reporting.scorecard import effect_cell, number
@@ -64,12 +65,12 @@ def scorecard_table(card: list[ScoreRow]) -> str:
                  "arm's median, a triangle for a run that never got there.",
                  "no claims-cpu-v2 group in the folder (the claims read its groups)")
 def draw(results: Results) -> list[Drawn]:
-    from emergence_bench.reporting.scorecard import judge
+    from emergence_bench.claims.judge import judge_folder
 
     if results.root is None:
         return []
     try:
-        card = judge(results.root, patch=False)
+        card = judge_folder(results.root)
     except ValueError:
         return []
     judged = [r for r in card if isinstance(r.outcome, Evidence) and r.outcome.data]
