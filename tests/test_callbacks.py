@@ -126,7 +126,7 @@ def test_emergence_threshold_is_relative_to_the_reachable_accuracy():
 
 def test_emergence_can_end_the_run_where_it_emerged(tmp_path, tiny_config):
     from emergence_bench.engine.run import run
-    from emergence_bench.execution.seed_parallel import run_seed_parallel
+    from emergence_bench.engine.seed_parallel import run_seed_parallel
     config = tiny_config(task={"sparsity": 1, "batch_size": 64}, optim={"lr": 3e-3},
                          trainer={"max_steps": 400, "eval_every": 20}, callbacks={"emergence": {"stop": True}})
     alone = run(config, tmp_path / "alone")
@@ -158,7 +158,7 @@ def test_every_steps_loss_reaches_the_callbacks_once_in_order_though_read_every_
     """Losses are read back every 7 steps here; a run stopped by emergence between reads (stop) still
     hands on its last ones, and both engines hand on the same."""
     from emergence_bench.engine.run import run
-    from emergence_bench.execution.seed_parallel import run_seed_parallel
+    from emergence_bench.engine.seed_parallel import run_seed_parallel
 
     callbacks = {"test_loss_log": {}}
     if stop is not None:

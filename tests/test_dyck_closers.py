@@ -15,8 +15,8 @@ from emergence_bench.callbacks.plateau import Plateau
 from emergence_bench.config import resolve
 from emergence_bench.engine.module import EvalTally
 from emergence_bench.engine.run import run
+from emergence_bench.engine.seed_parallel import run_seed_parallel
 from emergence_bench.engine.training import scored_rows, sequence_mask, train_losses
-from emergence_bench.execution.seed_parallel import run_seed_parallel
 from emergence_bench.tasks.dyck import Dyck
 
 BRACKETS = {"(": 0, "[": 1, ")": 2, "]": 3}  # k = 2: openers 0, 1; their closers 2, 3

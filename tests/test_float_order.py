@@ -74,7 +74,7 @@ def test_a_seed_parallel_group_steps_in_the_order_its_config_names(tmp_path, tin
     """The batched group applies trainer.batch_order as a single run does: reversed, its numbers
     leave the drawn group's (the order was applied) and stay within rounding of each seed's own
     reversed run."""
-    from emergence_bench.execution.seed_parallel import run_seed_parallel
+    from emergence_bench.engine.seed_parallel import run_seed_parallel
 
     reversed_ = [tiny_config(seed=s, trainer={"batch_order": "reversed"}) for s in (0, 1)]
     grouped = run_seed_parallel(reversed_, tmp_path / "reversed")

@@ -10,7 +10,7 @@ from emergence_bench.config import OptimConfig
 from emergence_bench.engine.model import SequenceModel
 from emergence_bench.engine.module import EmergenceModule
 from emergence_bench.engine.run import run
-from emergence_bench.execution.seed_parallel import run_seed_parallel
+from emergence_bench.engine.seed_parallel import run_seed_parallel
 from emergence_bench.tasks.linear_map import LinearMap
 
 

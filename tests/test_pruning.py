@@ -180,7 +180,7 @@ def test_a_group_stops_at_the_eval_its_rivals_prune_it(finished, tmp_path, tiny_
     all written, the group (emerging at no step: threshold 1) stops at its first eval, step 4, every
     row saying why; with one of them missing it trains its whole budget."""
     from emergence_bench.config import resolve
-    from emergence_bench.execution.seed_parallel import run_seed_parallel
+    from emergence_bench.engine.seed_parallel import run_seed_parallel
 
     configs = [tiny_config(seed=seed, callbacks={"emergence": {"threshold": 1.0, "relative": False}},
                            trainer={"eval_every": 4}) for seed in range(4)]
@@ -188,7 +188,7 @@ def test_a_group_stops_at_the_eval_its_rivals_prune_it(finished, tmp_path, tiny_
     rival = write_point(tmp_path / "rival", "fast", [4, 4, 4, 4])
     if not finished:
         Path(rival[0], "result.json").unlink()
-    rows = run_seed_parallel(configs, tmp_path / "runs", rivals=Rivals(own, [rival], [{"optim.lr": 0.1}]))
+    rows = run_seed_parallel(configs, tmp_path / "runs", stop=Rivals(own, [rival], [{"optim.lr": 0.1}]))
     assert {row["status"] for row in rows} == {"ok"}
     assert all(row["emergence"]["step"] is None for row in rows)
     if finished:
@@ -202,13 +202,13 @@ def test_a_group_stops_at_the_eval_its_rivals_prune_it(finished, tmp_path, tiny_
 
 def test_a_group_that_is_not_the_whole_point_is_never_pruned(tmp_path, tiny_config):
     from emergence_bench.config import resolve
-    from emergence_bench.execution.seed_parallel import run_seed_parallel
+    from emergence_bench.engine.seed_parallel import run_seed_parallel
 
     configs = [tiny_config(seed=seed, callbacks={"emergence": {"threshold": 1.0, "relative": False}},
                            trainer={"eval_every": 4}) for seed in range(2)]
     own = [str(tmp_path / "runs" / resolve(c).run_id()) for c in configs] + [str(tmp_path / "runs" / "seed2")]
     rival = write_point(tmp_path / "rival", "fast", [4, 4, 4, 4])
-    rows = run_seed_parallel(configs, tmp_path / "runs", rivals=Rivals(own, [rival], [{"optim.lr": 0.1}]))
+    rows = run_seed_parallel(configs, tmp_path / "runs", stop=Rivals(own, [rival], [{"optim.lr": 0.1}]))
     assert [row["timing"]["steps"] for row in rows] == [20] * 2
 
 

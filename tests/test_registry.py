@@ -127,7 +127,7 @@ def test_a_plugin_that_does_not_meet_the_contract_is_named_as_broken_and_the_res
 def test_the_suites_lists_are_registries_of_their_entries():
     from emergence_bench.commands import mixer_checks
     from emergence_bench.config import Batching
-    from emergence_bench.execution.seed_parallel import BATCHING, BATCHING_MODES
+    from emergence_bench.engine.seed_parallel import BATCHING, BATCHING_MODES
     from emergence_bench.reporting.figure import REGISTRY, ReportFigure
     from emergence_bench.reporting.figures import FIGURES
 

@@ -20,7 +20,7 @@ from emergence_bench.engine.batching import register_flash_rule
 from emergence_bench.engine.ensemble import EnsembleModule, clip_per_seed_
 from emergence_bench.engine.ensemble_probe import seed_parallel_supported
 from emergence_bench.engine.run import build_model, build_task, run
-from emergence_bench.execution.seed_parallel import run_seed_parallel
+from emergence_bench.engine.seed_parallel import run_seed_parallel
 from emergence_bench.mixers.base import TokenMixer
 from emergence_bench.registry import register_callback, register_mixer
 
@@ -157,7 +157,7 @@ def test_each_mixer_matches_sequential_runs_or_falls_back(mixer, tmp_path, tiny_
 def test_the_one_by_one_fallback_writes_each_row_once_under_its_lock(tmp_path, tiny_config, monkeypatch):
     import fcntl
 
-    from emergence_bench.execution import seed_parallel as group
+    from emergence_bench.engine import seed_parallel as group
     from emergence_bench.results import store
 
     monkeypatch.setattr(group, "seed_parallel_supported", lambda config: (False, "not batchable here"))
@@ -537,7 +537,7 @@ def test_ended_seeds_leave_the_step_and_the_others_keep_their_bits(mixer, tmp_pa
 
 @pytest.mark.parametrize("measured", [0.6, 3.0])
 def test_auto_batches_only_where_its_probe_says_it_pays(measured, tmp_path, monkeypatch, tiny_config):
-    from emergence_bench.execution import seed_parallel as group
+    from emergence_bench.engine import seed_parallel as group
 
     monkeypatch.setattr(group, "batching_speedup", lambda config, k: measured)
     configs = [tiny_config(seed=s, trainer={"max_steps": 4}) for s in (0, 1)]

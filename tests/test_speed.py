@@ -11,7 +11,7 @@ import torch
 from emergence_bench.config import resolve
 from emergence_bench.engine import training
 from emergence_bench.engine.run import run
-from emergence_bench.execution.seed_parallel import run_seed_parallel
+from emergence_bench.engine.seed_parallel import run_seed_parallel
 from emergence_bench.perf import loops, speed, timing
 
 

@@ -91,7 +91,7 @@ def main(args: argparse.Namespace, extra: list[str]) -> int:
 def _run_seeds(config: RunConfig, args: argparse.Namespace) -> int:
     """`run --seed-parallel K`: seeds s, s+1, ..., s+K-1 of the config, trained together."""
     from emergence_bench.engine.run import check
-    from emergence_bench.execution.seed_parallel import run_seed_parallel
+    from emergence_bench.engine.seed_parallel import run_seed_parallel
     from emergence_bench.results.store import RESULT_FILE
 
     configs = []

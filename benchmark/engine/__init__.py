@@ -3,9 +3,9 @@
 A single run: ``run`` (build, train, write the row), ``run_folder`` (its folder, lock and row),
 ``module`` (``EmergenceModule``), ``training`` (the one step, and the ``Trainable`` protocol it needs of
 a module), ``run_losses`` (the losses kept on the device), ``curriculum``, ``model``
-(``SequenceModel``), ``optim`` and ``trainer`` (the Trainer factory). Seed-parallel: ``ensemble``,
-``seeds``, ``ensemble_probe`` and ``batching``, described below. The sweep's dispatch of a group to
-them is ``emergence_bench.execution.seed_parallel``. Import each from its module: the package imports
+(``SequenceModel``), ``optim`` and ``trainer`` (the Trainer factory). Seed-parallel:
+``seed_parallel`` (a group's training, its entry point), ``ensemble``, ``seeds``, ``group_stop``,
+``ensemble_probe`` and ``batching``, described below. Import each from its module: the package imports
 none of them, so that importing one (the ensemble, which ``speed`` times) loads no more than it needs.
 
 Seed-parallel training: K seeds of one config as one LightningModule, trained by the suite's Trainer.
@@ -49,9 +49,10 @@ kernel, randomness) are found by a trial forward and backward (``seed_parallel_s
 seeds, and those of a config with a curriculum, run one after another through ``run()`` with
 ``"seed_parallel": {"k": 1, "fallback": reason}``.
 
-By concern: ``ensemble`` (the batched module and the group's data: it is given the live-seed mask
-and the stacked biases, and reports reads and evals to listeners), ``seeds`` (each seed's views and
-callbacks, and the fan-out), ``ensemble_probe`` (whether a model vmaps, and whether batching pays),
-``batching`` (vmap rules for ops without one), and ``emergence_bench.execution.seed_parallel``
-(``run_seed_parallel``, and the batching modes by which a group chooses).
+By concern: ``seed_parallel`` (``run_seed_parallel``, and the batching modes by which a group
+chooses), ``ensemble`` (the batched module and the group's data: it is given the live-seed mask and
+the stacked biases, and reports reads and evals to listeners), ``seeds`` (each seed's views and
+callbacks, and the fan-out), ``group_stop`` (the ``GroupStop`` protocol by which a tuning's pruning,
+a tool above the engine, ends a group early), ``ensemble_probe`` (whether a model vmaps, and whether
+batching pays) and ``batching`` (vmap rules for ops without one).
 """

@@ -35,6 +35,7 @@ from lightning.pytorch.loggers import Logger
 from emergence_bench.callbacks.contract import EvalResult
 from emergence_bench.callbacks.emergence import Emergence
 from emergence_bench.engine.ensemble import EnsembleModule, stack_bias
+from emergence_bench.engine.group_stop import GroupStop, Outcome
 from emergence_bench.engine.model import SequenceModel
 from emergence_bench.engine.module import eval_metrics
 from emergence_bench.engine.run import RunPlan, build_callbacks, build_model
@@ -247,14 +248,6 @@ class Seed:
         return self.folder.finish(status, error, self.trainer, self.view, model, self.note)
 
 
-# A seed's state at an eval: ("emerged", its step), ("live", None), ("ended", the step it ended at:
-# diverged, or stopped without emerging) or ("failed", None).
-Outcome = tuple[str, int | None]
-# Asked after each eval of the whole group: (the step, each seed's Outcome) -> a section that ends
-# every live seed, recorded in their rows under "pruned" (execution/pruning.py), or None.
-GroupStop = Callable[[int, list[Outcome]], dict | None]
-
-
 def outcome(seed: Seed) -> Outcome:
     """Where ``seed`` stands: its row once it has one, else its Emergence callback's record."""
     if seed.folder.done:
@@ -299,9 +292,9 @@ class SeedCallbacks(L.Callback):
     A seed whose callbacks set ``should_stop`` ends as a run alone would: after the eval that
     Lightning runs when a stop is asked at the end of a step (the step's scheduled eval, or else one
     given to the asking seeds only), or after the eval in which it asked; its end-of-fit hooks fire
-    before the next step. When every
-    live seed has asked, the Trainer itself stops. ``stop_group`` (optional) is asked after every eval
-    of the whole group; a section it returns stops every live seed and goes into their rows.
+    before the next step. When every live seed has asked, the Trainer itself stops. ``stop_group``
+    (optional, a ``GroupStop``) is asked after every eval of the whole group; a section it returns
+    stops every live seed and goes into their rows.
     """
 
     def __init__(self, ensemble: EnsembleModule, seeds: list[Seed], stop_group: GroupStop | None = None) -> None:
@@ -377,7 +370,7 @@ class SeedCallbacks(L.Callback):
         """After an eval of every seed: a section from ``stop_group`` ends every live seed that is not
         ending already (an emerged one ends as emerged)."""
         assert self.stop_group is not None
-        section = self.stop_group(step, [outcome(s) for s in self.seeds])
+        section = self.stop_group.check(step, [outcome(s) for s in self.seeds])
         if section is None:
             return
         for seed in self.seeds:

@@ -17,6 +17,9 @@ pruned, and a rival with one sets no bar. Only a point trained as one group prun
 its seeds at once, on one rung), because its group is what sees every seed; ``Rivals.own`` says which
 runs that is, and a group holding other runs (a resumed point) trains to the end.
 
+``Rivals`` is the seed-parallel group's stop (``emergence_bench.engine.group_stop.GroupStop``): the
+group asks ``judges`` once, then ``check`` after each eval.
+
 Measured on ladder v3's tuning (docs/speed.md, "Pruning the tuning"): 43 of 119 points pruned, every
 choice, widening and "none works" unchanged, 19% fewer worker-minutes.
 """
@@ -26,13 +29,11 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from emergence_bench.engine.group_stop import Outcome
 from emergence_bench.execution.choice_rule import measure
 from emergence_bench.results.store import RESULT_FILE, read_result
-
-if TYPE_CHECKING:  # the sweep's own process reads rivals without importing the engine
-    from emergence_bench.engine.seeds import Outcome
 
 
 @dataclass
@@ -64,6 +65,11 @@ class Rivals:
             if merit is not None and (best is None or merit < best[0]):
                 best = (merit, self.values[i])
         return best
+
+    def judges(self, run_ids: set[str]) -> bool:
+        """Whether a group of exactly these runs is this point: only a group training all its seeds
+        (none held by another process) sees its best case."""
+        return {Path(f).name for f in self.own} == run_ids
 
     def check(self, step: int, outcomes: list[Outcome]) -> dict | None:
         """The ``pruned`` section for a point whose seeds stand at ``outcomes`` after ``step``, when

@@ -77,11 +77,11 @@ def _run_one(config: dict, out: str) -> dict:
 
 
 def _run_group(configs: list[dict], out: str, batching: Batching = "auto", rivals: Rivals | None = None) -> list[dict]:
-    """Seeds of one config trained together (see emergence_bench.execution.seed_parallel); ``rivals``:
-    a tuning point's (execution/pruning.py)."""
-    from emergence_bench.execution.seed_parallel import run_seed_parallel
+    """Seeds of one config trained together (see emergence_bench.engine.seed_parallel); ``rivals``:
+    a tuning point's (execution/pruning.py), the group's stop."""
+    from emergence_bench.engine.seed_parallel import run_seed_parallel
     return [progress_summary(record) for record in
-            run_seed_parallel(configs, out, batching=batching, unfinished_only=True, rivals=rivals)]
+            run_seed_parallel(configs, out, batching=batching, unfinished_only=True, stop=rivals)]
 
 
 def seed_groups(pending: list, k: int) -> list[tuple[Path, list[RunConfig]]]:

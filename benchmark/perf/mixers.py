@@ -156,7 +156,7 @@ def cell_clock(mixers: Sequence[str], families: Sequence[str] | None = None, ste
                seeds: int = SEEDS, say: Callable[[str], None] = print) -> list[dict]:
     """Per family (default: every group of ``RANKING``) and mixer: the seconds of one ranking cell
     (``cell_configs``, run as the sweep runs it) and their ratio to the Transformer's."""
-    from emergence_bench.execution.seed_parallel import run_seed_parallel
+    from emergence_bench.engine.seed_parallel import run_seed_parallel
     families = list(families or [g.name for g in load_sweep(RANKING).groups])
     order = [BASELINE] + [m for m in mixers if m != BASELINE]
     rows = []

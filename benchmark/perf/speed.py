@@ -308,7 +308,7 @@ def throughput(config: dict | RunConfig | None = None, ks: Sequence[int] = (1, 4
     seed_steps_per_s_parallel, mode ("vmap", or the fallback reason when the model cannot be batched)}.
     """
     from emergence_bench.engine.run import run
-    from emergence_bench.execution.seed_parallel import run_seed_parallel
+    from emergence_bench.engine.seed_parallel import run_seed_parallel
 
     base = resolve(config if config is not None else quick_config(steps)).to_dict()
     steps = base["trainer"]["max_steps"]

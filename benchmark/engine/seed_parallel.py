@@ -1,6 +1,7 @@
-"""Training a group of seeds: batched when the model vmaps and its batching mode says so (one of
-``BATCHING_MODES``: ``always``, or ``auto`` when the probe says it pays), else one seed after
-another through ``run()``."""
+"""Training a group of seeds of one config: batched when the model vmaps and its batching mode says
+so (one of ``BATCHING_MODES``: ``always``, or ``auto`` when the probe says it pays), else one seed
+after another through ``run()``. What may end the group early (a tuning's pruning) comes in as a
+``GroupStop``."""
 
 from __future__ import annotations
 
@@ -11,11 +12,11 @@ from typing import Protocol
 from emergence_bench.config import Batching, RunConfig
 from emergence_bench.engine.ensemble import EnsembleModule, SeedBatches
 from emergence_bench.engine.ensemble_probe import batching_speedup, seed_parallel_supported
+from emergence_bench.engine.group_stop import GroupStop
 from emergence_bench.engine.run import apply_threads, plan, run
 from emergence_bench.engine.run_folder import RunBusy, failure
-from emergence_bench.engine.seeds import GroupStop, Seed, SeedCallbacks
+from emergence_bench.engine.seeds import Seed, SeedCallbacks
 from emergence_bench.engine.trainer import build_trainer, quiet_lightning
-from emergence_bench.execution.pruning import Rivals
 from emergence_bench.machine.allocator import keep_freed_memory
 from emergence_bench.registry import Registry
 from emergence_bench.results.row import Row
@@ -57,7 +58,7 @@ BATCHING: tuple[str, ...] = tuple(BATCHING_MODES)  # config.Batching's values, i
 
 def run_seed_parallel(given: Sequence[dict | RunConfig], out: str | Path, progress: bool = False,
                       batching: Batching = "always", unfinished_only: bool = False,
-                      rivals: Rivals | None = None) -> list[Row]:
+                      stop: GroupStop | None = None) -> list[Row]:
     """Train the seeds of ``given`` configs (identical but for ``seed``) together; returns their rows.
 
     Each seed's row is written to ``out/<run_id>/result.json`` with the run id and schema of
@@ -71,8 +72,8 @@ def run_seed_parallel(given: Sequence[dict | RunConfig], out: str | Path, progre
     leaves unfinished seeds without a row, so a resumed sweep reruns them. A seed another process
     holds (``RunBusy``, see emergence_bench.engine.run_folder.RunLock; with ``unfinished_only`` also one it has
     finished) is left to it: its row here is ``busy_row``'s, written nowhere.
-    ``rivals`` (a tuning point's, emergence_bench.execution.pruning) stops the group once the tuning
-    rule can no longer choose it, when the group is batched and holds exactly the point's runs.
+    ``stop`` (a tuning point's pruning, emergence_bench.execution.pruning.Rivals) is asked after each
+    eval of a batched group whose runs it judges (``GroupStop.judges``), and may end it there.
     """
     if batching not in BATCHING_MODES:
         raise ValueError(f"seed-parallel batching must be one of {', '.join(BATCHING)}, got {batching!r}")
@@ -115,10 +116,10 @@ def run_seed_parallel(given: Sequence[dict | RunConfig], out: str | Path, progre
             built.append(seed)
         except Exception as error:
             seed.finish("failed", failure(error))
-    # Only a group training every seed of the point sees its best case (none held by another process).
-    whole_point = rivals is not None and {Path(f).name for f in rivals.own} == {s.config.run_id() for s in seeds}
+    if stop is not None and not stop.judges({s.config.run_id() for s in seeds}):
+        stop = None
     if built:
-        _train(built, configs[0], Path(out), rivals.check if whole_point and rivals is not None else None)
+        _train(built, configs[0], Path(out), stop)
     return [s.folder.record for s in seeds] + busy
 
 
