@@ -134,8 +134,8 @@ def test_a_pattern_per_head_and_bad_patterns_are_rejected():
 
 @pytest.mark.parametrize("bias", [{"layers": [3]}, {"heads": [8]}])
 def test_a_bias_naming_a_missing_layer_or_head_fails_before_training(bias, tmp_path, tiny_config):
-    from emergence_bench.engine.run import check
+    from emergence_bench.engine.run import plan
 
     config = tiny_config(callbacks={"attention_bias": {"strength": 1.0, **bias}})
     with pytest.raises(ValueError, match="layers|heads"):
-        check(config)
+        plan(config)

@@ -6,7 +6,7 @@ import torch
 from emergence_bench.callbacks.attention_distillation import AttentionDistillation
 from emergence_bench.config import ConfigError
 from emergence_bench.engine.model import SequenceModel
-from emergence_bench.engine.run import check, run
+from emergence_bench.engine.run import plan, run
 
 TASK = {"name": "linear_map", "state_size": 4, "sparsity": 1, "batch_size": 64}
 
@@ -50,6 +50,6 @@ def test_a_student_trains_with_the_teachers_pattern(teacher, tmp_path, tiny_conf
 
 def test_bad_teachers_are_rejected_before_training(tmp_path, tiny_config):
     with pytest.raises(ConfigError, match="attention_distillation.teacher is required"):
-        check(tiny_config(callbacks={"attention_distillation": {}}))
+        plan(tiny_config(callbacks={"attention_distillation": {}}))
     with pytest.raises(ValueError, match="must be a run folder holding attention_maps.pt"):
-        check(tiny_config(callbacks={"attention_distillation": {"teacher": str(tmp_path)}}))
+        plan(tiny_config(callbacks={"attention_distillation": {"teacher": str(tmp_path)}}))

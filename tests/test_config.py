@@ -1,7 +1,7 @@
 import pytest
 
 from emergence_bench.config import ConfigError, parse_value, resolve, set_dotted
-from emergence_bench.engine.run import check
+from emergence_bench.engine.run import plan
 from emergence_bench.registry import UnknownNameError
 
 
@@ -73,9 +73,9 @@ def test_a_bad_choice_names_the_key_the_value_and_the_choices(section, key, bad,
 
 def test_invalid_task_parameters_fail_before_training():
     with pytest.raises(ValueError, match=r"sparsity must be in \[1, 4\], got 5"):
-        check({"task": {"name": "linear_map", "state_size": 4, "sparsity": 5}})
+        plan({"task": {"name": "linear_map", "state_size": 4, "sparsity": 5}})
     with pytest.raises(ValueError, match="n_heads and head_dim must be ≥ 1"):
-        check({"mixer": {"name": "transformer", "n_heads": 0}})
+        plan({"mixer": {"name": "transformer", "n_heads": 0}})
 
 
 def test_dotted_overrides_and_values():

@@ -4,7 +4,7 @@ import torch
 from emergence_bench.config import ConfigError, resolve
 from emergence_bench.engine.curriculum import pretrain
 from emergence_bench.engine.module import EmergenceModule
-from emergence_bench.engine.run import build_model, build_task, check, run
+from emergence_bench.engine.run import build_model, build_task, plan, run
 
 DYCK = {"name": "dyck", "length": 8, "bracket_types": 2, "max_depth": 2, "batch_size": 16}
 SMALL_MAP = {"name": "linear_map", "state_size": 3, "sparsity": 1, "batch_size": 16}
@@ -15,7 +15,7 @@ def pretrained(tiny_config):
     """pretrained(tmp_path, **stage) -> (config, task, model, state before, carried, report) of a
     6-step first stage."""
     def pretrain_stage(tmp_path, **stage):
-        config = check(tiny_config(curriculum=[{"steps": 6, **stage}]))
+        config = plan(tiny_config(curriculum=[{"steps": 6, **stage}])).config
         task = build_task(config)
         model = build_model(config, task)
         before = {k: v.clone() for k, v in model.state_dict().items()}
@@ -35,7 +35,7 @@ def test_vocabulary_change_at_the_stage_switch(tmp_path, pretrained):
 
 @pytest.mark.parametrize("mode", ["reinit", "resize"])
 def test_set_vocab_reinitialises_or_keeps_the_shared_rows(mode, tiny_config):
-    config = check(tiny_config())
+    config = plan(tiny_config()).config
     model = build_model(config, build_task(config))
     old_embedding, old_head = model.token_embedding.weight.clone(), model.head.weight.clone()
     model.set_vocab(5, mode)
@@ -75,4 +75,4 @@ def test_bad_curricula_fail_before_training(tiny_config):
     with pytest.raises(ConfigError, match=r"curriculum\[0\].vocab must be reinit or resize"):
         resolve({"curriculum": [{"task": DYCK, "steps": 3, "vocab": "keep"}]})
     with pytest.raises(ValueError, match="reset_optimizer is false but the vocabulary changes"):
-        check(tiny_config(curriculum=[{"task": DYCK, "steps": 3, "reset_optimizer": False}]))
+        plan(tiny_config(curriculum=[{"task": DYCK, "steps": 3, "reset_optimizer": False}]))

@@ -10,6 +10,7 @@ import torch.nn.functional as F
 
 from emergence_bench.engine.ensemble_probe import seed_parallel_supported
 from emergence_bench.engine.model import SequenceModel
+from emergence_bench.engine.run import plan
 from emergence_bench.mixers.base import MixerContext
 from emergence_bench.mixers.init import WeightInit
 from emergence_bench.mixers.lru import LRU
@@ -122,7 +123,7 @@ SMALL = {"name": "lru", **LRU.small}
 
 
 def test_seed_parallel_batches_it(tiny_config):
-    supported, reason = seed_parallel_supported(tiny_config(mixer=SMALL))
+    supported, reason = seed_parallel_supported(plan(tiny_config(mixer=SMALL)))
     assert supported, reason
 
 

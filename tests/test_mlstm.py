@@ -7,6 +7,7 @@ import torch
 import emergence_bench.mixers.mlstm
 from emergence_bench.engine.ensemble_probe import seed_parallel_supported
 from emergence_bench.engine.model import SequenceModel
+from emergence_bench.engine.run import plan
 from emergence_bench.mixers.backend import ENV
 from emergence_bench.mixers.base import MixerContext
 from emergence_bench.mixers.init import WeightInit
@@ -131,7 +132,7 @@ SMALL = {"name": "mlstm", **MLSTM.small}
 
 @pytest.mark.parametrize("forget_gate", ["sigmoid", "exp"])
 def test_seed_parallel_batches_it(forget_gate, tiny_config):
-    supported, reason = seed_parallel_supported(tiny_config(mixer={**SMALL, "forget_gate": forget_gate}))
+    supported, reason = seed_parallel_supported(plan(tiny_config(mixer={**SMALL, "forget_gate": forget_gate})))
     assert supported, reason
 
 
@@ -141,7 +142,7 @@ def test_the_ranking_cells_batch():
     from emergence_bench.perf.mixers import ranking_sweep
 
     _, raw = ranking_sweep(["mlstm"], "cellular-automata").raw_runs()[0]
-    supported, reason = seed_parallel_supported(raw)
+    supported, reason = seed_parallel_supported(plan(raw))
     assert supported, reason
 
 

@@ -67,10 +67,38 @@ def test_a_run_builds_its_task_once_and_starts_from_the_seeds_weights(tmp_path, 
     run(tiny_config(seed=3), tmp_path)
     assert built == ["linear_map"] and len(first_weights) == 1
     # The weights a run starts from are those of seed, then task, then model, as they always were.
-    config = runs.check(tiny_config(seed=3))
+    config = runs.plan(tiny_config(seed=3)).config
     L.seed_everything(3, verbose=False)
     expected = build_model(config, build_task(config)).state_dict()
     assert all(torch.equal(expected[k], v) for k, v in first_weights[0].items())
+
+
+@pytest.mark.parametrize("extra", [[], ["--seed-parallel", "2", "--batching", "always"]])
+def test_the_run_command_resolves_and_plans_each_config_once(extra, tmp_path, tiny_config, monkeypatch):
+    """docs/design.md: a run is checked and sized once. `run` resolves its config once and plans it
+    once (one task built); with --seed-parallel K, each of the K seeds' configs is resolved and planned
+    once, and the group and its seeds train on those plans."""
+    from emergence_bench import config as configs
+    from emergence_bench.cli import main
+    from emergence_bench.engine import run as runs
+
+    resolved, built = [], []
+
+    def counted(function, calls):
+        def wrapper(*args, **kwargs):
+            calls.append(args)
+            return function(*args, **kwargs)
+        return wrapper
+
+    monkeypatch.setattr(configs, "resolve", counted(configs.resolve, resolved))  # the command's
+    monkeypatch.setattr(runs, "resolve", counted(runs.resolve, resolved))  # the plan's
+    monkeypatch.setattr(runs, "build_task", counted(runs.build_task, built))
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(tiny_config()))
+    assert main(["run", "--config", str(path), "--out", str(tmp_path / "out"), *extra]) == 0
+    seeds = 2 if extra else 1
+    assert len(resolved) == len(built) == seeds
+    assert len(list((tmp_path / "out").glob("*/result.json"))) == seeds
 
 
 @pytest.mark.parametrize("log_every, stopped_at", [(10, 9), (1, 5), (4, 7)])

@@ -19,7 +19,7 @@ from emergence_bench.config import resolve
 from emergence_bench.engine.batching import register_flash_rule
 from emergence_bench.engine.ensemble import EnsembleModule, clip_per_seed_
 from emergence_bench.engine.ensemble_probe import seed_parallel_supported
-from emergence_bench.engine.run import build_model, build_task, run
+from emergence_bench.engine.run import build_model, build_task, plan, run
 from emergence_bench.engine.seed_parallel import run_seed_parallel
 from emergence_bench.mixers.base import TokenMixer
 from emergence_bench.registry import register_callback, register_mixer
@@ -139,7 +139,7 @@ def seeds_where(config: dict, predicate, count: int = 2) -> list[int]:
 def test_each_mixer_matches_sequential_runs_or_falls_back(mixer, tmp_path, tiny_config):
     configs = [tiny_config(seed=seed, mixer={"name": mixer, **SMALL.get(mixer, {})},
                            trainer={"log_every": 5}, callbacks=MEASURED) for seed in (0, 1)]
-    supported, reason = seed_parallel_supported(configs[0])
+    supported, reason = seed_parallel_supported(plan(configs[0]))
     if mixer in BATCHED_ON_CPU:
         assert supported, reason
     rows = run_seed_parallel(configs, tmp_path / "parallel")
@@ -186,7 +186,7 @@ def test_the_one_by_one_fallback_writes_each_row_once_under_its_lock(tmp_path, t
 
 def test_mamba_reference_is_vmappable_on_cpu(tiny_config):
     # Its reference selective scan has vmap rules; only mamba-ssm's CUDA kernel lacks one.
-    supported, reason = seed_parallel_supported(tiny_config(mixer={"name": "mamba", "d_state": 4}))
+    supported, reason = seed_parallel_supported(plan(tiny_config(mixer={"name": "mamba", "d_state": 4})))
     assert supported, reason
 
 
@@ -378,9 +378,9 @@ def test_support_check_leaves_the_random_state_alone(tiny_config):
     torch.manual_seed(123)
     expected = torch.rand(3)
     torch.manual_seed(123)
-    assert seed_parallel_supported(tiny_config()) == (True, "vmap over seeds")
+    assert seed_parallel_supported(plan(tiny_config())) == (True, "vmap over seeds")
     assert torch.equal(torch.rand(3), expected)
-    supported, reason = seed_parallel_supported(tiny_config(mixer={"name": "test_broken"}))
+    supported, reason = seed_parallel_supported(plan(tiny_config(mixer={"name": "test_broken"})))
     assert not supported and "broken on purpose" in reason
 
 
@@ -403,9 +403,9 @@ class SkewedUnderVmap(TokenMixer):
 def test_the_trial_rejects_a_gradient_a_percent_off(tiny_config):
     """The trial's gradient tolerance (1e-3 of a gradient's own scale, floored at 1e-4 of the model's
     largest) lets float noise through but not a batching rule 1% off."""
-    supported, reason = seed_parallel_supported(tiny_config(mixer={"name": "test_skewed_under_vmap"}))
+    supported, reason = seed_parallel_supported(plan(tiny_config(mixer={"name": "test_skewed_under_vmap"})))
     assert not supported and "batched gradient of" in reason, reason
-    assert seed_parallel_supported(tiny_config(mixer={"name": "test_skewed_under_vmap", "skew": 0.0})) \
+    assert seed_parallel_supported(plan(tiny_config(mixer={"name": "test_skewed_under_vmap", "skew": 0.0}))) \
         == (True, "vmap over seeds")
 
 
@@ -554,7 +554,7 @@ def test_the_probe_measures_a_positive_speedup_and_leaves_the_random_state_alone
     torch.manual_seed(7)
     expected = torch.rand(2)
     torch.manual_seed(7)
-    assert batching_speedup(resolve(tiny_config()), 3, rounds=1) > 0
+    assert batching_speedup(plan(tiny_config()), 3, rounds=1) > 0
     assert torch.equal(torch.rand(2), expected)
     with pytest.raises(ValueError, match="batching"):
         run_seed_parallel([tiny_config()], "unused", batching="sometimes")

@@ -10,7 +10,7 @@ import yaml
 
 from emergence_bench.cli import main
 from emergence_bench.config import ConfigError, hashed_config, resolve
-from emergence_bench.engine.run import apply_threads, run
+from emergence_bench.engine.run import apply_threads, plan, run
 from emergence_bench.execution import ray_executor, sweep_spec
 from emergence_bench.execution import sweep as sweeps
 from emergence_bench.machine import threads as cfg
@@ -62,8 +62,8 @@ def test_auto_gives_small_models_one_thread_and_large_ones_the_share(four_cores)
 
 
 def test_size_estimate_puts_quick_below_the_threshold_and_a_wide_model_above(four_cores):
-    quick = resolve(sweep_spec.load_sweep("quick").base)
-    wide = resolve({**sweep_spec.load_sweep("quick").base, "model": {"d_model": 512, "n_layers": 2}})
+    quick = plan(sweep_spec.load_sweep("quick").base)
+    wide = plan({**sweep_spec.load_sweep("quick").base, "model": {"d_model": 512, "n_layers": 2}})
     assert apply_threads(quick) == 1
     assert apply_threads(wide) == 4 and torch.get_num_threads() == 4
     assert apply_threads(quick, seeds=64) == 4  # 64 seeds trained together are one large step

@@ -30,18 +30,18 @@ EMERGENCE_FILE = "emergence.json"  # in the run's ANALYSIS_DIR; patch files are 
 def load_run(run_dir: str | Path) -> tuple[RunConfig, SyntheticTask, dict[int, Path]]:
     """(resolved RunConfig, task, {step: checkpoint path}) of a run directory."""
     from emergence_bench.callbacks.checkpoints import saved_checkpoints
-    from emergence_bench.engine.run import build_task, check
+    from emergence_bench.engine.run import plan
 
     run_dir = Path(run_dir)
     config_path = run_dir / CONFIG_FILE
     if not config_path.is_file():
         raise ValueError(f"{run_dir} is not a run directory (no {CONFIG_FILE})")
-    config = check(yaml.safe_load(config_path.read_text()))
+    planned = plan(yaml.safe_load(config_path.read_text()))
     checkpoints = saved_checkpoints(run_dir)
     if not checkpoints:
         raise ValueError(f"{run_dir} has no saved checkpoints; run with e.g. "
                          "--checkpoints.every 50 --checkpoints.log_spaced true")
-    return config, build_task(config), checkpoints
+    return planned.config, planned.task, checkpoints
 
 
 def load_model(config: RunConfig, task: SyntheticTask, path: Path, device: torch.device) -> SequenceModel:

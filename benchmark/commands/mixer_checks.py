@@ -180,9 +180,9 @@ def _shape(t: object) -> str:
 
 @register_check("builds")
 def check_builds(s: Subject) -> tuple[str, str]:
-    from emergence_bench.engine.run import check
+    from emergence_bench.engine.run import plan
 
-    check(s.run_config())  # resolves every key, builds the model on the meta device: what `run` does first
+    plan(s.run_config())  # resolves every key, builds the model on the meta device: what `run` does first
     mixer = s.build()
     if not isinstance(mixer, nn.Module):
         return FAIL, f"{type(mixer).__name__} is not a torch.nn.Module"
@@ -349,7 +349,9 @@ def check_attention(s: Subject) -> tuple[str, str]:
 @register_check("seed_parallel")
 def check_seed_parallel(s: Subject) -> tuple[str, str]:
     from emergence_bench.engine.ensemble_probe import seed_parallel_supported
-    supported, reason = seed_parallel_supported(s.run_config())
+    from emergence_bench.engine.run import plan
+
+    supported, reason = seed_parallel_supported(plan(s.run_config()))
     if supported:
         return PASS, f"--seed-parallel batches its seeds ({reason}, equal to each seed alone)"
     return WARN, f"--seed-parallel runs its seeds one by one: {reason}"

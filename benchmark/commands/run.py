@@ -21,7 +21,7 @@ from emergence_bench.config import Batching
 from emergence_bench.results.row import emergence_step, section
 
 if TYPE_CHECKING:
-    from emergence_bench.config import RunConfig
+    from emergence_bench.engine.run import RunPlan
 
 
 def add_parser(subparsers: Subparsers) -> argparse.ArgumentParser:
@@ -50,16 +50,16 @@ def main(args: argparse.Namespace, extra: list[str]) -> int:
         set_dotted(data, key, value)
     if args.threads is not None:
         set_dotted(data, "trainer.threads", args.threads)
-    resolve(data)  # keys and values first: a typo is refused before Lightning loads (the engine's check plans too)
+    config = resolve(data)  # the one resolve: a typo is refused here, before Lightning loads
 
-    from emergence_bench.engine.run import check, run
+    from emergence_bench.engine.run import plan, run
     from emergence_bench.machine.devices import accelerator_device
     from emergence_bench.machine.threads import choose_threads
     from emergence_bench.measurements.emergence import EMERGENCE
     from emergence_bench.measurements.plateau import PLATEAU
     from emergence_bench.results.store import RESULT_FILE
 
-    config = check(data)
+    planned = plan(config)  # checked and sized once: the run (or the group's first seed) trains on it
     if args.print_config:
         print(dump_yaml(config.to_dict()), end="")
         return 0
@@ -73,9 +73,9 @@ def main(args: argparse.Namespace, extra: list[str]) -> int:
     choose_threads(config.trainer.threads, 0.0)  # a count above this machine's cores fails before anything runs
     results_folder(args.out)
     if args.seed_parallel > 1:
-        return _run_seeds(config, args)
+        return _run_seeds(planned, args)
     print(f"run {config.run_id()} → {Path(args.out) / config.run_id()}", file=sys.stderr)
-    record = run(config, args.out, progress=True)
+    record = run(planned, args.out, progress=True)
     e, p, m = EMERGENCE.read(record), PLATEAU.read(record), section(record, "metrics")
     print(f"status {record['status']}" + (f": {record['error'].splitlines()[0]}" if record["error"] else ""))
     if record["status"] != "failed":
@@ -88,19 +88,17 @@ def main(args: argparse.Namespace, extra: list[str]) -> int:
     return 1 if record["status"] == "failed" else 0
 
 
-def _run_seeds(config: RunConfig, args: argparse.Namespace) -> int:
-    """`run --seed-parallel K`: seeds s, s+1, ..., s+K-1 of the config, trained together."""
-    from emergence_bench.engine.run import check
+def _run_seeds(first: RunPlan, args: argparse.Namespace) -> int:
+    """`run --seed-parallel K`: seeds s, s+1, ..., s+K-1 of the planned config, trained together."""
+    from emergence_bench.engine.run import plan
     from emergence_bench.engine.seed_parallel import run_seed_parallel
     from emergence_bench.results.store import RESULT_FILE
 
-    configs = []
-    for offset in range(args.seed_parallel):
-        data = config.to_dict()
-        data["seed"] = config.seed + offset
-        configs.append(check(data))
-    print(f"run seeds {configs[0].seed}..{configs[-1].seed} together → {args.out}", file=sys.stderr)
-    records = run_seed_parallel(configs, args.out, progress=True, batching=args.batching)
+    seed = first.config.seed
+    # Each other seed's config is its own: resolved and planned once, here.
+    plans = [first] + [plan({**first.config.to_dict(), "seed": seed + k}) for k in range(1, args.seed_parallel)]
+    print(f"run seeds {seed}..{plans[-1].config.seed} together → {args.out}", file=sys.stderr)
+    records = run_seed_parallel(plans, args.out, progress=True, batching=args.batching)
     for record in records:
         note = section(record, "seed_parallel")
         print(f"seed {record['seed']}: status {record['status']}  emergence step {emergence_step(record)}  "

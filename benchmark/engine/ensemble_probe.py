@@ -1,5 +1,6 @@
-"""Whether a config's model trains as a vmapped ensemble here (a trial against each seed alone),
-and how much faster K seeds train batched than one by one (the batching probe)."""
+"""Whether a planned config's model trains as a vmapped ensemble here (a trial against each seed
+alone), and how much faster K seeds train batched than one by one (the batching probe). Both use the
+plan's task: they build models, never a second task."""
 
 from __future__ import annotations
 
@@ -9,19 +10,19 @@ import time
 
 import torch
 
-from emergence_bench.config import RunConfig, resolve
+from emergence_bench.config import RunConfig
 from emergence_bench.engine.batching import vmapped
 from emergence_bench.engine.ensemble import EnsembleModule
 from emergence_bench.engine.module import EmergenceModule
-from emergence_bench.engine.run import build_model, build_task
+from emergence_bench.engine.run import RunPlan, build_model
 from emergence_bench.engine.training import StepLoop, sequence_mask, train_losses
 from emergence_bench.machine.devices import accelerator_device
 from emergence_bench.mixers.base import MixerContext
-from emergence_bench.tasks.base import seeded_generator
+from emergence_bench.tasks.base import SyntheticTask, seeded_generator
 
 
-def seed_parallel_supported(config: dict | RunConfig) -> tuple[bool, str]:
-    """Whether ``config``'s model trains as a vmapped ensemble here, and why not.
+def seed_parallel_supported(planned: RunPlan) -> tuple[bool, str]:
+    """Whether the planned config's model trains as a vmapped ensemble here, and why not.
 
     A trial on two differently initialised copies of the model and two sequences: the batched
     loss, gradients and eval logits (with and without an attention bias, where a mixer takes one)
@@ -29,7 +30,7 @@ def seed_parallel_supported(config: dict | RunConfig) -> tuple[bool, str]:
     without vmap support, a GPU kernel, randomness) or mismatch gives (False, reason).
     Leaves the global RNG state as it was.
     """
-    config = resolve(config)
+    config = planned.config
     if config.curriculum:  # each seed's stages would train alone first, their AdamW states apart
         return False, "a curriculum's stages are trained one seed at a time"
     device = accelerator_device(config.trainer.accelerator)
@@ -37,7 +38,7 @@ def seed_parallel_supported(config: dict | RunConfig) -> tuple[bool, str]:
         return False, f"trainer.accelerator={config.trainer.accelerator} but no CUDA device"
     try:
         with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
-            problem = _trial(config, device)
+            problem = _trial(config, planned.task, device)
     except Exception as error:
         message = str(error).strip().splitlines()[0] if str(error).strip() else ""
         return False, f"vmap trial failed: {type(error).__name__}: {message}"
@@ -46,8 +47,7 @@ def seed_parallel_supported(config: dict | RunConfig) -> tuple[bool, str]:
     return True, "vmap over seeds"
 
 
-def _trial(config: RunConfig, device: torch.device) -> str | None:
-    task = build_task(config)
+def _trial(config: RunConfig, task: SyntheticTask, device: torch.device) -> str | None:
     models = []
     for k in range(2):
         torch.manual_seed(config.seed + k)
@@ -99,15 +99,15 @@ def _trial(config: RunConfig, device: torch.device) -> str | None:
     return None
 
 
-def batching_speedup(config: RunConfig, k: int, rounds: int = 3) -> float:
+def batching_speedup(planned: RunPlan, k: int, rounds: int = 3) -> float:
     """How much faster K seeds train batched than one after another, measured here and now: the
     median over ``rounds`` of (K × one seed's training step) / (one batched step of K seeds), each
     a whole step (data, the suite's ``training.step``, then backward, clipping, AdamW and the lr
     schedule: ``training.StepLoop``) after a warm-up. Lightning's per-step
     overhead, which batching also saves, is left out, so the estimate errs towards one by one."""
+    config, task = planned.config, planned.task
     device = accelerator_device(config.trainer.accelerator) or torch.device("cpu")
     with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
-        task = build_task(config)
         models = [build_model(config, task).to(device) for _ in range(k)]
         t, o = config.trainer, config.optim
         ensemble = EnsembleModule(models, task, o, t.max_steps, t.train_on, t.log_every).to(device)

@@ -32,8 +32,7 @@ from emergence_bench.mixers.init import WeightInit
 from emergence_bench.results.row import ResultRow
 from emergence_bench.tasks.base import SyntheticTask
 
-__all__ = ["RunPlan", "apply_threads", "build_callbacks", "build_model", "build_task", "check", "plan",
-           "run"]
+__all__ = ["RunPlan", "apply_threads", "build_callbacks", "build_model", "build_task", "plan", "run"]
 
 
 def build_task(config: RunConfig) -> SyntheticTask:
@@ -60,9 +59,11 @@ def build_callbacks(config: RunConfig, task: SyntheticTask) -> list[L.Callback]:
 
 @dataclass(frozen=True)
 class RunPlan:
-    """A run checked and sized before anything trains, from one build of its task and of its model on
-    the meta device: the resolved config, the task (the one the run trains on), and what the thread
-    policy reads (the model's parameter count, the task's batch size and sequence length)."""
+    """A run checked and sized before anything trains, from one resolve of its config and one build
+    of its task and of its model on the meta device: the resolved config, the task (the one the run
+    trains on), and what the thread policy reads (the model's parameter count, the task's batch size
+    and sequence length). Made once by ``plan`` and handed to whatever needs the run: ``run``, a
+    seed-parallel group and each of its seeds, the thread policy, a sweep's queue."""
 
     config: RunConfig
     task: SyntheticTask = field(compare=False, repr=False)
@@ -73,14 +74,16 @@ class RunPlan:
 
 def plan(config: dict | RunConfig | RunPlan) -> RunPlan:
     """Resolve ``config`` and build its task and model (without allocating weights), so every bad
-    key or parameter raises here, before anything trains. A plan is returned as it is.
+    key or parameter raises here, before anything trains. A RunConfig is resolved already (only
+    ``resolve`` makes one) and is not resolved again; a plan is returned as it is.
 
     The task is built once, here: a task draws its instance from its own task seed (tasks/base.py),
     never from the global RNG, so building it before the run seeds changes nothing the run computes;
     one that does draw from it is refused (ConfigError), since its instance would not be reproducible."""
     if isinstance(config, RunPlan):
         return config
-    config = resolve(config)
+    if not isinstance(config, RunConfig):
+        config = resolve(config)
     before = torch.get_rng_state()
     try:
         task = build_task(config)
@@ -103,27 +106,21 @@ def plan(config: dict | RunConfig | RunPlan) -> RunPlan:
     return RunPlan(config, task, sum(p.numel() for p in model.parameters()), task.batch_size, task.seq_len)
 
 
-def check(config: dict | RunConfig | RunPlan) -> RunConfig:
-    """``config`` resolved and checked (``plan``)."""
-    return plan(config).config
-
-
-def apply_threads(config: RunConfig | RunPlan, seeds: int = 1) -> int:
-    """Set torch's intra-op threads by ``config.trainer.threads`` (see threads.choose_threads) for a
-    run of ``seeds`` models of this config trained together; returns the count. The inter-op pool is
+def apply_threads(planned: RunPlan, seeds: int = 1) -> int:
+    """Set torch's intra-op threads by ``trainer.threads`` (see threads.choose_threads) for a run of
+    ``seeds`` models of the planned config trained together; returns the count. The inter-op pool is
     left alone: torch allows setting it only before any parallel work, and the suite does not use it."""
-    sized = config if isinstance(config, RunPlan) else plan(config)
-    work = step_flops(sized.parameters * seeds, sized.batch_size, sized.seq_len)
-    threads = choose_threads(sized.config.trainer.threads, work)
+    work = step_flops(planned.parameters * seeds, planned.batch_size, planned.seq_len)
+    threads = choose_threads(planned.config.trainer.threads, work)
     torch.set_num_threads(threads)
     return threads
 
 
 def run(config: dict | RunConfig | RunPlan, out: str | Path, progress: bool = False, unfinished_only: bool = False,
         extra: dict | None = None) -> ResultRow:
-    """Train one config and write its result row under ``out/<run_id>/``; returns the row.
-    ``extra`` (e.g. the seed-parallel fallback's note) joins the row before it is written, once,
-    under the run's lock.
+    """Train one config (planned here, unless its plan is given) and write its result row under
+    ``out/<run_id>/``; returns the row. ``extra`` (e.g. the seed-parallel fallback's note) joins the
+    row before it is written, once, under the run's lock.
 
     A NaN loss gives status ``diverged`` and any other error once the folder exists ``failed`` (with
     the traceback), so every run that starts ends with its row;

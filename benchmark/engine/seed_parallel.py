@@ -13,7 +13,7 @@ from emergence_bench.config import Batching, RunConfig
 from emergence_bench.engine.ensemble import EnsembleModule, SeedBatches
 from emergence_bench.engine.ensemble_probe import batching_speedup, seed_parallel_supported
 from emergence_bench.engine.group_stop import GroupStop
-from emergence_bench.engine.run import apply_threads, plan, run
+from emergence_bench.engine.run import RunPlan, apply_threads, plan, run
 from emergence_bench.engine.run_folder import RunBusy, failure
 from emergence_bench.engine.seeds import Seed, SeedCallbacks
 from emergence_bench.engine.trainer import build_trainer, quiet_lightning
@@ -24,11 +24,11 @@ from emergence_bench.results.store import busy_row
 
 
 class BatchingMode(Protocol):
-    """How a group of ``k`` seeds of ``config`` whose model vmaps chooses to train (``--batching``):
-    ``(None, probe)`` to batch it, else ``(why not, probe)``; ``probe`` is what its rows record of
-    the choice (a measured speed-up)."""
+    """How a group of ``k`` seeds of the planned config, whose model vmaps, chooses to train
+    (``--batching``): ``(None, probe)`` to batch it, else ``(why not, probe)``; ``probe`` is what its
+    rows record of the choice (a measured speed-up)."""
 
-    def __call__(self, config: RunConfig, k: int) -> tuple[str | None, dict[str, float]]: ...
+    def __call__(self, planned: RunPlan, k: int) -> tuple[str | None, dict[str, float]]: ...
 
 
 BATCHING_MODES: Registry[BatchingMode] = Registry("batching mode", BatchingMode)
@@ -36,11 +36,11 @@ PAYS = 1.1  # auto batches a group when its probe measures it at least this much
 
 
 @BATCHING_MODES.register("auto")
-def auto(config: RunConfig, k: int) -> tuple[str | None, dict[str, float]]:
+def auto(planned: RunPlan, k: int) -> tuple[str | None, dict[str, float]]:
     """Batched where a short probe (``batching_speedup``) measures it ``PAYS`` times faster here."""
     if k < 2:
         return None, {}
-    speedup = batching_speedup(config, k)
+    speedup = batching_speedup(planned, k)
     probe = {"probe": round(speedup, 3)}
     if speedup < PAYS:
         return f"auto: batching {k} seeds measured {speedup:.2f}× one by one here", probe
@@ -48,7 +48,7 @@ def auto(config: RunConfig, k: int) -> tuple[str | None, dict[str, float]]:
 
 
 @BATCHING_MODES.register("always")
-def always(config: RunConfig, k: int) -> tuple[str | None, dict[str, float]]:
+def always(planned: RunPlan, k: int) -> tuple[str | None, dict[str, float]]:
     """Batched whenever the model vmaps."""
     return None, {}
 
@@ -56,10 +56,11 @@ def always(config: RunConfig, k: int) -> tuple[str | None, dict[str, float]]:
 BATCHING: tuple[str, ...] = tuple(BATCHING_MODES)  # config.Batching's values, in its order
 
 
-def run_seed_parallel(given: Sequence[dict | RunConfig], out: str | Path, progress: bool = False,
+def run_seed_parallel(given: Sequence[dict | RunConfig | RunPlan], out: str | Path, progress: bool = False,
                       batching: Batching = "always", unfinished_only: bool = False,
                       stop: GroupStop | None = None) -> list[Row]:
-    """Train the seeds of ``given`` configs (identical but for ``seed``) together; returns their rows.
+    """Train the seeds of ``given`` configs (identical but for ``seed``; each planned here, unless its
+    plan is given) together; returns their rows.
 
     Each seed's row is written to ``out/<run_id>/result.json`` with the run id and schema of
     ``emergence_bench.engine.run.run`` plus ``"seed_parallel"``: ``{"k": K, "group": [run ids]}`` when batched,
@@ -84,10 +85,10 @@ def run_seed_parallel(given: Sequence[dict | RunConfig], out: str | Path, progre
     _check_group(configs)
     # K seeds' activations are large blocks: reused, not page-faulted afresh each step (unless opted out)
     keep_freed_memory(configs[0].trainer.keep_freed_memory)
-    supported, reason = seed_parallel_supported(configs[0])
+    supported, reason = seed_parallel_supported(plans[0])
     probe: dict[str, float] = {}
     if supported:
-        why_not, probe = BATCHING_MODES[batching](configs[0], len(configs))
+        why_not, probe = BATCHING_MODES[batching](plans[0], len(plans))
         if why_not is not None:
             supported, reason = False, why_not
     if not supported:

@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from emergence_bench.config import ConfigError
+from emergence_bench.config import ConfigError, resolve
 from emergence_bench.execution.choice_rule import choose, edges, measure, widened
 from emergence_bench.execution.pruning import Rivals
 from emergence_bench.execution.sweep_spec import Group, Sweep
@@ -126,14 +126,12 @@ def job_table(sweep: Sweep, job: TuningJob, out: Path) -> dict:
 def point_runs(sweep: Sweep, job: TuningJob) -> dict[str, list[tuple[Any, str]]]:
     """The runs the tuning sweep trains for ``job``, by grid point (its values as sorted JSON):
     [(rung, run id)]."""
-    from emergence_bench.engine.run import check
-
     group = next(g for g in sweep.groups if g.name == job.group)
     axis, _ = rung_axis(group.grid, group.name)
     runs: dict[str, list[tuple[Any, str]]] = {}
     for _, raw in tuning_sweep(sweep, [job]).raw_runs():
         values = {key: _dotted(raw, key) for key in job.grid}
-        runs.setdefault(json.dumps(values, sort_keys=True), []).append((_dotted(raw, axis), check(raw).run_id()))
+        runs.setdefault(json.dumps(values, sort_keys=True), []).append((_dotted(raw, axis), resolve(raw).run_id()))
     return runs
 
 
