@@ -14,6 +14,7 @@ import os
 import shutil
 import signal
 import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -487,6 +488,21 @@ def test_a_read_only_folder_is_named_with_what_to_do_before_anything_is_computed
     line = one_line(argv, folder, capsys, monkeypatch, ["cannot write in ", str(read_only), advice])
     assert ("(EROFS)" if os.geteuid() == 0 else "(EACCES)") in line, line
     assert tree(folder / "two-runs") == before
+
+
+MAKES_ITS_FOLDER = ("run", "sweep", "lm-family train", "report --out", "speed", "analyze pythia")
+
+
+@pytest.mark.parametrize("case", MAKES_ITS_FOLDER)
+def test_a_folder_where_no_file_can_be_made_is_named_too(case, folder, capsys, monkeypatch):
+    """An output folder on a pseudo-filesystem (/proc), which refuses a new file with ENOENT: one line
+    naming it, not a traceback."""
+    if not Path("/proc/self").is_dir():
+        pytest.skip("no /proc here")
+    argv, advice = WRITES[case]
+    nowhere = "/proc/emergence-bench-nowhere"
+    argv = [a.replace("{ro}", nowhere).replace("{tmp}", str(folder)).replace("{run}", RUN) for a in argv]
+    one_line(argv, folder, capsys, monkeypatch, [nowhere])
 
 
 def test_a_comparison_that_fails_leaves_the_earlier_ranking_as_it_was(folder, tmp_path, capsys, monkeypatch):

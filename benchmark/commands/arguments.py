@@ -150,7 +150,7 @@ def writable(folder: str | Path, advice: str, what: str = "") -> Path:
     try:
         handle, name = tempfile.mkstemp(prefix=".write-check-", dir=existing)
     except OSError as error:
-        if error.errno not in DISK_ERRORS:
+        if error.errno not in (*DISK_ERRORS, errno.ENOENT):  # ENOENT: a folder that holds no files (/proc)
             raise
         raise ConfigError(f"cannot write in {what}{folder}: {os.strerror(error.errno)} "
                           f"({errno.errorcode[error.errno]}); {advice}") from None
