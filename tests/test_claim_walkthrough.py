@@ -15,6 +15,7 @@ import io
 import re
 from pathlib import Path
 
+import walkthrough_page
 from test_claims import bias_rows
 
 from emergence_bench.claims.claim import CLAIMS
@@ -25,20 +26,12 @@ HEADING = "## Add a claim"
 
 
 def section() -> str:
-    text = PAGE.read_text(encoding="utf-8")
-    start = text.index(HEADING)
-    end = text.find("\n## ", start + len(HEADING))
-    return text[start:] if end == -1 else text[start:end]
+    return walkthrough_page.section(PAGE, HEADING)
 
 
 def blocks() -> list[tuple[str, str, str]]:
     """(language, body, the paragraph before it) of each fenced block of the section, in order."""
-    text, found, last = section(), [], 0
-    for match in re.finditer(r"^```(\w*)\n(.*?)^```$", text, re.M | re.S):
-        before = text[last:match.start()].strip().split("\n\n")[-1]
-        found.append((match.group(1), match.group(2), before))
-        last = match.end()
-    return found
+    return walkthrough_page.blocks(section())
 
 
 def test_the_excerpts_are_the_files_as_they_are():

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import pytest
 import torch
+import walkthrough_page
 
 from emergence_bench import registry
 from emergence_bench.registry import PluginRegistry
@@ -43,20 +44,12 @@ READ_BY_THE_CORE = (
 
 
 def section() -> str:
-    text = PAGE.read_text()
-    start = text.index(HEADING)
-    end = text.find("\n## ", start + len(HEADING))
-    return text[start:] if end == -1 else text[start:end]
+    return walkthrough_page.section(PAGE, HEADING)
 
 
 def blocks() -> list[tuple[str, str, str]]:
     """(language, body, the paragraph before it) of each fenced block of the section, in order."""
-    text, found, last = section(), [], 0
-    for match in re.finditer(r"^```(\w*)\n(.*?)^```$", text, re.M | re.S):
-        before = text[last:match.start()].strip().split("\n\n")[-1]
-        found.append((match.group(1), match.group(2), before))
-        last = match.end()
-    return found
+    return walkthrough_page.blocks(section())
 
 
 def files() -> dict[str, str]:
