@@ -222,7 +222,8 @@ def test_a_reference_keeps_each_rows_curves_so_rank_reads_the_built_ins_abruptne
     drop = [math.log(2) / (1 + math.exp((t - 300) / 8)) for t in steps]  # held at chance, then a sharp drop
     curved = [{**r, "task_facts": {"chance_loss": math.log(2), "floor_loss": 0.0},
                "curves": {"eval_cells": [[t, [y, y]] for t, y in zip(steps, drop)],
-                          "train_loss": [[t, y] for t, y in zip(steps, drop)], "eval": [[t, y] for t, y in zip(steps, drop)]}}
+                          "train_loss": [[t, y] for t, y in zip(steps, drop)],
+                          "eval": [[t, y] for t, y in zip(steps, drop)]}}
               for r in built_in_rows()]
     data = a_reference(curved)
     kept = data["rows"][0]

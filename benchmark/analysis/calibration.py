@@ -89,11 +89,13 @@ def to_markdown(table: list[dict[str, Any]]) -> str:
     def median(value: float | None, budget: int) -> str:
         return f">{budget}" if value is None else f"{value:.0f}"
 
-    lines = ["| group | setting | emerged | median emergence | plateau worth the name (by the loss, by the cells) | median plateau end | "
-             "abrupt cells by the rule | seeds with most cells abrupt |", "|---|---|---|---|---|---|---|---|"]
+    lines = ["| group | setting | emerged | median emergence | plateau worth the name (by the loss, by the cells) | "
+             "median plateau end | abrupt cells by the rule | seeds with most cells abrupt |",
+             "|---|---|---|---|---|---|---|---|"]
     for r in table:
         lines.append(f"| {r['group']} | {r['setting']} | {r['emerged']}/{r['seeds']} | "
-                     f"{median(r['median_emergence'], r['budget'])} | {r['worth']}/{r['seeds']} ({r['worth_by_loss']}, {r['worth_by_cells']}) | "
+                     f"{median(r['median_emergence'], r['budget'])} | "
+                     f"{r['worth']}/{r['seeds']} ({r['worth_by_loss']}, {r['worth_by_cells']}) | "
                      f"{median(r['median_plateau_end'], r['budget'])} | {r['abrupt_cells']}/{r['dropping_cells']} | "
                      f"{r['mostly_abrupt_seeds']}/{r['seeds']} |")
     return "\n".join(lines) + "\n"

@@ -4,8 +4,9 @@ ranked against them without training them again (``emergence-bench rank DIR --re
 A reference file (``benchmark/presets/reference/<preset>.json.gz``) holds compact rows (what the
 ranking reads: config, status, seed, emergence and plateau steps, steps trained, parameter count,
 state size, and the per-cell eval and train-loss curves rounded to 4 digits, from which `rank` reads
-abruptness and held plateaus; references built before the curves were kept have none), the tuning tables that chose each mixer's values, and where they came from: the commit,
-the package versions, the machine, the ladder version.
+abruptness and held plateaus; references built before the curves were kept have none), the tuning
+tables that chose each mixer's values, and where they came from: the commit, the package versions,
+the machine, the ladder version.
 
 A reference applies to runs on the same ladder only. Per task family it records the ladder's
 *signature* (every scientific config key but the seed, the mixer, the tuned keys and the rung); the
