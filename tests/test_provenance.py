@@ -32,11 +32,10 @@ def test_a_result_records_the_commit_the_command_and_the_policies(tmp_path, cli,
 
 
 def test_the_commit_is_this_checkouts():
-    git = git_state()
-    if git["commit"] is None:
-        return  # not a checkout: nothing to compare with
     repo = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, cwd=Path(__file__).parent)
-    assert git["commit"] == repo.stdout.strip()
+    if repo.returncode != 0:
+        pytest.skip("the tests are not in a git checkout: nothing to compare with")
+    assert git_state()["commit"] == repo.stdout.strip()  # the store moved into results/ once and lost it
 
 
 def test_a_copy_outside_git_says_so(tmp_path):

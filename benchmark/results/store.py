@@ -143,8 +143,8 @@ def git_state() -> dict:
             return None
         return done.stdout.strip() if done.returncode == 0 else None
 
-    top = git("rev-parse", "--show-toplevel")
-    if top is None or not (Path(top) / "benchmark" / here.name).resolve() == here:
+    # The checkout must track this very file: an untracked copy (a .venv inside another repository) is none.
+    if git("ls-files", "--error-unmatch", here.name) is None:
         return {"commit": None, "dirty": None, "note": NOT_A_CHECKOUT}
     commit, status = git("rev-parse", "HEAD"), git("status", "--porcelain", "--untracked-files=no")
     if commit is None:  # a repository without a commit yet
