@@ -144,3 +144,38 @@ def test_device_call_without_wheels_says_how_to_get_them(checkout):
     result = helper("device_call.py", checkout)
     assert result.returncode == 2
     assert "error: carried path .whl is missing: run `make gpu-wheels`" in result.stderr
+
+
+# ---- .ci/torch-oldest: its Python runs under the current torch too (CI runs it only under 2.11)
+
+
+def heredocs(script: Path) -> list[str]:
+    """The Python programs a shell script feeds to ``python -`` between ``<<'PYEOF'`` and ``PYEOF``."""
+    programs, lines, inside = [], [], False
+    for line in script.read_text().splitlines():
+        if line.rstrip().endswith("<<'PYEOF'"):
+            inside, lines = True, []
+        elif inside and line == "PYEOF":
+            programs.append("\n".join(lines))
+            inside = False
+        elif inside:
+            lines.append(line)
+    return programs
+
+
+def test_the_oldest_torch_smoke_lists_the_builtin_mixers(tmp_path):
+    """The smoke's config step, run here with this venv's torch version: it names every built-in mixer
+    (an attribute it reads went missing once, and CI failed on it)."""
+    import torch
+    import yaml
+
+    from emergence_bench import registry
+
+    write_config = heredocs(ROOT / ".ci" / "torch-oldest")[0]
+    smoke = tmp_path / "smoke.yaml"
+    result = subprocess.run([sys.executable, "-", torch.__version__.split("+")[0], str(smoke)], input=write_config,
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    mixers = yaml.safe_load(smoke.read_text())["grid"]["mixer.name"]
+    builtins = [n for n in registry.mixers.names() if registry.mixers.get(n).__module__.startswith("emergence_bench.mixers.")]
+    assert sorted(mixers) == sorted(builtins) and len(mixers) >= 7
