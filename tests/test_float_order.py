@@ -31,7 +31,7 @@ class Recording:
 
 
 def test_a_reversed_batch_order_steps_on_the_same_sequences_in_reverse():
-    for shape in ((5, 7), (3, 5, 7)):  # a run's batch [B, L+1], an ensemble's [K, B, L+1]
+    for shape in ((5, 7), (3, 5, 7)):  # a run's batch [B, L+1], a stack's [K, B, L+1]
         tokens = torch.arange(math.prod(shape)).reshape(shape)
         drawn, reversed_ = Recording("drawn"), Recording("reversed")
         step(drawn, tokens, 0)

@@ -289,12 +289,12 @@ def test_the_folder_map_is_read_as_written():
 
 
 def test_the_step_imports_none_of_the_modules_it_trains():
-    """engine/training.py trains any ``Trainable``: neither EmergenceModule's module nor the ensemble's,
+    """engine/training.py trains any ``Trainable``: neither EmergenceModule's module nor the stack's,
     not even for a type."""
     found = modules()
     name = f"{PACKAGE}.engine.training"
     targets = imported(name, found[name], set(found), type_checking=True)
-    assert not targets & {f"{PACKAGE}.engine.module", f"{PACKAGE}.engine.ensemble"}, targets
+    assert not targets & {f"{PACKAGE}.engine.module", f"{PACKAGE}.engine.seed_stack"}, targets
 
 
 FLOORS = 16  # issue 34: no more floors than the house had when it was drawn

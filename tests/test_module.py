@@ -59,7 +59,7 @@ def test_blank_outputs_reach_the_model_and_seed_parallel_matches_a_run_alone(tmp
                 "final_eval_full_sequence_loss"):
         assert together["metrics"][key] == pytest.approx(alone["metrics"][key], rel=1e-4, abs=1e-5), key
     # What the model reads, in both engines: x0, then blanks where x1 stands.
-    from emergence_bench.engine.ensemble import EnsembleModule
+    from emergence_bench.engine.seed_stack import SeedStack
     task = LinearMap(4, 2, blank_outputs=True)
     tokens = task.batch("eval", 0)
     assert torch.all(task.model_inputs(tokens)[:, 4:] == 2) and torch.equal(task.model_inputs(tokens)[:, :4],
@@ -69,8 +69,8 @@ def test_blank_outputs_reach_the_model_and_seed_parallel_matches_a_run_alone(tmp
         expected = module.model(task.model_inputs(tokens))
         assert not torch.allclose(expected, module.model(tokens[:, :-1]))  # the blanks change the output
         assert torch.equal(module.all_rows(tokens)[0], expected)
-        ensemble = EnsembleModule([module.model], task, OptimConfig(), 10)
-        assert torch.allclose(ensemble.logits(tokens, {})[0], expected, atol=1e-6)
+        stack = SeedStack([module.model], task, OptimConfig(), 10)
+        assert torch.allclose(stack.logits(tokens, {})[0], expected, atol=1e-6)
 
 
 def test_the_fused_adamw_equals_torchs_reference_adamw_on_strided_gradients():

@@ -17,10 +17,10 @@ from emergence_bench import registry
 from emergence_bench.callbacks.checkpoints import saved_checkpoints
 from emergence_bench.config import resolve
 from emergence_bench.engine.batching import register_flash_rule
-from emergence_bench.engine.ensemble import EnsembleModule, clip_per_seed_
 from emergence_bench.engine.ensemble_probe import seed_parallel_supported
 from emergence_bench.engine.run import build_model, build_task, plan, run
 from emergence_bench.engine.seed_parallel import run_seed_parallel
+from emergence_bench.engine.seed_stack import SeedStack, clip_per_seed_
 from emergence_bench.mixers.base import TokenMixer
 from emergence_bench.registry import register_callback, register_mixer
 
@@ -283,10 +283,10 @@ def test_a_seed_with_huge_gradients_is_clipped_without_touching_the_others(tmp_p
     for s in (*high, *low):
         L.seed_everything(s, verbose=False)
         models.append(build_model(c, task))
-    ensemble = EnsembleModule(models, task, c.optim, 20)
+    stack = SeedStack(models, task, c.optim, 20)
     tokens = torch.stack([task.batch("train", 0)] * 2)
-    ensemble.losses(tokens, {})[0].sum().backward()
-    norms = clip_per_seed_([p.grad for p in ensemble.stacked], c.optim.grad_clip)
+    stack.losses(tokens, {})[0].sum().backward()
+    norms = clip_per_seed_([p.grad for p in stack.stacked], c.optim.grad_clip)
     assert norms[0] > 2 * c.optim.grad_clip and norms[1] < c.optim.grad_clip / 2, norms
     rows = run_seed_parallel(configs, tmp_path / "parallel")
     for config, row in zip(configs, rows):
@@ -294,7 +294,7 @@ def test_a_seed_with_huge_gradients_is_clipped_without_touching_the_others(tmp_p
 
 
 def test_optimiser_state_and_clipping_are_per_seed(tiny_config):
-    """The ensemble's update (its backward, per-seed clipping, one AdamW over the stack, as the
+    """The stack's update (its backward, per-seed clipping, one AdamW over the stack, as the
     Trainer calls them) = each seed's own AdamW and clip_grad_norm_, given the same gradients."""
     from emergence_bench.engine.module import EmergenceModule
 
@@ -308,21 +308,21 @@ def test_optimiser_state_and_clipping_are_per_seed(tiny_config):
         tasks.append(build_task(c))
         tasks[-1].configure_streams(data_seed=s, eval_batches=1)
         models.append(build_model(c, tasks[-1]))
-    ensemble = EnsembleModule(models, tasks[0], c.optim, steps)
-    batched = ensemble.configure_optimizers()
+    stack = SeedStack(models, tasks[0], c.optim, steps)
+    batched = stack.configure_optimizers()
     optimizers = [EmergenceModule(m, t, c.optim, steps).configure_optimizers() for m, t in zip(models, tasks)]
     assert len(optimizers[0]["optimizer"].param_groups) == len(batched["optimizer"].param_groups) == 2
     for step in range(steps):
-        scored, _ = ensemble.losses(torch.stack([t.batch("train", step) for t in tasks]), {})
-        grads = torch.autograd.grad(scored.sum(), list(ensemble.stacked), retain_graph=True)
-        ensemble.live[1] = step != 1  # one step with seed 1 masked out, as after a NaN
-        ensemble.backward(torch.where(ensemble.live_mask(), scored, torch.zeros_like(scored)).sum())
-        ensemble.configure_gradient_clipping(batched["optimizer"], c.optim.grad_clip)
+        scored, _ = stack.losses(torch.stack([t.batch("train", step) for t in tasks]), {})
+        grads = torch.autograd.grad(scored.sum(), list(stack.stacked), retain_graph=True)
+        stack.live[1] = step != 1  # one step with seed 1 masked out, as after a NaN
+        stack.backward(torch.where(stack.live_mask(), scored, torch.zeros_like(scored)).sum())
+        stack.configure_gradient_clipping(batched["optimizer"], c.optim.grad_clip)
         batched["optimizer"].step()
         batched["lr_scheduler"]["scheduler"].step()
         batched["optimizer"].zero_grad(set_to_none=True)
         for k, (model, opt) in enumerate(zip(models, optimizers)):
-            if not ensemble.live[k]:
+            if not stack.live[k]:
                 continue  # its slot got zero gradients; the other seeds must not notice
             for p, g in zip(model.parameters(), grads):
                 p.grad = g[k].clone()
@@ -332,7 +332,7 @@ def test_optimiser_state_and_clipping_are_per_seed(tiny_config):
             opt["optimizer"].zero_grad(set_to_none=True)
     for k in (0, 2):
         optimizer = optimizers[k]["optimizer"]
-        for own, stacked in zip(models[k].parameters(), ensemble.stacked):
+        for own, stacked in zip(models[k].parameters(), stack.stacked):
             torch.testing.assert_close(stacked[k].detach(), own.detach(), rtol=1e-6, atol=1e-8)
             state, reference = batched["optimizer"].state[stacked], optimizer.state[own]
             for key in ("exp_avg", "exp_avg_sq"):  # equal up to rounding (a clip factor's last bit)
@@ -517,15 +517,15 @@ def test_ended_seeds_leave_the_step_and_the_others_keep_their_bits(mixer, tmp_pa
                            callbacks={**MEASURED, "test_stop_early": {}}, trainer={"eval_every": 4})
                for seed in range(4)]
     held = []
-    compact = EnsembleModule.compact
+    compact = SeedStack.compact
 
     def watched(self):
         compact(self)
         held.append(len(self.slots))
 
-    monkeypatch.setattr(EnsembleModule, "compact", watched)
+    monkeypatch.setattr(SeedStack, "compact", watched)
     rows = run_seed_parallel(configs, tmp_path / "compacted")
-    monkeypatch.setattr(EnsembleModule, "compacts", False)
+    monkeypatch.setattr(SeedStack, "compacts", False)
     full = run_seed_parallel(configs, tmp_path / "full")
     assert len({row["timing"]["steps"] for row in full}) > 1  # the seeds end at different steps
     assert held[0] == 4 and min(held) == 2  # the step shrank, and never below two seeds

@@ -97,17 +97,17 @@ def test_batched_seed_steps_equal_k_bare_loops(tiny_config):
     config = resolve(tiny_config(seed=5, optim={"weight_decay": 0.1, "grad_clip": 0.05, "warmup_steps": 3},
                                  trainer={"log_every": 1}))
     K = 3
-    batched, read = loops.ensemble_loop(config, K), []  # read: [K] scored losses of every step read back
+    batched, read = loops.stacked_loop(config, K), []  # read: [K] scored losses of every step read back
     batched.module.on_losses = lambda steps, scored, full, at_step: read.extend(scored)
     batched.run(2)
-    ensemble = batched.module
+    stack = batched.module
     for k in range(K):
         bare = loops.single_loop(dataclasses.replace(config, seed=config.seed + k))
         bare.run(2)
         assert [step[k] for step in read] == pytest.approx(list(bare.module.recent_train_losses), rel=1e-5)
         assert len(read) == 2
         for name, p in bare.module.model.named_parameters():
-            ours, theirs = ensemble.stacked[ensemble.names.index(name)][k].detach(), p.detach()
+            ours, theirs = stack.stacked[stack.names.index(name)][k].detach(), p.detach()
             if name.endswith("qkv.bias"):
                 # The key bias's gradient is 0 in exact arithmetic (a softmax ignores a shift shared by
                 # every key), so AdamW turns each path's rounding noise into steps of up to lr.
@@ -117,7 +117,7 @@ def test_batched_seed_steps_equal_k_bare_loops(tiny_config):
             torch.testing.assert_close(ours, theirs, rtol=1e-5, atol=1e-6)
     before = loops.single_loop(config)  # and the steps did move the weights
     moved = [not torch.equal(p, before_p) for p, before_p in
-             zip(ensemble.stacked, (q.detach() for q in before.module.model.parameters()))]
+             zip(stack.stacked, (q.detach() for q in before.module.model.parameters()))]
     assert any(moved)
 
 
@@ -137,12 +137,12 @@ def test_speed_and_a_run_execute_the_same_training_step(tmp_path, monkeypatch, t
     calls.clear()
     rows = run_seed_parallel([dataclasses.replace(config, seed=s) for s in (0, 1)], tmp_path / "group")
     assert [r["seed_parallel"]["k"] for r in rows] == [2, 2]
-    assert calls == [("EnsembleModule", 0), ("EnsembleModule", 1)]
+    assert calls == [("SeedStack", 0), ("SeedStack", 1)]
     calls.clear()
     loops.single_loop(config).run(2)
-    loops.ensemble_loop(config, 3).run(1)
+    loops.stacked_loop(config, 3).run(1)
     loops.step_seconds({"name": "transformer", "n_heads": 2, "head_dim": 4}, 8, 2, 16, "cpu", repeats=1)
-    assert calls == [("EmergenceModule", 0), ("EmergenceModule", 1), ("EnsembleModule", 0),
+    assert calls == [("EmergenceModule", 0), ("EmergenceModule", 1), ("SeedStack", 0),
                      ("EmergenceModule", 0), ("EmergenceModule", 1), ("EmergenceModule", 2)]
     calls.clear()
     bare, _, _ = speed.suite_vs_bare(tiny_config(callbacks={}), steps=1, repeats=1, warmup=1)
@@ -226,7 +226,7 @@ def test_the_forms_table_times_each_form_of_the_rankings_run_against_ladder_v2s(
         built.append((config.mixer.name, dict(config.mixer.params), config.task.params["length"], K))
         return type("Loop", (), {"run": lambda self, steps: None})()
 
-    monkeypatch.setattr(forms, "ensemble_loop", loop)
+    monkeypatch.setattr(forms, "stacked_loop", loop)
     rows = forms.form_ratios(lengths=(20, 64), repeats=2, steps=1)
     for mixer, (key, values) in forms.FORMS.items():
         for length in (20, 64):

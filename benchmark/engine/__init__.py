@@ -4,13 +4,13 @@ A single run: ``run`` (build, train, write the row), ``run_folder`` (its folder,
 ``module`` (``EmergenceModule``), ``training`` (the one step, and the ``Trainable`` protocol it needs of
 a module), ``run_losses`` (the losses kept on the device), ``curriculum``, ``model``
 (``SequenceModel``), ``optim`` and ``trainer`` (the Trainer factory). Seed-parallel:
-``seed_parallel`` (a group's training, its entry point), ``ensemble``, ``seeds``, ``group_stop``,
+``seed_parallel`` (a group's training, its entry point), ``seed_stack``, ``seeds``, ``group_stop``,
 ``ensemble_probe`` and ``batching``, described below. Import each from its module: the package imports
-none of them, so that importing one (the ensemble, which ``speed`` times) loads no more than it needs.
+none of them, so that importing one (the seed stack, which ``speed`` times) loads no more than it needs.
 
 Seed-parallel training: K seeds of one config as one LightningModule, trained by the suite's Trainer.
 
-``EnsembleModule`` holds the K seeds' parameters stacked along a new leading dim ([K, ...]); one
+``SeedStack`` holds the K seeds' parameters stacked along a new leading dim ([K, ...]); one
 forward over all of them is ``torch.func.vmap`` of ``functional_call`` on a template SequenceModel, so
 K small models become one model with K times larger ops. It is trained by ``build_trainer``, the
 Trainer of a single run, so every Lightning hook fires as it does there. What stays per seed:
@@ -50,7 +50,7 @@ seeds, and those of a config with a curriculum, run one after another through ``
 ``"seed_parallel": {"k": 1, "fallback": reason}``.
 
 By concern: ``seed_parallel`` (``run_seed_parallel``, and the batching modes by which a group
-chooses), ``ensemble`` (the batched module and the group's data: it is given the live-seed mask and
+chooses), ``seed_stack`` (the batched module and the group's data: it is given the live-seed mask and
 the stacked biases, and reports reads and evals to listeners), ``seeds`` (each seed's views and
 callbacks, and the fan-out), ``group_stop`` (the ``GroupStop`` protocol by which a tuning's pruning,
 a tool above the engine, ends a group early), ``ensemble_probe`` (whether a model vmaps, and whether

@@ -1,4 +1,4 @@
-"""Whether a planned config's model trains as a vmapped ensemble here (a trial against each seed
+"""Whether a planned config's model trains as a vmapped seed stack here (a trial against each seed
 alone), and how much faster K seeds train batched than one by one (the batching probe). Both use the
 plan's task: they build models, never a second task."""
 
@@ -12,9 +12,9 @@ import torch
 
 from emergence_bench.config import RunConfig
 from emergence_bench.engine.batching import vmapped
-from emergence_bench.engine.ensemble import EnsembleModule
 from emergence_bench.engine.module import EmergenceModule
 from emergence_bench.engine.run import RunPlan, build_model
+from emergence_bench.engine.seed_stack import SeedStack
 from emergence_bench.engine.training import StepLoop, sequence_mask, train_losses
 from emergence_bench.machine.devices import accelerator_device
 from emergence_bench.mixers.base import MixerContext
@@ -22,7 +22,7 @@ from emergence_bench.tasks.base import SyntheticTask, seeded_generator
 
 
 def seed_parallel_supported(planned: RunPlan) -> tuple[bool, str]:
-    """Whether the planned config's model trains as a vmapped ensemble here, and why not.
+    """Whether the planned config's model trains as a vmapped seed stack here, and why not.
 
     A trial on two differently initialised copies of the model and two sequences: the batched
     loss, gradients and eval logits (with and without an attention bias, where a mixer takes one)
@@ -52,26 +52,26 @@ def _trial(config: RunConfig, task: SyntheticTask, device: torch.device) -> str 
     for k in range(2):
         torch.manual_seed(config.seed + k)
         models.append(build_model(config, task).to(device))
-    ensemble = EnsembleModule(models, task, config.optim, config.trainer.max_steps, config.trainer.train_on).to(device)
+    stack = SeedStack(models, task, config.optim, config.trainer.max_steps, config.trainer.train_on).to(device)
     tokens = torch.stack([task.generate(seeded_generator("seed_parallel.trial", k), 2) for k in range(2)]).to(device)
     biases: list[dict[int, torch.Tensor]] = [{}]
     attention = [i for i, m in enumerate(models[0].mixers) if getattr(m, "exposes_attention", False)]
     if attention:  # the intervention's code path (explicit logits) too
         biases.append({i: torch.zeros(2, 1, 1, task.seq_len, task.seq_len, device=device) for i in attention})
     for bias in biases:
-        scored, full = ensemble.losses(tokens, bias)
+        scored, full = stack.losses(tokens, bias)
         trained = full if config.trainer.train_on == "all" else scored
-        for p in ensemble.stacked:
+        for p in stack.stacked:
             p.grad = None
         with vmapped(device):
             trained.sum().backward()
         with torch.no_grad():
-            eval_logits = ensemble.logits(tokens[0], bias)  # [K, B, L, V]
+            eval_logits = stack.logits(tokens[0], bias)  # [K, B, L, V]
         for k, model in enumerate(models):
             ctx = lambda: MixerContext(bias={i: b[k] for i, b in bias.items()})  # noqa: E731  (fresh per forward)
             model.train()
             own_scored, own_full = train_losses(model(task.model_inputs(tokens[k]), ctx()), tokens[k, :, 1:],
-                                                ensemble.rows, config.trainer.train_on,
+                                                stack.rows, config.trainer.train_on,
                                                 sequence_mask(task, tokens[k]))
             loss = own_full if config.trainer.train_on == "all" else own_scored
             model.zero_grad(set_to_none=True)
@@ -84,7 +84,7 @@ def _trial(config: RunConfig, task: SyntheticTask, device: torch.device) -> str 
             # the normaliser divides out, sits at 1e-6 of it), and its batched sum differs in
             # relative terms without vmap being wrong.
             largest = max((float(p.grad.abs().max()) for p in model.parameters() if p.grad is not None), default=0.0)
-            for name, p, batched in zip(ensemble.names, model.parameters(), ensemble.stacked):
+            for name, p, batched in zip(stack.names, model.parameters(), stack.stacked):
                 if (p.grad is None) != (batched.grad is None):
                     return f"vmap trial: gradient of {name} present in one form only"
                 if p.grad is not None:
@@ -110,9 +110,9 @@ def batching_speedup(planned: RunPlan, k: int, rounds: int = 3) -> float:
     with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
         models = [build_model(config, task).to(device) for _ in range(k)]
         t, o = config.trainer, config.optim
-        ensemble = EnsembleModule(models, task, o, t.max_steps, t.train_on, t.log_every).to(device)
+        stack = SeedStack(models, task, o, t.max_steps, t.train_on, t.log_every).to(device)
         single = EmergenceModule(models[0], task, o, t.max_steps, t.train_on, read_every=t.log_every).to(device)
-        batched = StepLoop(ensemble, lambda i: torch.stack([task.batch("train", i)] * k), o.grad_clip, device)
+        batched = StepLoop(stack, lambda i: torch.stack([task.batch("train", i)] * k), o.grad_clip, device)
         one = StepLoop(single, lambda i: task.batch("train", i), o.grad_clip, device)
 
         def seconds(loop: StepLoop) -> float:

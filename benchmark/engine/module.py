@@ -3,7 +3,7 @@
 The pieces a single run and a seed-parallel group share: the training step and its loss buffer
 (``emergence_bench.engine.training``), a run's losses and how it takes them in (``RunLosses``),
 ``EvalTally`` (one eval pass, per output cell, for one seed or K) and the optimiser
-(``emergence_bench.engine.optim``). Seed-parallel's ensemble module and seed views use the same ones.
+(``emergence_bench.engine.optim``). Seed-parallel's seed stack and seed views use the same ones.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The suite's optimiser: AdamW (fused where torch allows, with a workaround for a torch bug) over
 parameter groups that spare what mixers mark undecayed, and the lr schedule, stepped per training step.
-A single run and a seed-parallel ensemble (one AdamW over stacked [K, ...] tensors *is* K AdamWs,
-AdamW being elementwise) build theirs here.
+A single run and a seed-parallel group's seed stack (one AdamW over stacked [K, ...] tensors *is* K
+AdamWs, AdamW being elementwise) build theirs here.
 """
 
 from __future__ import annotations

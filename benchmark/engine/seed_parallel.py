@@ -10,11 +10,11 @@ from pathlib import Path
 from typing import Protocol
 
 from emergence_bench.config import Batching, RunConfig
-from emergence_bench.engine.ensemble import EnsembleModule, SeedBatches
 from emergence_bench.engine.ensemble_probe import batching_speedup, seed_parallel_supported
 from emergence_bench.engine.group_stop import GroupStop
 from emergence_bench.engine.run import RunPlan, apply_threads, plan, run
 from emergence_bench.engine.run_folder import RunBusy, failure
+from emergence_bench.engine.seed_stack import SeedBatches, SeedStack
 from emergence_bench.engine.seeds import Seed, SeedCallbacks
 from emergence_bench.engine.trainer import build_trainer, quiet_lightning
 from emergence_bench.machine.allocator import keep_freed_memory
@@ -128,12 +128,12 @@ def _train(seeds: list[Seed], config: RunConfig, out: Path, stop_group: GroupSto
     """Fit the group with the suite's Trainer; an error in the shared step fails every live seed."""
     try:
         tasks, models = zip(*(s.built for s in seeds))
-        ensemble = EnsembleModule(list(models), tasks[0], config.optim, config.trainer.max_steps,
-                                  config.trainer.train_on, config.trainer.log_every, config.trainer.batch_order)
+        stack = SeedStack(list(models), tasks[0], config.optim, config.trainer.max_steps,
+                          config.trainer.train_on, config.trainer.log_every, config.trainer.batch_order)
         for k, seed in enumerate(seeds):
-            seed.join(ensemble, k)
-        trainer = build_trainer(config, [SeedCallbacks(ensemble, seeds, stop_group)], logger=False, root_dir=out)
-        trainer.fit(ensemble, SeedBatches(list(tasks)))
+            seed.join(stack, k)
+        trainer = build_trainer(config, [SeedCallbacks(stack, seeds, stop_group)], logger=False, root_dir=out)
+        trainer.fit(stack, SeedBatches(list(tasks)))
     except SystemExit:  # Lightning turns Ctrl-C into exit(1) after a graceful shutdown
         raise KeyboardInterrupt("seed-parallel group interrupted") from None
     except Exception as error:

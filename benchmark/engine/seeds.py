@@ -16,7 +16,7 @@ Lightning offers no supported way to do two things here, so they are done by han
   Lightning adds reaches the seeds too.
 
 What a Lightning Callback hook can do is done by one: ``SeedCallbacks`` is an ``L.Callback``. The
-ensemble's reads of its loss buffer and its evals reach the seeds through listeners
+stack's reads of its loss buffer and its evals reach the seeds through listeners
 (``losses_read``, ``evaluated``), not hooks: a loss read happens inside ``training_step``, and
 Lightning calls the callbacks' ``on_validation_epoch_end`` before the module's, which computes the
 results.
@@ -34,13 +34,13 @@ from lightning.pytorch.loggers import Logger
 
 from emergence_bench.callbacks.contract import EvalResult
 from emergence_bench.callbacks.emergence import Emergence
-from emergence_bench.engine.ensemble import EnsembleModule, stack_bias
 from emergence_bench.engine.group_stop import GroupStop, Outcome
 from emergence_bench.engine.model import SequenceModel
 from emergence_bench.engine.module import eval_metrics
 from emergence_bench.engine.run import RunPlan, build_callbacks, build_model
 from emergence_bench.engine.run_folder import RunFolder, failure
 from emergence_bench.engine.run_losses import RunLosses
+from emergence_bench.engine.seed_stack import SeedStack, stack_bias
 from emergence_bench.engine.training import Diverged
 from emergence_bench.results.row import ResultRow, emergence_step, step_budget
 from emergence_bench.tasks.base import SyntheticTask
@@ -52,8 +52,8 @@ class SeedView(RunLosses):
     weights (and gradients), refreshed whenever it is read after a backward or an update; read it in
     each hook rather than keep it from ``setup``. ``log``/``log_dict`` write to the seed's logger."""
 
-    def __init__(self, seed: Seed, ensemble: EnsembleModule, task: SyntheticTask, model: SequenceModel) -> None:
-        self.seed, self.ensemble, self.index, self.task = seed, ensemble, seed.index, task
+    def __init__(self, seed: Seed, stack: SeedStack, task: SyntheticTask, model: SequenceModel) -> None:
+        self.seed, self.stack, self.index, self.task = seed, stack, seed.index, task
         self._model = model
         self._synced: tuple[int, torch.device] | None = None
         self.attention_bias: dict[int, torch.Tensor] = {}
@@ -62,26 +62,26 @@ class SeedView(RunLosses):
 
     @property
     def model(self) -> SequenceModel:
-        ensemble = self.ensemble
-        now = (ensemble.version, ensemble.device)
+        stack = self.stack
+        now = (stack.version, stack.device)
         if self._synced != now:
-            self._model.to(ensemble.device)
-            ensemble.copy_into(self.index, self._model)
+            self._model.to(stack.device)
+            stack.copy_into(self.index, self._model)
             self._synced = now
-        self._model.train(ensemble.training)
+        self._model.train(stack.training)
         return self._model
 
     @property
     def device(self) -> torch.device:
-        return self.ensemble.device
+        return self.stack.device
 
     @property
     def global_step(self) -> int:
-        return self.ensemble.global_step
+        return self.stack.global_step
 
     @property
     def training(self) -> bool:
-        return self.ensemble.training
+        return self.stack.training
 
     @property
     def logger(self) -> Logger | None:
@@ -89,7 +89,7 @@ class SeedView(RunLosses):
 
     @property
     def current_epoch(self) -> int:
-        return self.ensemble.current_epoch
+        return self.stack.current_epoch
 
     def parameters(self, recurse: bool = True) -> Iterator[torch.nn.Parameter]:
         return self.model.parameters(recurse)
@@ -153,18 +153,18 @@ class Seed:
 
     @property
     def live(self) -> bool:
-        """Whether the seed is still training: its slot of the ensemble's live mask."""
-        return self.view is not None and self.view.ensemble.live[self.index]
+        """Whether the seed is still training: its slot of the stack's live mask."""
+        return self.view is not None and self.view.stack.live[self.index]
 
     @live.setter
     def live(self, value: bool) -> None:
         if self.view is not None:
-            self.view.ensemble.live[self.index] = value
+            self.view.stack.live[self.index] = value
 
-    def join(self, ensemble: EnsembleModule, index: int) -> None:
-        """Take slot ``index`` of ``ensemble``."""
+    def join(self, stack: SeedStack, index: int) -> None:
+        """Take slot ``index`` of ``stack``."""
         self.index = index
-        self.view = SeedView(self, ensemble, *self.built)
+        self.view = SeedView(self, stack, *self.built)
         self.live = True
 
     @property
@@ -176,9 +176,9 @@ class Seed:
 
     @property
     def joined(self) -> SeedView:
-        """The seed's module view (every live seed has one: it joined an ensemble)."""
+        """The seed's module view (every live seed has one: it joined a stack)."""
         if self.view is None:
-            raise RuntimeError(f"seed {self.config.seed} has not joined an ensemble")
+            raise RuntimeError(f"seed {self.config.seed} has not joined a stack")
         return self.view
 
     @property
@@ -243,8 +243,8 @@ class Seed:
                 self.logger.finalize("success" if status == "ok" else "failed")
             except Exception:  # a logger that cannot flush must not lose the row
                 pass
-        # The training forwards ran on the ensemble's template: its mixers know the backend used.
-        model = self.view.ensemble.template if self.view is not None else self.model
+        # The training forwards ran on the stack's template: its mixers know the backend used.
+        model = self.view.stack.template if self.view is not None else self.model
         return self.folder.finish(status, error, self.trainer, self.view, model, self.note)
 
 
@@ -265,23 +265,23 @@ HOOKS = [name for name, value in vars(L.Callback).items()
          if callable(value) and (name.startswith("on_") or name in ("setup", "teardown"))]
 
 
-def _trained_losses(ensemble: EnsembleModule) -> torch.Tensor:
+def _trained_losses(stack: SeedStack) -> torch.Tensor:
     """[K]: the losses of the step that just ran (the hooks that read them follow a step)."""
-    if ensemble.trained_losses is None:
+    if stack.trained_losses is None:
         raise RuntimeError("a training step's hook before any training step")
-    return ensemble.trained_losses
+    return stack.trained_losses
 
 
-def _seed_args(name: str, seed: Seed, ensemble: EnsembleModule, args: tuple) -> tuple:
+def _seed_args(name: str, seed: Seed, stack: SeedStack, args: tuple) -> tuple:
     """A hook's arguments as seed k sees them: its slice of the batch, its own loss."""
     k = seed.index
     if name == "on_train_batch_start":  # (batch [K, B, L+1], batch_idx)
         return (args[0][k], *args[1:])
     if name == "on_train_batch_end":  # (outputs, batch, batch_idx)
-        outputs = None if args[0] is None else {"loss": _trained_losses(ensemble)[k].detach()}
+        outputs = None if args[0] is None else {"loss": _trained_losses(stack)[k].detach()}
         return (outputs, args[1][k], *args[2:])
     if name == "on_before_backward":  # (loss,)
-        return (_trained_losses(ensemble)[k],)
+        return (_trained_losses(stack)[k],)
     return args
 
 
@@ -297,14 +297,14 @@ class SeedCallbacks(L.Callback):
     stops every live seed and goes into their rows.
     """
 
-    def __init__(self, ensemble: EnsembleModule, seeds: list[Seed], stop_group: GroupStop | None = None) -> None:
-        self.ensemble, self.seeds = ensemble, seeds  # seed k in slot k
+    def __init__(self, stack: SeedStack, seeds: list[Seed], stop_group: GroupStop | None = None) -> None:
+        self.stack, self.seeds = stack, seeds  # seed k in slot k
         self.eval_for: list[Seed] | None = None  # an eval for these seeds only
         self.stop_group = stop_group
-        ensemble.on_losses, ensemble.on_eval = self.losses_read, self.evaluated
+        stack.on_losses, stack.on_eval = self.losses_read, self.evaluated
 
     def losses_read(self, steps: list[int], scored: list, full: list, at_step: bool) -> None:
-        """A read of the ensemble's losses (scored and full [n][K]): each live seed takes its own in
+        """A read of the stack's losses (scored and full [n][K]): each live seed takes its own in
         (``RunLosses``). A seed whose loss became non-finite ends as ``diverged``, one whose callback
         raised as ``failed``; at a step's read the live seeds log that step's losses."""
         for seed in [s for s in self.seeds if s.live]:
@@ -328,15 +328,15 @@ class SeedCallbacks(L.Callback):
         for seed, result in zip(self.seeds, results):
             if result is not None and seed.live and (self.eval_for is None or seed in self.eval_for):
                 seed.joined.last_eval = result
-                seed.log(eval_metrics(result), self.ensemble.global_step - 1)  # the step Lightning logs a run's eval at
+                seed.log(eval_metrics(result), self.stack.global_step - 1)  # the step Lightning logs a run's eval at
 
     def fan_out(self, name: str, trainer: L.Trainer, args: tuple, kwargs: dict) -> None:
-        ensemble, seeds = self.ensemble, self.seeds
+        stack, seeds = self.stack, self.seeds
         if name == "setup":
             for seed in seeds:
                 seed.attach(trainer)
         if name == "on_train_batch_start" and any(s.live and s.attached.should_stop for s in seeds):
-            ensemble.read_losses()  # a stopping seed's last losses reach its callbacks, as at a run's end
+            stack.read_losses()  # a stopping seed's last losses reach its callbacks, as at a run's end
             for seed in [s for s in seeds if s.live and s.attached.should_stop]:
                 seed.stop()
         receivers = [s for s in seeds if s.live]
@@ -344,12 +344,12 @@ class SeedCallbacks(L.Callback):
             receivers = [s for s in receivers if s in self.eval_for]
         for seed in receivers:
             try:
-                seed.hook(name, *_seed_args(name, seed, ensemble, args), **kwargs)
+                seed.hook(name, *_seed_args(name, seed, stack, args), **kwargs)
             except Exception as error:
                 seed.fail(error)
         if (name == "on_validation_end" and self.stop_group is not None and self.eval_for is None
                 and not trainer.sanity_checking):
-            self._ask_stop_group(ensemble.global_step)
+            self._ask_stop_group(stack.global_step)
         live = [s for s in seeds if s.live]
         stopping = [s for s in live if s.attached.should_stop]
         every = trainer.val_check_batch  # steps between evals (set by the Trainer before training)
@@ -364,7 +364,7 @@ class SeedCallbacks(L.Callback):
         if not live or len(stopping) == len(live):
             trainer.should_stop = True
         # The forwards that follow see the live seeds' attention biases as the hooks left them.
-        ensemble.bias = stack_bias([s.joined.attention_bias if s.live else {} for s in seeds], ensemble.device)
+        stack.bias = stack_bias([s.joined.attention_bias if s.live else {} for s in seeds], stack.device)
 
     def _ask_stop_group(self, step: int) -> None:
         """After an eval of every seed: a section from ``stop_group`` ends every live seed that is not

@@ -1,13 +1,13 @@
 """The suite's one training step, and the buffer its losses wait in on the device.
 
 ``step(module, tokens, batch_idx)`` is the training step of a single run (``EmergenceModule``), of a
-seed-parallel ensemble (``EnsembleModule``: K seeds at once) and of `emergence-bench speed`, which times
+seed-parallel stack (``SeedStack``: K seeds at once) and of `emergence-bench speed`, which times
 this very function. It computes one batch's losses, keeps them in the module's ``LossBuffer``, reads
 the buffer back when due, and returns the loss to train on. What follows it (backward, clipping,
 AdamW, the lr schedule) is Lightning's automatic optimisation in a run.
 
 What ``step``, ``update`` and ``StepLoop`` need of a module is the ``Trainable`` protocol below; this
-module imports none of the modules that satisfy it (``EmergenceModule``, ``EnsembleModule``).
+module imports none of the modules that satisfy it (``EmergenceModule``, ``SeedStack``).
 """
 
 from __future__ import annotations
@@ -109,7 +109,7 @@ class LossBuffer:
 
 
 class Trainable(Protocol):
-    """A module the step trains: a single run's (losses are scalars) or an ensemble's (losses [K]).
+    """A module the step trains: a single run's (losses are scalars) or a stack's (losses [K]).
 
     losses(tokens) -> (scored, full): the scored rows' and every row's loss of a batch
     train_on:        "scored" or "all", which of the two is trained on
@@ -158,7 +158,7 @@ def update(module: Trainable, loss: torch.Tensor, optimizer: torch.optim.Optimiz
     """What Lightning's automatic optimisation does after ``step`` in a run, here without a Trainer
     (for the batching probe and `speed`, which time the step alone): the module's ``backward``,
     clipping to gradient norm ``clip`` (as the Trainer's ``gradient_clip_val``: the module's own
-    ``configure_gradient_clipping`` where it has one, per seed in an ensemble), AdamW, the lr schedule."""
+    ``configure_gradient_clipping`` where it has one, per seed in a stack), AdamW, the lr schedule."""
     optimizer.zero_grad(set_to_none=True)
     module.backward(loss)
     if clip:
@@ -173,7 +173,7 @@ def update(module: Trainable, loss: torch.Tensor, optimizer: torch.optim.Optimiz
 class StepLoop:
     """``module`` trained without a Trainer, step after step as a run trains it: ``step`` (through
     ``module.training_step``), then ``update``. Batch i is ``batches(i)`` ([B, L+1], or [K, B, L+1]
-    for an ensemble). What `speed` and the batching probe time: the suite's step and nothing else.
+    for a stack). What `speed` and the batching probe time: the suite's step and nothing else.
     ``data_seconds`` sums the time spent making batches."""
 
     def __init__(self, module: Trainable, batches: Callable[[int], torch.Tensor],
@@ -188,7 +188,7 @@ class StepLoop:
         tokens = self.batches(self.index).to(self.device)
         self.data_seconds += time.perf_counter() - start
         loss = self.module.training_step(tokens, self.index)
-        assert loss is not None  # an ensemble returns None only once every seed has ended
+        assert loss is not None  # a stack returns None only once every seed has ended
         update(self.module, loss, self.optimizer, self.scheduler, self.clip)
         self.index += 1
 

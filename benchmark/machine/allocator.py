@@ -5,7 +5,7 @@ fresh mmap and unmaps it when freed, so a tensor of that size costs a page fault
 time it is allocated again. One run's activations stay below it; K seeds' stacked activations do not
 (the 203k-parameter linear-map configuration at K=4: 35 MB a matmul output). Measured on 2 cores,
 one thread: vmapped linear forward + backward at K=4 took 154 ms against 112 ms for four separate
-runs' layers, and 110 ms once the threshold was raised; the K=4 ensemble step went from 0.68× to
+runs' layers, and 110 ms once the threshold was raised; the K=4 batched step went from 0.68× to
 0.96× of four sequential steps. Raising the thresholds only changes where memory comes from, never
 a number the run computes. It changes the whole process, though, so there is an opt-out (a config
 key and an environment variable), and every result records the policy in force.

@@ -11,7 +11,7 @@ Interleaved blocks, as every ratio here: the ratio's median over the repeats, wi
 from __future__ import annotations
 
 from emergence_bench.config import resolve
-from emergence_bench.perf.loops import ensemble_loop
+from emergence_bench.perf.loops import stacked_loop
 from emergence_bench.perf.mixers import SEEDS, length_config
 from emergence_bench.perf.timing import bracketed, interleave, summary
 
@@ -31,7 +31,7 @@ def form_ratios(lengths: tuple[int, ...] = LENGTHS, repeats: int = 5, steps: int
             for value in values:
                 raw = length_config(mixer, length)
                 raw["mixer"][key] = value
-                loop = ensemble_loop(resolve(raw), SEEDS)
+                loop = stacked_loop(resolve(raw), SEEDS)
                 loop.run(2)  # warm-up: the allocator's first blocks
                 blocks[value] = (loop.run, steps)
             v2, others = values[0], values[1:]

@@ -1,7 +1,7 @@
 """What `speed` times: the suite's own training step (``emergence_bench.engine.training.step`` inside the run's
-``EmergenceModule`` or the seed ensemble, then ``training.update``), looped without Lightning.
+``EmergenceModule`` or the seed stack, then ``training.update``), looped without Lightning.
 
-``single_loop`` is one seed as ``run()`` builds it (same init, same train stream); ``ensemble_loop``
+``single_loop`` is one seed as ``run()`` builds it (same init, same train stream); ``stacked_loop``
 is K seeds as a seed-parallel group builds them; ``step_seconds`` is one step of a 1-layer model of
 any mixer on random bits, the yardstick of the mixer table and of `check-mixer`.
 """
@@ -40,12 +40,12 @@ def single_loop(config: RunConfig, compile_model: bool = False, device: str | to
     return StepLoop(module, lambda i: task.batch("train", i), config.optim.grad_clip, device)
 
 
-def ensemble_loop(config: RunConfig, K: int, device: str | torch.device = "cpu") -> StepLoop:
-    """K seeds of ``config`` (seed, seed + 1, ...) trained by the ensemble's step: seed k starts from
+def stacked_loop(config: RunConfig, K: int, device: str | torch.device = "cpu") -> StepLoop:
+    """K seeds of ``config`` (seed, seed + 1, ...) trained by the stack's step: seed k starts from
     the weights ``single_loop`` of seed + k starts from, and slice k of batch i ([K, B, L+1]) is that
     seed's own ``batch("train", i)``."""
-    from emergence_bench.engine.ensemble import EnsembleModule
     from emergence_bench.engine.run import build_model, build_task
+    from emergence_bench.engine.seed_stack import SeedStack
 
     tasks, models = [], []
     for k in range(K):
@@ -54,9 +54,9 @@ def ensemble_loop(config: RunConfig, K: int, device: str | torch.device = "cpu")
         tasks.append(build_task(seed))
         models.append(build_model(seed, tasks[-1]))
     t = config.trainer
-    ensemble = EnsembleModule(models, tasks[0], config.optim, t.max_steps, t.train_on, t.log_every,
-                              t.batch_order).to(device)
-    return StepLoop(ensemble, lambda i: torch.stack([task.batch("train", i) for task in tasks]),
+    stack = SeedStack(models, tasks[0], config.optim, t.max_steps, t.train_on, t.log_every,
+                      t.batch_order).to(device)
+    return StepLoop(stack, lambda i: torch.stack([task.batch("train", i) for task in tasks]),
                     config.optim.grad_clip, device)
 
 

@@ -27,7 +27,7 @@ from emergence_bench.config import resolve
 from emergence_bench.execution.sweep_spec import Sweep, load_sweep
 from emergence_bench.mixers.backend import ENV
 from emergence_bench.mixers.base import width_matched_spec
-from emergence_bench.perf.loops import ensemble_loop, single_loop, step_seconds
+from emergence_bench.perf.loops import single_loop, stacked_loop, step_seconds
 from emergence_bench.perf.timing import bracketed, interleave, summary
 
 RANKING = "standard-cpu"
@@ -84,7 +84,7 @@ def _block(mixer: str, length: int, seeds: int) -> Callable[[int], None]:
     config = resolve(length_config(mixer, length))
     supported, _ = seed_parallel_supported(plan(config))
     if supported:
-        loop = ensemble_loop(config, seeds)
+        loop = stacked_loop(config, seeds)
         loop.run(2)  # warm-up: the allocator's first blocks
         return loop.run
     loops = [single_loop(resolve(length_config(mixer, length, seed))) for seed in range(seeds)]

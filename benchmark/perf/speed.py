@@ -46,7 +46,7 @@ from emergence_bench.machine.allocator import keep_freed_memory
 from emergence_bench.machine.devices import resolve_device
 from emergence_bench.perf.forms import LENGTHS as FORM_LENGTHS
 from emergence_bench.perf.forms import form_ratios, render_forms
-from emergence_bench.perf.loops import ensemble_loop, single_loop
+from emergence_bench.perf.loops import single_loop, stacked_loop
 from emergence_bench.perf.mixers import (
     RANKING,
     SEEDS,
@@ -251,7 +251,7 @@ def render_suite(rows: list[dict]) -> str:
 def seed_step_rows(ks: Sequence[int] = (1, 4, 16), steps: int = 100, repeats: int = 5, settings: dict | None = None,
                    device: str | None = None) -> list[dict]:
     """Per setting (name -> preset run; default ``SEED_RUNS``) and K: K sequential bare loops
-    (K × one ``single_loop``'s step: the seeds' steps cost the same) over one batched ``ensemble_loop``
+    (K × one ``single_loop``'s step: the seeds' steps cost the same) over one batched ``stacked_loop``
     step, interleaved: bare, K=1, K=4, ..., bare, ... (K's order reversed every other repeat), each
     batched block ``max(2, steps // K)`` steps so every block takes about as long; the median of the
     ``repeats`` ratios, each against the bare blocks either side."""
@@ -260,7 +260,7 @@ def seed_step_rows(ks: Sequence[int] = (1, 4, 16), steps: int = 100, repeats: in
     for name, raw in (settings or {n: preset_run(*SEED_RUNS[n]) for n in SEED_RUNS}).items():
         config = resolve(raw)
         bare = single_loop(config, device=where)
-        loops = {K: ensemble_loop(config, K, where) for K in ks}
+        loops = {K: stacked_loop(config, K, where) for K in ks}
         for loop in [bare, *loops.values()]:
             loop.run(3)  # warm-up: allocator, vmap's first call
         bare_s, times = interleave((bare.run, steps), {K: (loops[K].run, max(2, steps // K)) for K in ks}, repeats)

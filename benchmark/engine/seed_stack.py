@@ -25,7 +25,7 @@ from emergence_bench.mixers.base import MixerContext
 from emergence_bench.tasks.base import SyntheticTask, TrainStream
 
 
-class EnsembleModule(L.LightningModule):
+class SeedStack(L.LightningModule):
     """K SequenceModels of one architecture as stacked parameters and one vmapped forward.
 
     ``stacked[i]`` is parameter ``names[i]`` of every seed, [K, *shape]. Buffers equal in every seed
@@ -43,7 +43,7 @@ class EnsembleModule(L.LightningModule):
     slices, so a compacted group trains each seed to the same bits as one that is not
     (tests/test_seed_parallel.py).
 
-    The ensemble knows nothing of the seeds' callbacks, views or folders. The group gives it
+    The stack knows nothing of the seeds' callbacks, views or folders. The group gives it
     ``live`` (the seeds still training, [K] bools on the host: a step costs no device sync), ``bias``
     (their attention biases stacked, {layer: [K, ...]}) and two listeners: ``on_losses(steps, scored
     [n][K], full [n][K], at_step)`` for each read of the loss buffer, ``on_eval(results)`` (one
