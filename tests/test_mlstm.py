@@ -5,7 +5,7 @@ import pytest
 import torch
 
 import emergence_bench.mixers.mlstm
-from emergence_bench.engine.ensemble_probe import seed_parallel_supported
+from emergence_bench.engine.batching_probe import seed_parallel_supported
 from emergence_bench.engine.model import SequenceModel
 from emergence_bench.engine.run import plan
 from emergence_bench.mixers.backend import ENV

@@ -17,7 +17,7 @@ from emergence_bench import registry
 from emergence_bench.callbacks.checkpoints import saved_checkpoints
 from emergence_bench.config import resolve
 from emergence_bench.engine.batching import register_flash_rule
-from emergence_bench.engine.ensemble_probe import seed_parallel_supported
+from emergence_bench.engine.batching_probe import seed_parallel_supported
 from emergence_bench.engine.run import build_model, build_task, plan, run
 from emergence_bench.engine.seed_parallel import run_seed_parallel
 from emergence_bench.engine.seed_stack import SeedStack, clip_per_seed_
@@ -550,7 +550,7 @@ def test_auto_batches_only_where_its_probe_says_it_pays(measured, tmp_path, monk
 
 
 def test_the_probe_measures_a_positive_speedup_and_leaves_the_random_state_alone(tiny_config):
-    from emergence_bench.engine.ensemble_probe import batching_speedup
+    from emergence_bench.engine.batching_probe import batching_speedup
     torch.manual_seed(7)
     expected = torch.rand(2)
     torch.manual_seed(7)

@@ -348,7 +348,7 @@ def check_attention(s: Subject) -> tuple[str, str]:
 
 @register_check("seed_parallel")
 def check_seed_parallel(s: Subject) -> tuple[str, str]:
-    from emergence_bench.engine.ensemble_probe import seed_parallel_supported
+    from emergence_bench.engine.batching_probe import seed_parallel_supported
     from emergence_bench.engine.run import plan
 
     supported, reason = seed_parallel_supported(plan(s.run_config()))

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Protocol
 
 from emergence_bench.config import Batching, RunConfig
-from emergence_bench.engine.ensemble_probe import batching_speedup, seed_parallel_supported
+from emergence_bench.engine.batching_probe import batching_speedup, seed_parallel_supported
 from emergence_bench.engine.group_stop import GroupStop
 from emergence_bench.engine.run import RunPlan, apply_threads, plan, run
 from emergence_bench.engine.run_folder import RunBusy, failure

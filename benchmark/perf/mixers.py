@@ -78,7 +78,7 @@ def length_config(mixer: str, length: int, seed: int = 0) -> dict:
 def _block(mixer: str, length: int, seeds: int) -> Callable[[int], None]:
     """``run(steps)`` trains ``seeds`` seeds of the mixer's ranking run: batched as the ranking does,
     or, where the mixer cannot be batched here, one seed after another (what the ranking then does)."""
-    from emergence_bench.engine.ensemble_probe import seed_parallel_supported
+    from emergence_bench.engine.batching_probe import seed_parallel_supported
     from emergence_bench.engine.run import plan
 
     config = resolve(length_config(mixer, length))
