@@ -4,7 +4,7 @@ A single run: ``run`` (build, train, write the row), ``run_folder`` (its folder,
 ``module`` (``EmergenceModule``), ``training`` (the one step, and the ``Trainable`` protocol it needs of
 a module), ``run_losses`` (the losses kept on the device), ``curriculum``, ``model``
 (``SequenceModel``), ``optim`` and ``trainer`` (the Trainer factory). Seed-parallel:
-``seed_parallel`` (a group's training, its entry point), ``seed_stack``, ``seeds``, ``group_stop``,
+``seed_parallel`` (a group's training, its entry point), ``seed_stack``, ``seed_views``, ``group_stop``,
 ``batching_probe`` and ``batching``, described below. Import each from its module: the package imports
 none of them, so that importing one (the seed stack, which ``speed`` times) loads no more than it needs.
 
@@ -51,7 +51,7 @@ seeds, and those of a config with a curriculum, run one after another through ``
 
 By concern: ``seed_parallel`` (``run_seed_parallel``, and the batching modes by which a group
 chooses), ``seed_stack`` (the batched module and the group's data: it is given the live-seed mask and
-the stacked biases, and reports reads and evals to listeners), ``seeds`` (each seed's views and
+the stacked biases, and reports reads and evals to listeners), ``seed_views`` (each seed's views and
 callbacks, and the fan-out), ``group_stop`` (the ``GroupStop`` protocol by which a tuning's pruning,
 a tool above the engine, ends a group early), ``batching_probe`` (whether a model vmaps, and whether
 batching pays) and ``batching`` (vmap rules for ops without one).

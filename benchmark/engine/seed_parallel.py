@@ -15,7 +15,7 @@ from emergence_bench.engine.group_stop import GroupStop
 from emergence_bench.engine.run import RunPlan, apply_threads, plan, run
 from emergence_bench.engine.run_folder import RunBusy, failure
 from emergence_bench.engine.seed_stack import SeedBatches, SeedStack
-from emergence_bench.engine.seeds import Seed, SeedCallbacks
+from emergence_bench.engine.seed_views import Seed, SeedCallbacks
 from emergence_bench.engine.trainer import build_trainer, quiet_lightning
 from emergence_bench.machine.allocator import keep_freed_memory
 from emergence_bench.registry import Registry
