@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from emergence_bench.analysis import analyze
-from emergence_bench.analysis.patching import attention_layers, capture, ground_truth_maps, patch_models
+from emergence_bench.analysis.head_patching import attention_layers, capture, ground_truth_maps, patch_models
 from emergence_bench.callbacks.checkpoints import saved_checkpoints
 from emergence_bench.commands import analyze as analyze_command
 from emergence_bench.engine.model import SequenceModel

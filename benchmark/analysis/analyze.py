@@ -140,7 +140,7 @@ def patch(run_dir: str | Path, old: int, new: int, top_k: int = 4, ground_truth:
           probe_batches: int = 1, device: str = "auto") -> dict:
     """Causal head patching from checkpoint ``new`` into ``old`` (or the task's ground truth);
     writes analysis/patch_<old>_<new>[_ground_truth].json."""
-    from emergence_bench.analysis.patching import patch_models
+    from emergence_bench.analysis.head_patching import patch_models
     from emergence_bench.results.store import write_json
 
     if top_k < 1:

@@ -30,8 +30,8 @@ import torch
 
 from emergence_bench.analysis import head_scores
 from emergence_bench.analysis.bisection import bisect_steps
+from emergence_bench.analysis.head_patching import rank_heads, replace_heads
 from emergence_bench.analysis.language_probes import Prompt, probe_set
-from emergence_bench.analysis.patching import rank_heads, replace_heads
 from emergence_bench.machine.devices import resolve_device
 from emergence_bench.results.store import RESULT_FILE, SCHEMA_VERSION, versions, write_json
 
