@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from emergence_bench.analysis import analyze
+from emergence_bench.analysis import checkpoint_analysis
 from emergence_bench.analysis.head_patching import attention_layers, capture, ground_truth_maps, patch_models
 from emergence_bench.callbacks.checkpoints import saved_checkpoints
 from emergence_bench.commands import analyze as analyze_command
@@ -47,8 +47,9 @@ def cli(*argv: str) -> int:
 
 
 def models(run_dir, *steps):
-    config, task, checkpoints = analyze.load_run(run_dir)
-    return task, [analyze.load_model(config, task, checkpoints[s], torch.device("cpu")) for s in steps]
+    config, task, checkpoints = checkpoint_analysis.load_run(run_dir)
+    cpu = torch.device("cpu")
+    return task, [checkpoint_analysis.load_model(config, task, checkpoints[s], cpu) for s in steps]
 
 
 def test_patching_a_head_with_its_own_pattern_changes_nothing():
@@ -84,7 +85,7 @@ def test_patching_every_head_of_a_one_layer_model_recovers_the_whole_gap(trained
 
 
 def test_ground_truth_patch_raises_p_correct_before_emergence(trained):
-    found = analyze.emergence(trained, device="cpu")
+    found = checkpoint_analysis.emergence(trained, device="cpu")
     old, new = found["last_unsolved"], found["first_solved"]
     task, (old_model, new_model) = models(trained, old, new)
     tokens = task.batch("eval", 0)
@@ -115,10 +116,10 @@ def test_analyze_emergence_command_bisects_the_checkpoints(trained, capsys):
     assert report["steps"] == steps and report["checkpoints"] == len(steps)
     assert report["evaluations"] <= math.ceil(math.log2(len(steps) + 1))
     # Brute force: the first checkpoint reaching the threshold, given every checkpoint evaluated.
-    config, task, checkpoints = analyze.load_run(trained)
-    tokens = analyze.probe_tokens(task, config.trainer.eval_batches)
-    accuracy = {s: analyze.greedy_accuracy(analyze.load_model(config, task, p, torch.device("cpu")), tokens,
-                                           task.loss_mask) for s, p in checkpoints.items()}
+    config, task, checkpoints = checkpoint_analysis.load_run(trained)
+    tokens = checkpoint_analysis.probe_tokens(task, config.trainer.eval_batches)
+    loaded = {s: checkpoint_analysis.load_model(config, task, p, torch.device("cpu")) for s, p in checkpoints.items()}
+    accuracy = {s: checkpoint_analysis.greedy_accuracy(model, tokens, task.loss_mask) for s, model in loaded.items()}
     first = next(s for s in steps if accuracy[s] >= report["threshold"])
     assert report["first_solved"] == first and report["emergence_step"] == first
     assert report["last_unsolved"] == steps[steps.index(first) - 1]

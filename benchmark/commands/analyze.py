@@ -17,7 +17,7 @@
 
 "Solves" is the run's own emergence criterion: greedy accuracy on the scored tokens of the probe set
 (the task's eval batches) ≥ the emergence callback's threshold. The work is in
-``emergence_bench.analysis`` (analyze, pythia), imported when the command runs.
+``emergence_bench.analysis`` (checkpoint_analysis, pythia), imported when the command runs.
 """
 
 from __future__ import annotations
@@ -139,7 +139,7 @@ def main(args: argparse.Namespace, extra: list[str] | None = None) -> int:
         writable(Path(args.out), "choose another --out", "the results folder ")
 
     if args.analysis == "emergence":
-        from emergence_bench.analysis.analyze import EMERGENCE_FILE, emergence
+        from emergence_bench.analysis.checkpoint_analysis import EMERGENCE_FILE, emergence
 
         r = emergence(args.run_dir, args.probe_batches, args.threshold, args.device)
         for step, acc in r["accuracy"]:
@@ -153,7 +153,7 @@ def main(args: argparse.Namespace, extra: list[str] | None = None) -> int:
         print(f"wrote {Path(args.run_dir) / ANALYSIS_DIR / EMERGENCE_FILE}", file=sys.stderr)
         return 0
     if args.analysis == "patch":
-        from emergence_bench.analysis.analyze import patch
+        from emergence_bench.analysis.checkpoint_analysis import patch
 
         r = patch(args.run_dir, args.old, args.new, args.top_k, args.ground_truth, args.probe_batches, args.device)
         print_patch(r)

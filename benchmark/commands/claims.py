@@ -34,7 +34,7 @@ def patch_folder(folder: Path) -> int:
     emergence two adjacent checkpoints bracket, writes the reports ``analyze patch`` gives (the top
     1…16 heads of the post-emergence checkpoint into the pre-emergence one, and the ground truth)
     where they are not on disk yet; returns how many it wrote. The judgement only reads them."""
-    from emergence_bench.analysis.analyze import load_run, patch
+    from emergence_bench.analysis.checkpoint_analysis import load_run, patch
     from emergence_bench.claims.claim import confirmation
     from emergence_bench.claims.judge import PATCHING_GROUP, rows_by_group
     from emergence_bench.claims.patching import FEW_HEADS, bracket
