@@ -191,7 +191,7 @@ def test_rank_prints_the_held_plateau_and_the_first_drop_under_their_names(tmp_p
 
 
 def test_a_rank_json_written_before_the_rename_reads_under_the_new_names(tmp_path):
-    from emergence_bench.reporting.ranked import saved_rank
+    from emergence_bench.reporting.rows_to_rank import saved_rank
 
     old = {"ladders": {}, "ranking": [{"mixer": "a", "plateau_ratio": 1.5, "plateau_low": 1.0}],
            "cells": [{"mixer": "a", "median_plateau_end": 40}], "plateau": [{"mixer": "a", "ratio": 1.5}]}

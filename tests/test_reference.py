@@ -188,7 +188,7 @@ def test_a_plugins_report_shows_the_ranking_figures_beside_the_reference(tmp_pat
 
 
 def test_a_reference_rank_json_names_but_that_is_gone_leaves_the_report_ranking_its_own_rows(tmp_path):
-    from emergence_bench.reporting.ranked import rows_to_rank
+    from emergence_bench.reporting.rows_to_rank import rows_to_rank
 
     file = write_reference(tmp_path / "ref.json.gz", a_reference())
     folder = results(tmp_path, plugin())

@@ -22,7 +22,7 @@ from emergence_bench.reporting import leaderboard
 from emergence_bench.reporting.figure import REGISTRY, Results, show
 from emergence_bench.reporting.figures import FIGURES
 from emergence_bench.reporting.page import Page
-from emergence_bench.reporting.ranked import rows_to_rank
+from emergence_bench.reporting.rows_to_rank import rows_to_rank
 from emergence_bench.reporting.table import Table
 from emergence_bench.results.atomic import write_files
 from emergence_bench.results.row import ResultRow, section

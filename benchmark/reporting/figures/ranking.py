@@ -13,7 +13,7 @@ from emergence_bench.reporting.figure import Drawn, NotDrawn, Results, register_
 from emergence_bench.reporting.figures import comparison
 from emergence_bench.reporting.figures.tuning_curves import tuning_figure
 from emergence_bench.reporting.plotting import PAGE_INCHES, legend_above, plain_log, plt
-from emergence_bench.reporting.ranked import rows_to_rank, saved_rank
+from emergence_bench.reporting.rows_to_rank import rows_to_rank, saved_rank
 from emergence_bench.results.store import TUNING_DIR, read_tables
 
 
@@ -67,7 +67,7 @@ def ladder_figure(ranked: dict) -> Figure | None:
                  "ladder: `report DIR --reference builtin` ranks it beside the built-ins)")
 def _ranking(results: Results) -> list[Drawn]:
     """The ranking's tables and ladder figure, where the results (with a reference's rows for the
-    mixers they lack: ``ranked.rows_to_rank``) hold a ladder (``rank``)."""
+    mixers they lack: ``rows_to_rank``) hold a ladder (``rank``)."""
     rows, results.reference_data, axes = rows_to_rank(results.records, results.root, results.reference)
     try:
         ranked = rank.build(rows, axes, learning_speed=saved_rank(results.root).get("learning_speed") or ())
