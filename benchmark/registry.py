@@ -132,7 +132,8 @@ class Registry(Generic[T]):
         """The error for ``name``, none of ``known``: it lists them and names the closest."""
         close = difflib.get_close_matches(name, known, n=1)
         hint = f" Did you mean {close[0]!r}?" if close else ""
-        return UnknownNameError(f"unknown {self.kind} {name!r}.{hint} Known {self.kind}s: {', '.join(known) or '(none)'}")
+        return UnknownNameError(f"unknown {self.kind} {name!r}.{hint} "
+                                f"Known {self.kind}s: {', '.join(known) or '(none)'}")
 
     def names(self) -> list[str]:
         self._load()

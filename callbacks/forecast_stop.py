@@ -61,8 +61,10 @@ class ForecastStop(L.Callback):
         recorder = next((c for c in trainer.callbacks if hasattr(c, "eval_curve")), None)
         e = pl_module.last_eval
         assert e is not None  # called at an eval, after it
-        evals = [list(p) for p in getattr(recorder, "eval_curve", []) if p[0] < e.step] + [[e.step, e.loss, e.accuracy]]
-        cells = [list(p) for p in getattr(recorder, "cell_curve", []) if p[0] < e.step] + [[e.step, e.cell_loss.tolist()]]
+        evals = [list(p) for p in getattr(recorder, "eval_curve", []) if p[0] < e.step]
+        evals.append([e.step, e.loss, e.accuracy])
+        cells = [list(p) for p in getattr(recorder, "cell_curve", []) if p[0] < e.step]
+        cells.append([e.step, e.cell_loss.tolist()])
         row["curves"] = {"eval": evals, "eval_cells": cells}
         probes = {probe.section for probe in pattern_probes()}
         for callback in trainer.callbacks:

@@ -97,7 +97,8 @@ class InfluenceProbe(L.Callback):
         tokens = self.task.batch("eval", 0)[: self.probe_size].to(pl_module.device)
         generator = torch.Generator().manual_seed(0)  # the same nudges at every eval
         entropy, mass = [], []
-        for influence in influence_maps(pl_module.model, self.task.model_inputs(tokens), self.epsilon, generator=generator):
+        inputs = self.task.model_inputs(tokens)
+        for influence in influence_maps(pl_module.model, inputs, self.epsilon, generator=generator):
             e, m = attention_stats(influence[None, None], self.pattern, self.keys, self.rows)
             entropy.append(float(e[0]))
             mass.append(float(m[0]))

@@ -44,7 +44,8 @@ accuracy are still measured (the run's full-sequence loss and accuracy). Its fac
                    a shortcut in this sense: finding the most recent opener is itself a sparse pattern.
 
 The emergence threshold is τ × max_accuracy = τ (0.95 by default), above the bag's accuracy (0.79 at
-k = 2, max_depth 8, length 32; 0.63 at k = 4, length 64); the plateau threshold is ``min(chance, shortcut) − frac · that``.
+k = 2, max_depth 8, length 32; 0.63 at k = 4, length 64); the plateau threshold is
+``min(chance, shortcut) − frac · that``.
 
 Ground truth: the row that predicts a closer (row i-1 for the closer at token i) marks the key of its
 matching opener. Which token is a closer, and where its opener sits, changes from sequence to sequence,

@@ -46,7 +46,8 @@ def tree_bytes(root: Path) -> int:
     listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
                             cwd=root, capture_output=True, text=True, check=True).stdout
     files = [root / name for name in listed.split("\0") if name]
-    return sum(f.stat().st_size for f in files if f.is_file()) + (size(root / "shared") if (root / "shared").is_dir() else 0)
+    shared = size(root / "shared") if (root / "shared").is_dir() else 0
+    return sum(f.stat().st_size for f in files if f.is_file()) + shared
 
 
 def pinned_wheels(root: Path) -> dict[str, str]:
@@ -97,7 +98,8 @@ def main(argv: list[str]) -> int:
     travel = tree_bytes(root) + sum(size(root / p) for p in CARRY if p not in missing)
     for name, call in calls.items():
         if len(call["command"]) > LIMITS["command_chars"]:
-            problems.append(f"{name}: the command has {len(call['command'])} characters, over {LIMITS['command_chars']}")
+            problems.append(f"{name}: the command has {len(call['command'])} characters, "
+                            f"over {LIMITS['command_chars']}")
         if call["timeout_s"] > LIMITS["timeout_s"]:
             problems.append(f"{name}: timeout_s {call['timeout_s']} is over the tool's {LIMITS['timeout_s']} s")
     if len(CARRY) > LIMITS["carry_paths"]:
@@ -106,7 +108,8 @@ def main(argv: list[str]) -> int:
         problems.append(f"{travel / 2**20:.1f} MiB would travel, over 64 MiB")
     outputs = declared_outputs(root)
     if not 0 < len(outputs) <= LIMITS["outputs"]:
-        problems.append(f".ci/gpu-check declares {len(outputs)} output files (OUTPUTS=...), not 1 to {LIMITS['outputs']}")
+        problems.append(f".ci/gpu-check declares {len(outputs)} output files (OUTPUTS=...), "
+                        f"not 1 to {LIMITS['outputs']}")
     if problems:
         for problem in problems:
             print(f"error: {problem}", file=sys.stderr)

@@ -60,8 +60,8 @@ def rank_heads(p_correct: Callable[[frozenset], float], heads: list[Head], p_old
     single = [(head, p_correct(frozenset([head]))) for head in heads]
     # Stable sort: ties keep (layer, head) order, so the ranking is deterministic.
     ranked = sorted(single, key=lambda item: -item[1])
-    rows = [{"rank": i + 1, "layer": h[0], "head": h[1], "p": p, "delta_p": p - p_old, "fraction_recovered": fraction(p)}
-            for i, (h, p) in enumerate(ranked)]
+    rows = [{"rank": i + 1, "layer": h[0], "head": h[1], "p": p, "delta_p": p - p_old,
+             "fraction_recovered": fraction(p)} for i, (h, p) in enumerate(ranked)]
     together = []
     for k in range(1, min(top_k, len(heads)) + 1):
         chosen = [h for h, _ in ranked[:k]]

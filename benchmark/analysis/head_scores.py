@@ -43,7 +43,8 @@ def jump_step(history: list[tuple[int, list[list[float]]]], threshold: float = J
     ``history``: [(step, score [layers][heads])] in step order. Returns {"step", "heads": [[layer, head]],
     "max": the best score at that step} (step None when no head ever reaches it)."""
     for step, grid in history:
-        heads = [[layer, head] for layer, row in enumerate(grid) for head, value in enumerate(row) if value >= threshold]
+        heads = [[layer, head] for layer, row in enumerate(grid)
+                 for head, value in enumerate(row) if value >= threshold]
         if heads:
             return {"step": step, "heads": heads, "max": max(max(row) for row in grid)}
     return {"step": None, "heads": [], "max": max((max(max(r) for r in g) for _, g in history), default=None)}

@@ -177,8 +177,8 @@ class EncodedProbe:
             if not ids or not answer:
                 raise ValueError(f"prompt {prompt!r} tokenises to nothing")
             groups.setdefault(len(ids), []).append((ids, answer[0]))
-        self.groups = [(torch.tensor([ids for ids, _ in g], device=device), torch.tensor([a for _, a in g], device=device))
-                       for _, g in sorted(groups.items())]
+        self.groups = [(torch.tensor([ids for ids, _ in g], device=device),
+                        torch.tensor([a for _, a in g], device=device)) for _, g in sorted(groups.items())]
         self.size = len(prompts)
 
     @torch.no_grad()

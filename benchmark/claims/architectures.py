@@ -41,7 +41,8 @@ def evaluate_mixer_linear_map(rows: Rows, settings: Mapping[str, Any]) -> dict[s
             return final_metric(arm(runs, task__sparsity=s, mixer__name=mixer), "final_eval_full_sequence_loss")
 
         mixer, transformer = losses("mlp_mixer"), losses(TRANSFORMER)
-        outcomes[f"s={s}"] = (compare.values(mixer, transformer, ("MLP-Mixer", "Transformer"), predicts="lower", unit=" nats")
+        outcomes[f"s={s}"] = (compare.values(mixer, transformer, ("MLP-Mixer", "Transformer"), predicts="lower",
+                                             unit=" nats")
                               if mixer and transformer else NotApplicable("needs MLP-Mixer and Transformer runs"))
     return outcomes
 
@@ -51,7 +52,8 @@ def evaluate_mixer_ca(rows: Rows, settings: Mapping[str, Any]) -> dict[str, Outc
     transformer = arm(rows["ca-state-size"], mixer__name=TRANSFORMER, task__state_size=CA_STATE_SIZE)
     if not mixer or not transformer:
         return {"": NotApplicable("needs MLP-Mixer and Transformer runs")}
-    return {"": compare.times(mixer, transformer, "plateau", "first_drop_step", ("MLP-Mixer", "Transformer"), predicts="longer")}
+    return {"": compare.times(mixer, transformer, "plateau", "first_drop_step", ("MLP-Mixer", "Transformer"),
+                              predicts="longer")}
 
 
 def evaluate_trails(rows: Rows, settings: Mapping[str, Any]) -> dict[str, Outcome]:
@@ -101,9 +103,12 @@ DEPTH_LINEAR_MAP = register_claim(Claim(
     "depth-linear-map", 7, paper="Depth hurts the linear map.", paper_number="-", groups=("depth", "emergence"),
     statistic="Jonckheere trend test of the emergence step over depth (never-emerged ranked last)",
     effect="P(a deeper run emerged later than a shallower one; 0.5: no trend)", predicts="increasing with depth",
-    settings=frozen(depths=(1, 2, 4)), evaluate=evaluate_depth("depth", "emergence", "emergence", "step", "increasing")))
+    settings=frozen(depths=(1, 2, 4)),
+    evaluate=evaluate_depth("depth", "emergence", "emergence", "step", "increasing")))
 DEPTH_CA = register_claim(Claim(
     "depth-ca", 7, paper="Depth helps multi-rule cellular automata.", paper_number="-",
     groups=("ca-depth", "ca-state-size"),
-    statistic="Jonckheere trend test of the plateau end over depth", effect="P(a deeper run's plateau ended later than a shallower one's; 0.5: no trend)", predicts="decreasing with depth", settings=frozen(depths=(1, 2, 4)),
+    statistic="Jonckheere trend test of the plateau end over depth",
+    effect="P(a deeper run's plateau ended later than a shallower one's; 0.5: no trend)",
+    predicts="decreasing with depth", settings=frozen(depths=(1, 2, 4)),
     evaluate=evaluate_depth("ca-depth", "ca-state-size", "plateau", "first_drop_step", "decreasing")))

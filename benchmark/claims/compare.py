@@ -59,7 +59,8 @@ def times(a: Sequence[Row], b: Sequence[Row], measurement: str, field: str, name
                     n=f"{len(ta)} vs {len(tb)}",
                     detectable=None if detect is None else (f"a ratio of {1 / detect:.2g}× or {detect:.2g}× "
                                                             "(Mann–Whitney, uncensored log-normal times)"),
-                    details=f"KM median {names[0]} {_median_text(ta, ca)} ({sum(not c for c in ca)}/{len(ca)} reached), "
+                    details=f"KM median {names[0]} {_median_text(ta, ca)} "
+                            f"({sum(not c for c in ca)}/{len(ca)} reached), "
                             f"{names[1]} {_median_text(tb, cb)} ({sum(not c for c in cb)}/{len(cb)})",
                     data={names[0]: never_as_inf(ta, ca), names[1]: never_as_inf(tb, cb)},
                     smallest_arm=min(len(ta), len(tb)))

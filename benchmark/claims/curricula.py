@@ -52,5 +52,6 @@ def evaluate(rows: Rows, settings: Mapping[str, Any]) -> dict[str, Outcome]:
 CURRICULA = register_claim(Claim(
     "curricula", 8, paper="Pre-pre-training on formal languages (Dyck) or neural cellular automata may speed up "
     "emergence.", paper_number="-", groups=("curricula", "emergence"), statistic="log-rank test of the emergence step",
-    effect="KM median emergence step counted from the first step of training (stage included), after the curriculum over none", predicts="shorter after it",
+    effect="KM median emergence step counted from the first step of training (stage included), after the "
+    "curriculum over none", predicts="shorter after it",
     settings=frozen(stage_steps=300, matched_total=True), evaluate=evaluate))

@@ -70,7 +70,8 @@ GROWS_WITH_S = register_claim(Claim(
     "grows-with-S", 4, paper="Difficulty grows with context length (state size S).",
     paper_number="CA plateau ≈ 60, 380, 400, 650 steps at S = 4, 8, 16, 32", groups=("ca-state-size",),
     statistic="Jonckheere trend test (never-ended plateaus ranked last)",
-    effect="P(a run at a larger S left its plateau later than one at a smaller S; 0.5: no trend)", predicts="increasing with S",
+    effect="P(a run at a larger S left its plateau later than one at a smaller S; 0.5: no trend)",
+    predicts="increasing with S",
     settings=frozen(plateau="relative: a tenth of the chance/shortcut-to-floor gap below it"),
     evaluate=evaluate_state_size))
 MEDIUM_SPARSITY = register_claim(Claim(

@@ -62,7 +62,8 @@ def evaluate_head_dim_1(rows: Rows, settings: Mapping[str, Any]) -> dict[str, Ou
     return {"": compare.rate([emergence_step(r) is not None for r in runs], 0.5, "emerged at head dim 1")}
 
 
-def independence_fit(heads: Sequence[int], successes: Sequence[int], trials: Sequence[int]) -> tuple[float, float, float]:
+def independence_fit(heads: Sequence[int], successes: Sequence[int],
+                     trials: Sequence[int]) -> tuple[float, float, float]:
     """(p per head, likelihood-ratio statistic, its p) of success = 1 − (1 − p)^H against one free rate
     per H (df = len(heads) − 1); p by maximum likelihood on a grid of 10⁻⁴."""
     def log_likelihood(rates: Sequence[float]) -> float:
@@ -110,14 +111,15 @@ def evaluate_ca_head_dim(rows: Rows, settings: Mapping[str, Any]) -> dict[str, O
                          n="/".join(str(len(a)) for a in arms),
                          details=", ".join(f"d_head={d}: {k}/{len(a)} left the plateau"
                                            for d, k, a in zip(dims, successes, arms)),
-                         data={f"d_head={d}": [float(r.get("plateau", {}).get("first_drop_step") is not None) for r in a]
-                               for d, a in zip(dims, arms)})}
+                         data={f"d_head={d}": [float(r.get("plateau", {}).get("first_drop_step") is not None)
+                                               for r in a] for d, a in zip(dims, arms)})}
 
 
 MORE_HEADS = register_claim(Claim(
     "more-heads", 6, paper="More heads help more than bigger heads.", paper_number="-", groups=("heads", "emergence"),
     statistic="Jonckheere trend test of the emergence step over H (never-emerged ranked last)",
-    effect="P(a run with more heads emerged later than one with fewer; 0.5: no trend; fixed width 64)", predicts="decreasing with H",
+    effect="P(a run with more heads emerged later than one with fewer; 0.5: no trend; fixed width 64)",
+    predicts="decreasing with H",
     settings=frozen(width=64, heads=(1, 4, 8, 16, 64)), evaluate=evaluate_more_heads))
 HEAD_DIM_1 = register_claim(Claim(
     "head-dim-1", 6, paper="Many heads of dimension 1 still learn the linear map (H = 128, d_head = 1).",
@@ -131,6 +133,8 @@ INDEPENDENT_HEADS = register_claim(Claim(
     evaluate=evaluate_independent, kind="fit"))
 CA_HEAD_DIM = register_claim(Claim(
     "ca-head-dim", 6, paper="A minimum head dimension is needed for tasks that must store context (cellular automata).",
-    paper_number="-", groups=("ca-heads", "ca-state-size"), statistic="exact Cochran–Armitage trend test of leaving the plateau over d_head",
-    effect="share that left the plateau at the largest head dim minus at the smallest", predicts="increasing with d_head",
+    paper_number="-", groups=("ca-heads", "ca-state-size"),
+    statistic="exact Cochran–Armitage trend test of leaving the plateau over d_head",
+    effect="share that left the plateau at the largest head dim minus at the smallest",
+    predicts="increasing with d_head",
     settings=frozen(width=64), evaluate=evaluate_ca_head_dim))

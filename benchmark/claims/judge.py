@@ -56,7 +56,8 @@ class ScoreRow:
         e = self.outcome if isinstance(self.outcome, Evidence) else None
         return {"claim": self.claim.id + (f"[{self.label}]" if self.label else ""), "number": self.claim.number,
                 "paper": self.claim.paper, "paper_number": self.claim.paper_number,
-                "groups": list(self.claim.groups), "statistic": self.claim.statistic, "effect_measures": self.claim.effect,
+                "groups": list(self.claim.groups), "statistic": self.claim.statistic,
+                "effect_measures": self.claim.effect,
                 "predicts": self.claim.predicts, "effect": e.effect if e else None, "low": e.low if e else None,
                 "high": e.high if e else None, "p": e.p if e else None, "p_holm": self.p_adjusted,
                 "n": e.n if e else None, "detectable": e.detectable if e else None,
@@ -170,8 +171,11 @@ def patch_reports(run_dir: Path, step: int) -> tuple[int, int, dict[str, Any], d
     pairs = []
     for path in (run_dir / ANALYSIS_DIR).glob("patch_*_*_ground_truth.json"):
         found = re.fullmatch(r"patch_(\d+)_(\d+)_ground_truth\.json", path.name)
-        if found and int(found[1]) < step <= int(found[2]) and path.with_name(f"patch_{found[1]}_{found[2]}.json").is_file():
-            pairs.append((int(found[1]), int(found[2])))
+        if not found:
+            continue
+        old, new = int(found[1]), int(found[2])
+        if old < step <= new and path.with_name(f"patch_{old}_{new}.json").is_file():
+            pairs.append((old, new))
     if not pairs:
         return None
     old, new = max(pairs, key=lambda p: (p[0], -p[1]))  # the adjacent checkpoints, where patched
@@ -204,7 +208,8 @@ def judge_folder(folder: Path, only: Sequence[Claim] | None = None) -> list[Scor
     its rows (every verdict "not run": not a claims sweep) a ConfigError."""
     groups = rows_by_group(folder)
     if not any(groups.values()):
-        raise ValueError(f"no readable results under {folder}: run `emergence-bench sweep claims-cpu-v2 --out {folder}` first")
+        raise ValueError(f"no readable results under {folder}: "
+                         f"run `emergence-bench sweep claims-cpu-v2 --out {folder}` first")
     if groups.get(PATCHING_GROUP):
         attach_patching(folder, groups[PATCHING_GROUP])
     card = judge(groups, claims())

@@ -66,7 +66,8 @@ def evaluate(rows: Rows, settings: Mapping[str, Any]) -> dict[str, Outcome]:
     return {"": Evidence(effect=median, low=low, high=high,
                          p=sign_test([f - settings["most"] for f in fractions]).p,
                          direction=1 if median > settings["most"] else -1, n=str(len(fractions)),
-                         details="median recovered by the top K: " + ", ".join(f"K={kk} {v:.2f}" for kk, v in curve.items())
+                         details="median recovered by the top K: "
+                                 + ", ".join(f"K={kk} {v:.2f}" for kk, v in curve.items())
                                  + (f"; ground-truth pattern {statistics.median(truth):.2f}" if truth else ""),
                          data={f"top {k} heads: fraction recovered": fractions},
                          guides={"most of the gap": settings["most"]})}

@@ -70,7 +70,8 @@ def evaluate(rows: Rows, settings: Mapping[str, Any]) -> dict[str, Outcome]:
                          details=f"{emerged}/{len(relative)} emerged; relative steps "
                                  + ", ".join("never" if math.isinf(v) else f"{v:.2f}" for v in sorted(relative)),
                          data={"emergence step / instance median": relative.tolist()},
-                         guides={f"{settings['min_spread']}× (spread of a deterministic process)": settings["min_spread"]})}
+                         guides={f"{settings['min_spread']}× (spread of a deterministic process)":
+                                 settings["min_spread"]})}
 
 
 SEEDS_DIFFER = register_claim(Claim(

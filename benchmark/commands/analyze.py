@@ -45,7 +45,8 @@ def print_patch(report: dict, heads_shown: int = 8) -> None:
               f"{_fraction(row['fraction_recovered'])}")
     for row in report["top_k"]:
         heads = " ".join(f"L{layer}H{head}" for layer, head in row["heads"])
-        print(f"top {row['k']} ({heads}): delta_p {row['delta_p']:+.4f}, gap recovered {_fraction(row['fraction_recovered'])}")
+        print(f"top {row['k']} ({heads}): delta_p {row['delta_p']:+.4f}, "
+              f"gap recovered {_fraction(row['fraction_recovered'])}")
     a = report["all_heads"]
     print(f"all {a['k']} heads: delta_p {a['delta_p']:+.4f}, gap recovered {_fraction(a['fraction_recovered'])}")
 
@@ -62,7 +63,8 @@ def add_parser(subparsers: Subparsers) -> argparse.ArgumentParser:
     e = sub.add_parser("emergence", help="bisect a run's checkpoints for the first that solves the task")
     e.add_argument("run_dir", metavar="RUN_DIR", help="one run's folder (DIR/<run id>), its checkpoints saved")
     e.add_argument("--probe-batches", type=int, help="eval batches in the probe set (default: the run's eval_batches)")
-    e.add_argument("--threshold", type=finite, help="accuracy that counts as solved (default: the run's emergence threshold)")
+    e.add_argument("--threshold", type=finite,
+                   help="accuracy that counts as solved (default: the run's emergence threshold)")
     e.add_argument("--device", default="auto", help="auto | cpu | cuda (default auto)")
 
     pa = sub.add_parser("patch", help="patch heads' attention maps from a later checkpoint into an earlier one")
@@ -84,7 +86,8 @@ def add_parser(subparsers: Subparsers) -> argparse.ArgumentParser:
     ca.add_argument("folder", metavar="DIR", help="a results folder (a calibration sweep's --out)")
 
     py = sub.add_parser("pythia", help="bisect and patch Pythia (GPT-NeoX) checkpoints on a language probe")
-    py.add_argument("--model", required=True, help="hub name (EleutherAI/pythia-70m) or local folder of step*/ revisions")
+    py.add_argument("--model", required=True,
+                    help="hub name (EleutherAI/pythia-70m) or local folder of step*/ revisions")
     py.add_argument("--probe", required=True, choices=sorted(PROBES), help="the probe set")
     py.add_argument("--revisions", nargs="+",
                     help="checkpoints to search, e.g. step0 step1000 (default: the local folder's step*/ or "

@@ -45,7 +45,8 @@ def main(args: argparse.Namespace, extra: list[str]) -> int:
     skip = [c.strip() for c in (args.skip or "").split(",") if c.strip()]
     unknown = [c for c in skip if c not in mixer_checks.check_names()]
     if unknown:
-        raise ConfigError(f"--skip: no check named {', '.join(unknown)}; checks: {', '.join(mixer_checks.check_names())}")
+        raise ConfigError(f"--skip: no check named {', '.join(unknown)}; "
+                          f"checks: {', '.join(mixer_checks.check_names())}")
     mixer_checks.Subject(args.name, overrides).resolved  # so is a misspelt or mistyped key (resolving raises)
     results = mixer_checks.check_mixer(args.name, overrides, skip=skip)
     print(mixer_checks.render(args.name, results))

@@ -55,7 +55,8 @@ def patch_folder(folder: Path) -> int:
             continue
         old, new = steps
         for truth in (False, True):
-            if not (run_dir / ANALYSIS_DIR / (f"patch_{old}_{new}" + ("_ground_truth" if truth else "") + ".json")).is_file():
+            name = f"patch_{old}_{new}" + ("_ground_truth" if truth else "") + ".json"
+            if not (run_dir / ANALYSIS_DIR / name).is_file():
                 patch(run_dir, old, new, top_k=TOP_K, ground_truth=truth, device="cpu")
                 patched += 1
     return patched

@@ -104,7 +104,8 @@ def add_parser(subparsers: Subparsers) -> argparse.ArgumentParser:
                         "known): steps saved and runs wrongly stopped, per fleet")
     p.add_argument("--risk", type=finite, default=0.05, help="with --replay: the stop's risk level (default 0.05)")
     p.add_argument("--save", metavar="FLEET=PATH",
-                   help="write the pipeline fitted on that whole fleet (its label, as printed) for sweep --forecast-stop")
+                   help="write the pipeline fitted on that whole fleet (its label, as printed) for sweep "
+                        "--forecast-stop")
     return p
 
 
@@ -167,7 +168,8 @@ def main(args: argparse.Namespace, extra: list[str] | None = None) -> int:
     lines = []
     if saved_model is not None:
         for name, members in fleets(rows).items():
-            lines.append(f"\n{name}: " + _savings_line(stop_savings(members, replay_stop(saved_model, members, args.risk))))
+            stopped = replay_stop(saved_model, members, args.risk)
+            lines.append(f"\n{name}: " + _savings_line(stop_savings(members, stopped)))
     if args.stopped:
         saved = stop_savings(rows, [r for r in load_records(args.stopped) if r.get("status") == "ok"])
         lines.append("\nforecast stop: " + _savings_line(saved))

@@ -78,7 +78,8 @@ def _sections() -> list[str]:
     for name, cls in SECTIONS.items():
         defaults, hints = cls(), get_type_hints(cls)
         lines.append(f"  {name}:")
-        lines.extend(_wrapped([_key(f.name, hints[f.name], getattr(defaults, f.name)) for f in dataclasses.fields(cls)]))
+        lines.extend(_wrapped([_key(f.name, hints[f.name], getattr(defaults, f.name))
+                               for f in dataclasses.fields(cls)]))
     lines.append("  curriculum: list = [] (stages of {task, steps, vocab, reset_optimizer} trained first)")
     lines.append(f"  callbacks: each callback's name and parameters (callbacks below); on by default: "
                  f"{', '.join(DEFAULT_CALLBACKS)}")

@@ -134,7 +134,8 @@ class Check:
 CHECKS: Registry[Check] = Registry("check", Check)  # in the table's order
 
 
-def register_check(name: str, compares_outputs: bool = False) -> Callable[[Callable[[Subject], tuple[str, str]]], Check]:
+def register_check(name: str,
+                   compares_outputs: bool = False) -> Callable[[Callable[[Subject], tuple[str, str]]], Check]:
     """Registers ``fn(subject) -> (status, detail)`` in CHECKS as ``check(subject) -> CheckResult``:
     an exception is a failure naming it, and the global RNG is left as it was. A check that
     ``compares_outputs`` fails as "NaN or inf" where the mixer's output is not finite: NaN ≠ NaN,
@@ -223,7 +224,8 @@ def check_causal(s: Subject) -> tuple[str, str]:
     mixer, x = s.build(), s.inputs()
     base = forward(mixer, x)
     if not torch.equal(base, forward(mixer, x)):
-        return FAIL, "two forwards of one input under one seed differ, so causality cannot be tested (see deterministic)"
+        return FAIL, ("two forwards of one input under one seed differ, so causality cannot be tested "
+                      "(see deterministic)")
     first, moved = None, False  # first: (position, token) where a position saw a later token
     for t in range(s.length):
         y = x.clone()
@@ -279,7 +281,8 @@ def check_deterministic(s: Subject) -> tuple[str, str]:
     if not torch.equal(forward(a, x), forward(b, x)):
         return FAIL, "two builds under seed 0 give different outputs for one input"
     if not torch.equal(forward(a, x), forward(a, x)):
-        return FAIL, "two forwards of one input under one seed differ: forward draws from a source torch.manual_seed does not fix"
+        return FAIL, ("two forwards of one input under one seed differ: forward draws from a source "
+                      "torch.manual_seed does not fix")
     a.eval()
     with torch.no_grad():
         if not torch.equal(a(x, MixerContext()), a(x, MixerContext())):
@@ -319,7 +322,8 @@ def check_attention(s: Subject) -> tuple[str, str]:
     ctx = MixerContext(capture=True)
     captured = forward(mixer, x, ctx)
     if layer not in ctx.attention:
-        return FAIL, f"exposes_attention is True but a forward with ctx.capture recorded nothing (ctx.record({layer}, probs))"
+        return FAIL, ("exposes_attention is True but a forward with ctx.capture recorded nothing "
+                      f"(ctx.record({layer}, probs))")
     probs = ctx.attention[layer]
     if probs.shape != (2, H, L, L):
         return FAIL, f"recorded probabilities {_shape(probs)}, expected [B, n_heads, L, L] = [2, {H}, {L}, {L}]"

@@ -35,8 +35,8 @@ def build(root: str | Path, preset: str) -> dict:
     first = records[0]
     commits = sorted({code_version(r) for r in records})  # "abc1234 (dirty)" where the tree had changes
     tuned_keys = sorted(sweep.tuning.grid)
-    return {"format": FORMAT, "schema_version": SCHEMA_VERSION, "preset": preset, "ladder": sweep.ladder, "tuned_keys": tuned_keys,
-            "commit": ", ".join(commits),
+    return {"format": FORMAT, "schema_version": SCHEMA_VERSION, "preset": preset, "ladder": sweep.ladder,
+            "tuned_keys": tuned_keys, "commit": ", ".join(commits),
             "versions": first["versions"], "machine": section(first, "provenance").get("machine", {}),
             "created": time.strftime("%Y-%m-%d", time.gmtime()), "python": platform.python_version(),
             "families": families(records, tuned_keys), "tuning": read_tables(Path(root) / TUNING_DIR),

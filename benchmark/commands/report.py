@@ -26,8 +26,9 @@ def add_parser(subparsers: Subparsers) -> argparse.ArgumentParser:
                                                  "(default: each group's median-emergence seed)")
     parser.add_argument("--reference", metavar="builtin|FILE",
                         help="rank the mixers DIR lacks from shipped reference results, as `rank --reference` does: "
-                             "the ranking, tuning curves, survival, forest and state figures show DIR's mixer (a plugin) "
-                             "beside the built-ins (default: the reference DIR/rank.json was ranked against, if any)")
+                             "the ranking, tuning curves, survival, forest and state figures show DIR's mixer "
+                             "(a plugin) beside the built-ins (default: the reference DIR/rank.json was ranked "
+                             "against, if any)")
     parser.add_argument("--screenshot", action="store_true",
                         help="open the page in headless Chromium: check every figure loaded and nothing logged an "
                              "error, and save a full-page screenshot beside it (report.png)")
@@ -49,7 +50,8 @@ def main(args: argparse.Namespace, extra: list[str]) -> int:
         raise ValueError("--figures takes figure names, comma-separated (e.g. curves,ranking); got ''; "
                          "leave it out for every figure the results allow")
     if args.out is not None and Path(args.out).is_dir():
-        raise ValueError(f"--out {args.out} is a folder: give the HTML file to write, e.g. {Path(args.out) / 'report.html'}")
+        raise ValueError(f"--out {args.out} is a folder: give the HTML file to write, "
+                         f"e.g. {Path(args.out) / 'report.html'}")
     if args.out is not None:
         writable(Path(args.out).parent, f"choose another --out than {args.out}")
     else:

@@ -65,7 +65,8 @@ def main(args: argparse.Namespace, extra: list[str]) -> int:
         return 0
     if accelerator_device(config.trainer.accelerator) is None:
         raise ConfigError(f"trainer.accelerator {config.trainer.accelerator}: torch sees no CUDA device on this "
-                          "machine (choose cpu or auto; a GPU needs torch's CUDA build: make clean, then make install TORCH=cuda)")
+                          "machine (choose cpu or auto; a GPU needs torch's CUDA build: make clean, then "
+                          "make install TORCH=cuda)")
     if config.trainer.eval_every > config.trainer.max_steps:
         print(f"warning: trainer.eval_every {config.trainer.eval_every} > trainer.max_steps "
               f"{config.trainer.max_steps}: the run never evaluates, so it records no eval loss and no emergence "
@@ -101,9 +102,9 @@ def _run_seeds(first: RunPlan, args: argparse.Namespace) -> int:
     records = run_seed_parallel(plans, args.out, progress=True, batching=args.batching)
     for record in records:
         note = section(record, "seed_parallel")
+        how = f"sequential: {note['fallback']}" if note.get("fallback") else f"batched, k={note.get('k')}"
         print(f"seed {record['seed']}: status {record['status']}  emergence step {emergence_step(record)}  "
-              f"({'batched, k=' + str(note.get('k')) if not note.get('fallback') else 'sequential: ' + note['fallback']})"
-              f"  result: {Path(args.out) / record['run_id'] / RESULT_FILE}")
+              f"({how})  result: {Path(args.out) / record['run_id'] / RESULT_FILE}")
     return 1 if any(r["status"] == "failed" for r in records) else 0
 
 

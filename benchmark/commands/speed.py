@@ -31,13 +31,14 @@ def add_parser(subparsers: Subparsers) -> argparse.ArgumentParser:
                         help="interleaved repeats per ratio (≥ 5, default 5; the median and range are printed)")
     parser.add_argument("--steps", type=int, default=100,
                         help="timed training steps per suite measurement (default 100)")
-    parser.add_argument("--seeds", default="1,4,16", help="seed-parallel group sizes K (comma-separated; default 1,4,16)")
+    parser.add_argument("--seeds", default="1,4,16",
+                        help="seed-parallel group sizes K (comma-separated; default 1,4,16)")
     parser.add_argument("--forms", action="store_true",
                         help="only the forms table: each float-order form of Gated DeltaNet and mLSTM against the "
                              "one ladder v2 ran, at the ranking's lengths (a few minutes)")
     parser.add_argument("--quick", action="store_true",
-                        help="a smoke run of the same code, in seconds: 2 interleaved repeats of 2-step blocks, K 1 and 2, "
-                             "length 16, no spread to read (timings not to quote)")
+                        help="a smoke run of the same code, in seconds: 2 interleaved repeats of 2-step blocks, "
+                             "K 1 and 2, length 16, no spread to read (timings not to quote)")
     return parser
 
 
@@ -53,10 +54,12 @@ def main(args: argparse.Namespace, extra: list[str]) -> int:
         raise ValueError(f"--mixers takes mixer names, comma-separated, got {args.mixers!r}; leave it out for the "
                          "built-in ones")
     if Path(args.out).is_dir():
-        raise ValueError(f"--out {args.out} is a folder: give the JSON file to write, e.g. {Path(args.out) / 'speed.json'}")
+        raise ValueError(f"--out {args.out} is a folder: give the JSON file to write, "
+                         f"e.g. {Path(args.out) / 'speed.json'}")
     writable(Path(args.out).parent, f"choose another --out than {args.out}")  # before minutes of timing
     if unknown := [name for name in mixers or [] if name not in registry.mixers.known()]:
-        raise ValueError(f"--mixers: unknown mixer(s) {', '.join(unknown)}; known: {', '.join(registry.mixers.known())}")
+        raise ValueError(f"--mixers: unknown mixer(s) {', '.join(unknown)}; "
+                         f"known: {', '.join(registry.mixers.known())}")
     from emergence_bench.perf import speed  # (torch: after the arguments are checked)
 
     if args.forms:

@@ -119,9 +119,9 @@ def main(args: argparse.Namespace, extra: list[str]) -> int:
         _check_retune(sweep, [f"--{key}" for key in overrides] + [f"--grid {key}" for key, _ in axes])
     if args.forecast_stop:
         if not Path(args.forecast_stop).is_file():
-            raise ValueError(f"--forecast-stop: {args.forecast_stop} is "
-                             + ("a folder, not a saved forecast" if Path(args.forecast_stop).is_dir() else "no such file")
-                             + " (write one with `emergence-bench forecast DIR --save FLEET=PATH`)")
+            what = "a folder, not a saved forecast" if Path(args.forecast_stop).is_dir() else "no such file"
+            raise ValueError(f"--forecast-stop: {args.forecast_stop} is {what} "
+                             "(write one with `emergence-bench forecast DIR --save FLEET=PATH`)")
         overrides["callbacks.forecast_stop"] = {"model": str(Path(args.forecast_stop).resolve()), "risk": args.risk}
     sweep.override(overrides)
     for key, values in axes:
@@ -167,8 +167,8 @@ def main(args: argparse.Namespace, extra: list[str]) -> int:
     run = {"workers": args.workers, "executor": args.executor, "ray_options": ray_options}
     try:
         if jobs and sweep.tuning is not None:  # tuning and ranking on the same workers, neither waiting
-            pipeline = tuning.TuneThenRank(sweep, Path(out), jobs, lambda line: print(line, file=sys.stderr, flush=True),
-                                           stage)
+            pipeline = tuning.TuneThenRank(sweep, Path(out), jobs,
+                                           lambda line: print(line, file=sys.stderr, flush=True), stage)
             counts = run_stages(pipeline.first(), follow=pipeline, announced={sweep.name: sweep.count()}, **run)
         else:
             counts = run_stages([stage(sweep, Path(out))], **run)
@@ -204,7 +204,8 @@ def grid_axis(spec: str) -> tuple[str, list[Any]]:
     try:
         parsed = parse_value(f"[{values}]")
     except Exception as error:  # a YAML syntax error: the message names the text
-        raise ConfigError(f"--grid {spec!r}: the values are not a comma-separated list ({error})".replace("\n", " ")) from None
+        why = str(error).replace("\n", " ")
+        raise ConfigError(f"--grid {spec!r}: the values are not a comma-separated list ({why})") from None
     check_distinct(f"--grid {key}", parsed)
     return key, parsed
 
@@ -213,7 +214,8 @@ def _check_retune(sweep: Sweep, flags: list[str]) -> None:
     """``--retune`` tunes the keys of the sweep's tuning grid again: a flag that fixes one of them
     (which would stop its tuning) conflicts with it, as does a sweep that tunes nothing."""
     if sweep.tuning is None:
-        raise ConfigError(f"--retune: sweep {sweep.name!r} tunes nothing (it has no tuning section); leave --retune out")
+        raise ConfigError(f"--retune: sweep {sweep.name!r} tunes nothing (it has no tuning section); "
+                          "leave --retune out")
     for flag in flags:
         key = flag.split()[-1].removeprefix("--")
         if key in sweep.tuning.grid:

@@ -73,7 +73,8 @@ class EvalTally:
         every_prediction = logits.argmax(-1)  # [K, B, L]
         self.full_accuracy.update(every_prediction.flatten(1), targets.expand(every_prediction.shape).flatten(1))
         if mask is None:  # the task's rows in every sequence
-            (loss, _), (logits, targets) = scored(every_row.unsqueeze(-1), targets, self.rows), scored(logits, targets, self.rows)
+            (loss, _), (logits, targets) = (scored(every_row.unsqueeze(-1), targets, self.rows),
+                                            scored(logits, targets, self.rows))
             loss = loss.squeeze(-1).flatten(1)  # [K, B·N]
             predicted, targets = logits.argmax(-1).flatten(1), targets.expand(len(loss), -1, -1).flatten(1)  # [K, B·N]
             index = self.cells.expand(logits.shape[1], -1).flatten()  # [B·N]
@@ -159,7 +160,8 @@ class EmergenceModule(RunLosses, L.LightningModule):
     def losses(self, tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """tokens [B, L+1] -> (the scored rows' loss, every row's loss), scalars."""
         logits, targets = self.all_rows(tokens, MixerContext(bias=self.attention_bias))
-        return training.train_losses(logits, targets, self.rows, self.train_on, training.sequence_mask(self.task, tokens))
+        return training.train_losses(logits, targets, self.rows, self.train_on,
+                                     training.sequence_mask(self.task, tokens))
 
     def training_step(self, tokens: torch.Tensor, batch_idx: int) -> torch.Tensor:
         return training.step(self, tokens, batch_idx)

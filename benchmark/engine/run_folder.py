@@ -165,7 +165,8 @@ class RunFolder:
             # does not state it); the ranking sets it beside quality.
             self.record["state_size"] = model.state_size(model.max_len)
         if module is not None:  # where it trained: Lightning moves the module back to the CPU at the end
-            self.record["device"] = describe_device(accelerator_device(self.config.trainer.accelerator) or module.device)
+            device = accelerator_device(self.config.trainer.accelerator) or module.device
+            self.record["device"] = describe_device(device)
         self.record.update(cast(ResultRow, {**self.recorder.columns(trainer, module), **(extra or {})}))
 
     def _write(self) -> None:

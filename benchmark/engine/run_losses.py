@@ -44,7 +44,8 @@ class RunLosses:
             self.last_train_loss = losses[finite - 1]
         return diverged
 
-    def deliver_losses(self, callbacks: Iterable[object], trainer: object, steps: list[int], losses: list[float]) -> None:
+    def deliver_losses(self, callbacks: Iterable[object], trainer: object, steps: list[int],
+                       losses: list[float]) -> None:
         """Hand the losses just read back to every callback that takes them (``on_train_losses``,
         the suite's one hook beyond Lightning's: callbacks/contract.py)."""
         for callback in callbacks:

@@ -68,7 +68,8 @@ class SeedStack(L.LightningModule):
         for i, name in enumerate(self.buffer_names):
             self.register_buffer(f"seed_buffer{i}", torch.stack([b[name] for b in buffers]), persistent=False)
         self.register_buffer("rows", scored_rows(task), persistent=False)  # [N]
-        self.task, self.optim, self.max_steps, self.train_on, self.log_every = task, optim, max_steps, train_on, log_every
+        self.task, self.optim, self.max_steps = task, optim, max_steps
+        self.train_on, self.log_every = train_on, log_every
         self.batch_order = batch_order  # trainer.batch_order: the step reverses each batch's sequences
         self.live = [True] * self.K
         self.slots = list(range(self.K))  # the seeds in the forward and backward, in order

@@ -48,9 +48,10 @@ from emergence_bench.tasks.base import SyntheticTask
 
 class SeedView(RunLosses):
     """Seed k's ``pl_module``: the MeasuredModule contract (callbacks/contract.py), with the seed's
-    own task, losses and evals (``RunLosses``, as a run alone has them) and ``attention_bias``. ``model`` is a SequenceModel holding slice k's
-    weights (and gradients), refreshed whenever it is read after a backward or an update; read it in
-    each hook rather than keep it from ``setup``. ``log``/``log_dict`` write to the seed's logger."""
+    own task, losses and evals (``RunLosses``, as a run alone has them) and ``attention_bias``.
+    ``model`` is a SequenceModel holding slice k's weights (and gradients), refreshed whenever it is
+    read after a backward or an update; read it in each hook rather than keep it from ``setup``.
+    ``log``/``log_dict`` write to the seed's logger."""
 
     def __init__(self, seed: Seed, stack: SeedStack, task: SyntheticTask, model: SequenceModel) -> None:
         self.seed, self.stack, self.index, self.task = seed, stack, seed.index, task

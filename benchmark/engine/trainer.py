@@ -21,8 +21,9 @@ def quiet_lightning() -> None:
     """Keep the terminal for the suite's own progress lines."""
     logging.getLogger("lightning.pytorch").setLevel(logging.ERROR)
     logging.getLogger("lightning.fabric").setLevel(logging.ERROR)
-    for message in (".*LeafSpec.*", ".*does not have many workers.*", ".*IterableDataset.*", ".*LightningDataModule.*hparams.*",
-                    ".*You called `self.log.*", ".*tensorboardX.*", ".*`training_step` returned `None`.*"):
+    for message in (".*LeafSpec.*", ".*does not have many workers.*", ".*IterableDataset.*",
+                    ".*LightningDataModule.*hparams.*", ".*You called `self.log.*", ".*tensorboardX.*",
+                    ".*`training_step` returned `None`.*"):
         warnings.filterwarnings("ignore", message=message)
 
 

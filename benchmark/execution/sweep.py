@@ -47,7 +47,8 @@ def _init_worker(share: int) -> None:
     for signum in STOP_SIGNALS:  # the driver's to handle: it stops the workers itself
         signal.signal(signum, signal.SIG_IGN)
     set_cpu_share(share)
-    torch.set_num_threads(share)  # until a run applies its own trainer.threads (emergence_bench.engine.run.apply_threads)
+    # Until a run applies its own trainer.threads (emergence_bench.engine.run.apply_threads).
+    torch.set_num_threads(share)
 
 
 def worker_share(workers: int, cpus: int | None = None) -> int:
@@ -62,7 +63,8 @@ def check_threads_fit(configs: list[RunConfig], share: int, workers: int) -> Non
         threads = config.trainer.threads
         if isinstance(threads, int) and threads > share:
             raise ConfigError(f"trainer.threads={threads} with {workers} worker(s) needs {threads * workers} cores; "
-                              f"this machine has {available_cpus()}: use --threads {share} (or auto) or fewer --workers")
+                              f"this machine has {available_cpus()}: use --threads {share} (or auto) "
+                              "or fewer --workers")
 
 
 def _run_one(config: dict, out: str) -> dict:
@@ -251,7 +253,8 @@ def run_stages(stages: list[Stage], workers: int = 1, stream: TextIO | None = No
         for name, p in progresses.items():
             if name not in shown and known[name]:
                 shown.add(name)
-                later = f" (the other {p.total - known[name]} follow their mixer's tuning)" if p.total > known[name] else ""
+                later = (f" (the other {p.total - known[name]} follow their mixer's tuning)"
+                         if p.total > known[name] else "")
                 print(f"[{name}] {p.total} runs, {p.skipped} already finished, {known[name] - p.skipped} to run"
                       f"{later} {where} → {folders[name]}", file=stream, flush=True)
 

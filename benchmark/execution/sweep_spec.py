@@ -326,7 +326,8 @@ def _check_tuned(sweep: Sweep, path: Path) -> None:
     for mixer, by_group in sweep.tuned.items():
         for group, values in by_group.items():
             if group not in groups:
-                raise ConfigError(f"{path}: tuned.{mixer}.{group}: no group {group!r}; groups: {', '.join(sorted(groups))}")
+                raise ConfigError(f"{path}: tuned.{mixer}.{group}: no group {group!r}; "
+                                  f"groups: {', '.join(sorted(groups))}")
             if set(values) != keys:
                 raise ConfigError(f"{path}: tuned.{mixer}.{group} must set exactly the tuning grid's keys "
                                   f"({', '.join(sorted(keys))}), got {', '.join(sorted(values)) or 'none'}")

@@ -219,7 +219,8 @@ class TuneThenRank:
         assert self.sweep.tuning is not None
         orders = [middle_first({**job.grid, **(only or {})}) for job in jobs]
         # Each run's rivals, made once for every stage: a lookup by run id finds only its own.
-        rivals = {run_id: r for job in jobs for run_id, r in self._rivals(job).items()} if self.sweep.tuning.prune else {}
+        rivals = ({run_id: r for job in jobs for run_id, r in self._rivals(job).items()}
+                  if self.sweep.tuning.prune else {})
         stages = []
         for place in range(max(map(len, orders), default=0)):
             parts = [TuningJob(job.mixer, job.group, {k: [v] for k, v in order[place].items()})
@@ -264,7 +265,8 @@ class TuneThenRank:
         self.tables.append(table)
         write_tables(self.folder, [table])
         self.sweep.tuned.setdefault(job.name, {})[job.group] = dict(table["chosen"])
-        flag = f" (still on the {', '.join(f'{s} edge of {k}' for k, s in table['edge'].items())})" if table["edge"] else ""
+        flag = (f" (still on the {', '.join(f'{s} edge of {k}' for k, s in table['edge'].items())})"
+                if table["edge"] else "")
         if table["none_works"]:  # the tie-break's pick, never an optimum
             flag = (" — none works at any value: no tuning run emerged, so this is the tie-break's smallest "
                     "value, not an optimum")

@@ -82,8 +82,8 @@ def scores(forecast: np.ndarray, y: np.ndarray, censored: np.ndarray, baseline: 
             "mae_baseline": float(np.abs(baseline - y)[emerged].mean()) if emerged.any() else float("nan")}
 
 
-def permutation_p(observed: dict, rerun: Callable[[np.ndarray, np.ndarray], dict], y: np.ndarray, censored: np.ndarray, permutations: int,
-                  seed: int) -> dict:
+def permutation_p(observed: dict, rerun: Callable[[np.ndarray, np.ndarray], dict], y: np.ndarray,
+                  censored: np.ndarray, permutations: int, seed: int) -> dict:
     """One-sided p of ``c_index`` and ``spearman``: (1 + #null ≥ observed) / (1 + permutations), the
     null from ``rerun(y', censored')`` (the whole pipeline) on outcomes shuffled by run; NaN for a
     score that is not defined on the real outcomes."""
@@ -138,7 +138,8 @@ def stop_savings(outcomes_known: Sequence[Row], stopped: Sequence[Row]) -> dict:
     known = {key(r): r for r in outcomes_known}
     pairs = [(known[key(r)], r) for r in stopped if key(r) in known]
     if not pairs:
-        raise ValueError("no run of the forecast-stopped sweep matches a run with a known outcome (same config and seed)")
+        raise ValueError("no run of the forecast-stopped sweep matches a run with a known outcome "
+                         "(same config and seed)")
     steps = sum(full["timing"]["steps"] for full, _ in pairs)
     used = sum(r["timing"]["steps"] for _, r in pairs)
     halted = [(full, r) for full, r in pairs if forecast_stopped(r)]

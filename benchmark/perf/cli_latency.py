@@ -60,7 +60,8 @@ def command(args: list[str]) -> list[str]:
 def wall(argv: list[str]) -> float:
     """Seconds from starting ``argv`` to its end (its output discarded)."""
     start = time.perf_counter()
-    subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                   env={**os.environ, "OMP_NUM_THREADS": "1"})
     return time.perf_counter() - start
 
 
@@ -75,7 +76,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeats", type=int, default=5, help="tries of each path (default 5)")
     args = parser.parse_args()
-    argvs = {name: command(a) for name, a in PATHS.items()} | {name: [sys.executable, *a] for name, a in REFERENCES.items()}
+    argvs = ({name: command(a) for name, a in PATHS.items()}
+             | {name: [sys.executable, *a] for name, a in REFERENCES.items()})
     times: dict[str, list[float]] = {name: [] for name in argvs}
     for _ in range(args.repeats):
         for name, argv in argvs.items():

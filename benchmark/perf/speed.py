@@ -153,8 +153,8 @@ class SuiteClock(L.Callback):
 
 def suite_vs_bare(raw: dict, steps: int, repeats: int, warmup: int = 5) -> tuple[StepLoop, list, list]:
     """One suite run of ``raw`` (a preset run, on the CPU) with ``SuiteClock`` interleaving it with a
-    ``single_loop`` of the same config (the suite's step without Lightning). Returns (the bare loop, bare seconds per step [R + 1], suite
-    seconds per step [R])."""
+    ``single_loop`` of the same config (the suite's step without Lightning). Returns (the bare loop,
+    bare seconds per step [R + 1], suite seconds per step [R])."""
     from emergence_bench.engine.run import run
 
     if "speed_clock" not in registry.callbacks.names():
@@ -267,8 +267,8 @@ def seed_step_rows(ks: Sequence[int] = (1, 4, 16), steps: int = 100, repeats: in
         params = sum(p.numel() for p in cast(EmergenceModule, bare.module).model.parameters())  # single_loop's
         for K in ks:
             speedup = [K / ratio for ratio in bracketed(bare_s, times[K])]
-            rows.append({"setting": name, "params": params, "batch": config.task.params["batch_size"], "device": where.type,
-                         "k": K, "repeats": repeats, "bare_ms": statistics.median(bare_s) * 1e3,
+            rows.append({"setting": name, "params": params, "batch": config.task.params["batch_size"],
+                         "device": where.type, "k": K, "repeats": repeats, "bare_ms": statistics.median(bare_s) * 1e3,
                          "batched_ms": statistics.median(times[K]) * 1e3, "speedup": summary(speedup)})
     return rows
 

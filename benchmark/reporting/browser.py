@@ -83,7 +83,8 @@ class _DevTools:
         for e in self.events:
             method, params = e.get("method"), e.get("params", {})
             if method == "Runtime.consoleAPICalled" and params.get("type") in ("error", "assert"):
-                found.append("console: " + " ".join(str(a.get("value", a.get("description", ""))) for a in params["args"]))
+                found.append("console: " + " ".join(str(a.get("value", a.get("description", "")))
+                                                    for a in params["args"]))
             elif method == "Runtime.exceptionThrown":
                 found.append("exception: " + params["exceptionDetails"].get("text", ""))
             elif method == "Log.entryAdded" and params["entry"].get("level") == "error":

@@ -45,7 +45,8 @@ class Page:
         if self.folder is not None:
             svg = io.BytesIO()
             figure.savefig(svg, format="svg", bbox_inches="tight")
-            self.files.update({self.folder / f"{name}.png": buffer.getvalue(), self.folder / f"{name}.svg": svg.getvalue()})
+            self.files.update({self.folder / f"{name}.png": buffer.getvalue(),
+                               self.folder / f"{name}.svg": svg.getvalue()})
         plt.close(figure)
         data = base64.b64encode(buffer.getvalue()).decode()
         self.parts.append(f'<img alt="{html.escape(alt)}" src="data:image/png;base64,{data}">')

@@ -139,7 +139,8 @@ def cells(records: list[ResultRow], axes: dict[str, str] | None = None) -> tuple
                      **held_plateaus(measured),
                      "median_emergence_step": declared["median_emergence_step"],
                      "budget": declared["budget"], "parameters": max(params) if params else None,
-                     "abrupt_cells": declared["abrupt_cells"], "cells_with_transition": declared["cells_with_transition"],
+                     "abrupt_cells": declared["abrupt_cells"],
+                     "cells_with_transition": declared["cells_with_transition"],
                      "median_transition_share": declared["median_transition_share"],
                      "abrupt_cells_rule": declared["abrupt_cells_rule"], "cells_with_drop": declared["cells_with_drop"],
                      "median_onset": declared["median_onset"], "median_decades": declared["median_decades"],
@@ -332,9 +333,9 @@ def ranked(root: str | Path, axes: dict[str, str] | None = None, strict: bool = 
         "preset", "ladder", "commit", "versions", "machine", "created")}}  # name: what `report` ranks against
     markdown = to_markdown(found)
     if ref is not None:
-        markdown = (f"Ranked against reference {ref['preset']} (ladder {ref['ladder']}, commit {str(ref['commit'])[:10]}, "
-                    f"torch {ref['versions'].get('torch')}, {ref['machine'].get('cpus')} CPUs) for the mixers not "
-                    f"run here.\n\n") + markdown
+        markdown = (f"Ranked against reference {ref['preset']} (ladder {ref['ladder']}, "
+                    f"commit {str(ref['commit'])[:10]}, torch {ref['versions'].get('torch')}, "
+                    f"{ref['machine'].get('cpus')} CPUs) for the mixers not run here.\n\n") + markdown
     return found, markdown, {
         root / f"{RANK_STEM}.md": markdown, root / f"{RANK_STEM}.csv": found["ranking"].to_csv(index=False),
         root / f"{RANK_STEM}.json": json_text({

@@ -80,12 +80,12 @@ def _abrupt(row: Any) -> str:  # a row of the cells table (pandas itertuples): b
     return rule + ("" if share is None or pd.isna(share) else f"; share {share:.2f}")
 
 
-ABRUPTNESS_NOTE = ("Per mixer and family, over its rungs: the output cells abrupt by the rule (a plateau then a logistic "
-                   "drop beats a power law and an exponential from step 0 by BIC ≥ 10, within 0.3 decades, after at "
-                   "least 3 evals), of those whose loss fell by a tenth of chance − floor, with the median width in "
-                   "decades of the abrupt ones, and the median share (the drop's width over the time to its end: "
-                   "small for a late drop, so tied to timing). As fine as the evals: a drop between two evals reads "
-                   "as wide as the evals around it (docs/ranking.md, \"The abruptness rule\").")
+ABRUPTNESS_NOTE = ("Per mixer and family, over its rungs: the output cells abrupt by the rule (a plateau then a "
+                   "logistic drop beats a power law and an exponential from step 0 by BIC ≥ 10, within 0.3 decades, "
+                   "after at least 3 evals), of those whose loss fell by a tenth of chance − floor, with the median "
+                   "width in decades of the abrupt ones, and the median share (the drop's width over the time to its "
+                   "end: small for a late drop, so tied to timing). As fine as the evals: a drop between two evals "
+                   "reads as wide as the evals around it (docs/ranking.md, \"The abruptness rule\").")
 
 
 def family_abruptness(cell_rows: pd.DataFrame) -> dict[tuple[str, str], str]:
@@ -163,8 +163,9 @@ def tables(ranked: dict) -> dict[str, Table]:
                           _median(row.median_emergence_step, row.budget), held, ratio,
                           _median(row.median_first_drop, row.budget), _abrupt(row)])
     return {
-        "ranking": Table(["rank", "mixer", f"lr ({' / '.join(families)})" if len(families) > 1 else "lr", "parameters", "state (numbers/seq)", "success score ± se",
-                          "plateau ratio [95%]", *(f"{f} area" for f in scored)], overall_rows),
+        "ranking": Table(["rank", "mixer", f"lr ({' / '.join(families)})" if len(families) > 1 else "lr",
+                          "parameters", "state (numbers/seq)", "success score ± se", "plateau ratio [95%]",
+                          *(f"{f} area" for f in scored)], overall_rows),
         "learning_speed": Table(["mixer", *(f"{f} area" for f in speed)], speed_rows if speed else []),
         "frontier": Table(["mixer", *(f"{f} ({ladder[f]['axis'] or '-'})" for f in families)], frontier_rows),
         "abruptness": Table(["mixer", *families], abrupt_rows),

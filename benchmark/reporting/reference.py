@@ -126,7 +126,8 @@ def refusal(reference: dict, records: list[ResultRow]) -> str | None:
             return f"{name} does not apply: it has no {family} family (it has {', '.join(sorted(by_family))})"
         theirs = by_family[family]
         if ladder["axis"] not in (None, theirs["axis"]):
-            return f"{name} does not apply: your {family} ladder varies {ladder['axis']}, the reference's {theirs['axis']}"
+            return (f"{name} does not apply: your {family} ladder varies {ladder['axis']}, "
+                    f"the reference's {theirs['axis']}")
         rungs = ladder["rungs"]
         if ladder["axis"] is None:  # one rung of the ladder run: its value under the reference's key
             rungs = sorted({flatten(hashed_config(r["config"])).get(theirs["axis"]) for r in records

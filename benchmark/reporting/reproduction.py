@@ -255,8 +255,9 @@ def render(comparison: dict[str, Any], first_name: str, second_name: str) -> str
              "gives p < 0.05, which chance alone does in at most 5% of the cells.", "",
              *(f"- {line}" for line in summary_lines(comparison, first_name, second_name)), "",
              "Differing cells (p < 0.05): " + ("; ".join(
-                 f"{c['mixer']} {c['family']} {c['axis'] or '-'}={c['rung']} ({c['first']['emerged']}/{c['first']['n']} "
-                 f"vs {c['second']['emerged']}/{c['second']['n']}, p = {_p(c['p'])})" for c in differing) or "none") + ".",
+                 f"{c['mixer']} {c['family']} {c['axis'] or '-'}={c['rung']} "
+                 f"({c['first']['emerged']}/{c['first']['n']} vs {c['second']['emerged']}/{c['second']['n']}, "
+                 f"p = {_p(c['p'])})" for c in differing) or "none") + ".",
              "", "## Tiers", "",
              f"Ordered above in {first_name}, below in {second_name}: {pairs['first']}.",
              f"Ordered above in {second_name}, below in {first_name}: {pairs['second']}.", "",

@@ -30,7 +30,8 @@ def number(value: float | None, spec: str = ".3g") -> str:
 def effect_cell(row: dict[str, Any]) -> str:
     if row["effect"] is None and row["low"] is None:
         return "-"
-    interval = f" [{number(row['low'])}, {number(row['high'])}]" if row["low"] is not None or row["high"] is not None else ""
+    bounded = row["low"] is not None or row["high"] is not None
+    interval = f" [{number(row['low'])}, {number(row['high'])}]" if bounded else ""
     return number(row["effect"]) + interval
 
 
@@ -42,7 +43,8 @@ def to_markdown(rows: list[dict[str, Any]], full: bool = True) -> str:
     """The scorecard as a Markdown table: ``full`` with the paper's words, what the effect measures,
     the test and the details (claims.md); else one short line per row (the terminal)."""
     if full:
-        lines = ["| claim | paper | effect [95%] | test | p (Holm) | n | verdict | why |", "|---|---|---|---|---|---|---|---|"]
+        lines = ["| claim | paper | effect [95%] | test | p (Holm) | n | verdict | why |",
+                 "|---|---|---|---|---|---|---|---|"]
     else:
         lines = ["| claim | effect [95%] | p (Holm) | n | verdict | why |", "|---|---|---|---|---|---|"]
     for r in rows:
@@ -60,7 +62,8 @@ def to_markdown(rows: list[dict[str, Any]], full: bool = True) -> str:
     return "\n".join(lines) + f"\n\n{len(rows)} rows: {summary}.\n"
 
 
-def write(folder: Path, card: Sequence[ScoreRow], only: Sequence[Claim] | None = None) -> tuple[list[dict[str, Any]], str]:
+def write(folder: Path, card: Sequence[ScoreRow],
+          only: Sequence[Claim] | None = None) -> tuple[list[dict[str, Any]], str]:
     """Writes the judged ``card`` (``claims.judge.judge_folder``) as claims.{md,csv,json} in ``folder``
     (the whole scorecard; ``only`` chooses the rows returned); returns those rows and their short table."""
     written = table(card)

@@ -122,7 +122,8 @@ class ResultRow(RowBase, total=False):
 # The keys of a row whose value is a mapping wherever the suite writes one (its sections, and the config
 # and versions every row has): a row holding null (or a list, a number) there was not written by the
 # suite as it is, and a reader would take the missing section for "not measured".
-MAPPINGS = tuple(key for key, hint in get_type_hints(ResultRow).items() if is_typeddict(hint) or get_origin(hint) is dict)
+MAPPINGS = tuple(key for key, hint in get_type_hints(ResultRow).items()
+                 if is_typeddict(hint) or get_origin(hint) is dict)
 
 SectionName = Literal["provenance", "timing", "metrics", "task_facts", "curves", "attention_bias", "seed_parallel"]
 Row = Union[ResultRow, Mapping[str, Any]]  # a row as read, or as a run builds it (a plain dict)

@@ -46,7 +46,8 @@ ANALYSIS_DIR = "analysis"  # `emergence-bench analyze` outputs: emergence.json, 
 # What a results folder (a sweep's DIR) holds beside its run folders.
 LEADERBOARD_STEM = "leaderboard"  # leaderboard.md, leaderboard.csv, leaderboard.json
 RANK_STEM = "rank"  # rank.md, rank.csv, rank.json
-LADDER_FILE = "ladder.json"  # DIR/ladder.json: the preset's ladder version and learning-speed families (a sweep writes it)
+# DIR/ladder.json: the preset's ladder version and learning-speed families (a sweep writes it).
+LADDER_FILE = "ladder.json"
 TUNING_DIR = "tuning"  # DIR/tuning/<group>/<run id>: a tuned sweep's tuning runs, which its ranking leaves out
 TABLES_FILE = "tuning.json"  # DIR/tuning/tuning.json: the tuning tables (execution/tuning.py), one per mixer and group
 REPORT_FILE = "report.html"
@@ -235,7 +236,8 @@ def upgrade_row(row: ResultRow) -> ResultRow:
     old = dict(plateau_section(row))
     plateau = {k: v for k, v in old.items() if k not in ("end_step", "censored")}
     if "end_step" in old:
-        plateau.update(first_drop_step=old["end_step"], first_drop_censored=old.get("censored", old["end_step"] is None))
+        plateau.update(first_drop_step=old["end_step"],
+                       first_drop_censored=old.get("censored", old["end_step"] is None))
     points = section(row, "curves").get("train_loss") or []
     facts = section(row, "task_facts")
     if points and "chance_loss" in facts:

@@ -77,7 +77,8 @@ def _median3(values: list[float]) -> list[float]:
     return [values[0], *inner, values[-1]]
 
 
-def held_plateau(steps: Sequence[float], values: Sequence[float], chance: float, floor: float = 0.0) -> HeldPlateau | None:
+def held_plateau(steps: Sequence[float], values: Sequence[float], chance: float,
+                 floor: float = 0.0) -> HeldPlateau | None:
     """The plateau of the loss curve ``values`` [n] at ``steps`` [n] (increasing), for a task whose
     chance and floor losses are given (module docstring); None when the curve has fewer than
     ``MIN_POINTS`` finite points or never sat ``LEVEL_SHARE`` of the gap above the floor."""
@@ -118,9 +119,10 @@ def held_plateau(steps: Sequence[float], values: Sequence[float], chance: float,
 
 def plateau_fields(steps: Sequence[float], values: Sequence[float], chance: float, floor: float) -> dict[str, Any]:
     """A result row's plateau fields for the train-loss curve ``values`` [n] at ``steps`` [n]:
-    ``end_step`` the held plateau's end (None: still held at the budget, then ``censored``; the curve's first step where no plateau was held, since the loss fell at once),
-    its ``start_step``, ``level``, ``drop``, ``drop_width`` and ``worth`` (None where none was held);
-    empty where the curve has no finite point (a censored end's time is the run's step budget)."""
+    ``end_step`` the held plateau's end (None: still held at the budget, then ``censored``; the
+    curve's first step where no plateau was held, since the loss fell at once), its ``start_step``,
+    ``level``, ``drop``, ``drop_width`` and ``worth`` (None where none was held); empty where the
+    curve has no finite point (a censored end's time is the run's step budget)."""
     first = next((int(t) for t, y in zip(steps, values) if y is not None and math.isfinite(y)), None)
     if first is None:
         return {}  # no curve: nothing measured

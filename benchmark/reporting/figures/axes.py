@@ -67,7 +67,8 @@ def axis_lines(records: list[ResultRow], axis: str) -> AxisLines:
     def follows_axis(key: str) -> bool:  # one value per axis value (head_dim as heads rise): no line of its own
         return all(len(values) == 1 for values in values_along(key).values())
 
-    varying = [k for k in keys if k not in (axis, "seed") and len({json.dumps(f.get(k), default=str) for f in flats}) > 1]
+    varying = [k for k in keys
+               if k not in (axis, "seed") and len({json.dumps(f.get(k), default=str) for f in flats}) > 1]
     if any(k in ("task.name", "mixer.name") and follows_axis(k) for k in varying):
         found.why_not = "each of its values is another task or mixer (a comparison of those, not of the axis)"
         return found
@@ -111,8 +112,8 @@ def _figure(found: AxisLines) -> Figure:
             low = np.array([np.nan if p[metric]["low"] is None else p[metric]["low"] for p in points])
             high = np.array([p[metric]["budget"] if p[metric]["high"] is None else p[metric]["high"] for p in points])
             reached = ~np.isnan(median)
-            ax.errorbar(x[reached], median[reached], yerr=[median[reached] - np.where(np.isnan(low), median, low)[reached],
-                                                           high[reached] - median[reached]],
+            below = median[reached] - np.where(np.isnan(low), median, low)[reached]
+            ax.errorbar(x[reached], median[reached], yerr=[below, high[reached] - median[reached]],
                         marker="o", capsize=3, color=f"C{i % 10}", label=line.replace("name=", ""))
             budgets = np.array([p[metric]["budget"] for p in points], dtype=float)
             ax.scatter(x[~reached], budgets[~reached], marker="^", s=60, color=f"C{i % 10}")

@@ -192,7 +192,8 @@ def state_figure(ranked: dict) -> Figure | None:
         axes[0, 1].axhline(1, color="grey", linestyle=":", linewidth=1)
     figure.tight_layout()
     handles = [plt.Line2D([], [], color=colours[m], linestyle="--") if m in unknown else
-               plt.Line2D([], [], color=colours[m], marker=markers[m], linestyle="none") for m in sorted(ranking["mixer"])]
+               plt.Line2D([], [], color=colours[m], marker=markers[m], linestyle="none")
+               for m in sorted(ranking["mixer"])]
     labels = [f"{m} (state unknown)" if m in unknown else m for m in sorted(ranking["mixer"])]
     legend_above(figure, handles, labels, columns=min(len(labels), 5 if has_plateau else 3))
     return figure

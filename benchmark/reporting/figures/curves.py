@@ -122,7 +122,8 @@ def _legend_entries(axes: list[Axes], stops: bool) -> tuple[list[Any], list[str]
     for ax in axes:
         axis_handles, axis_labels = ax.get_legend_handles_labels()
         handles, labels = handles + axis_handles, labels + axis_labels
-    handles += [Line2D([], [], color="grey", alpha=0.5, linewidth=0.8), Line2D([], [], color="C2", linestyle="--", linewidth=0.9)]
+    handles += [Line2D([], [], color="grey", alpha=0.5, linewidth=0.8),
+                Line2D([], [], color="C2", linestyle="--", linewidth=0.9)]
     labels += ["each seed", "a seed's emergence step"]
     if stops:
         handles.append(Line2D([], [], color="black", marker="x", linestyle="none"))

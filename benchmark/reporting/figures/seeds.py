@@ -66,8 +66,8 @@ def seed_scatter(groups: list[tuple[str, list[ResultRow]]]) -> Figure | None:
 
 register_figure("seeds", "Emergence step per seed",
                 "One column per leaderboard row, one dot per seed (log axis); a triangle in the top row, "
-                "\"never\", above the largest budget (dotted), marks a seed that never emerged. The spread within a column is how much the step "
-                "depends on the seed alone.",
+                "\"never\", above the largest budget (dotted), marks a seed that never emerged. The spread within a "
+                "column is how much the step depends on the seed alone.",
                 "no run finished (ok or diverged)")(
     from_groups(seed_scatter, "emergence-per-seed"))
 

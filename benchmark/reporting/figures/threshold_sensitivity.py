@@ -74,5 +74,6 @@ def _thresholds(results: Results) -> list[Drawn]:
     groups = with_curves(results.groups)
     left_out = [results.titles.get(label) or label for label, _ in groups[MAX_LINES:]]
     said = (f" Drawn: the first {MAX_LINES} of the {len(groups)} groups with eval curves, in the leaderboard's "
-            f"order (more lines cannot be told apart); left out: {html.escape('; '.join(left_out))}.") if left_out else ""
+            f"order (more lines cannot be told apart); left out: {html.escape('; '.join(left_out))}."
+            if left_out else "")
     return [Drawn(figure, "threshold-sensitivity", caption=CAPTION + said)]

@@ -59,8 +59,8 @@ def tuning_figure(tables: list[dict]) -> Figure | None:
                 line.set_alpha(0.4)
             stopped = [(xi, p["area"]) for xi, p in zip(x, points) if p.get("pruned")]
             if stopped:
-                ax.plot(*zip(*stopped), linestyle="none", marker="o", markersize=4.5, color=colour, markerfacecolor="white",
-                        zorder=3)  # above the errorbar's own filled marker
+                ax.plot(*zip(*stopped), linestyle="none", marker="o", markersize=4.5, color=colour,
+                        markerfacecolor="white", zorder=3)  # above the errorbar's own filled marker
                 pruned_any = True
             chosen = next(p for p in points if p["values"] == table["chosen"])
             ax.plot([chosen["values"][KEY] * shift], [chosen["area"]], marker="x" if nothing else "o", markersize=8,
@@ -86,7 +86,8 @@ def tuning_figure(tables: list[dict]) -> Figure | None:
         ax.set_ylabel("success area")
     handles, labels = axes.flat[0].get_legend_handles_labels()
     if pruned_any:  # one key for every mixer's hollow markers
-        handles.append(Line2D([], [], linestyle="none", marker="o", markersize=4, color="0.35", markerfacecolor="white"))
+        handles.append(Line2D([], [], linestyle="none", marker="o", markersize=4, color="0.35",
+                              markerfacecolor="white"))
         labels.append("pruned: stopped once it could not be chosen (its area by then)")
     figure.tight_layout()
     legend_below(figure, handles, labels, columns=min(len(labels), 5))  # five a row fit the page's width
