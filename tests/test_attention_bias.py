@@ -66,7 +66,8 @@ def test_anneal_falls_linearly_to_zero():
 
 
 def test_bad_selections_are_rejected():
-    with pytest.raises(ValueError, match=r"attention_bias.heads must be 'all' or a non-empty list of indices in \[0, 2\]"):
+    with pytest.raises(ValueError,
+                       match=r"attention_bias.heads must be 'all' or a non-empty list of indices in \[0, 2\]"):
         setup_bias(heads=[3])
     with pytest.raises(ValueError, match="attention_bias.layers"):
         setup_bias(layers=[2])
@@ -92,7 +93,8 @@ def test_bias_shortens_the_plateau_and_the_leaderboard_shows_the_ratio(tmp_path)
     plain = run(base, tmp_path)
     biased = run({**base, "callbacks": {"attention_bias": {"strength": 5.0}}}, tmp_path)
     assert biased["plateau"]["first_drop_step"] is not None
-    assert plain["plateau"]["first_drop_step"] is None or biased["plateau"]["first_drop_step"] < plain["plateau"]["first_drop_step"] / 2
+    before, after = plain["plateau"]["first_drop_step"], biased["plateau"]["first_drop_step"]
+    assert before is None or after < before / 2
     table, markdown = leaderboard.write(tmp_path)
     assert list(table["intervention"]) == ["none", "attention_bias(strength=5.0, layers=auto, heads=all, "
                                                    "pattern=auto, until_step=None, anneal=False, in_eval=True)"]

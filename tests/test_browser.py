@@ -11,7 +11,8 @@ from emergence_bench.engine.run import run
 from emergence_bench.reporting import report
 from emergence_bench.reporting.browser import check_page, evaluate, find_browser
 
-pytestmark = pytest.mark.skipif(find_browser() is None, reason="no headless browser installed (apt-get install chromium)")
+pytestmark = pytest.mark.skipif(find_browser() is None,
+                                reason="no headless browser installed (apt-get install chromium)")
 
 
 def test_every_figure_loads_nothing_logs_an_error_and_the_page_is_captured(tmp_path, tiny_config):
@@ -76,10 +77,10 @@ def _rows(losses_reach_zero: bool, group: int) -> list[dict]:
         steps = np.arange(10, end + 1, 10)
         loss = 2.0 * np.exp(-steps / 60.0)
         evals = np.arange(50, end + 1, 50)
-        cells = [[int(s), [0.0 if losses_reach_zero and s >= 300 else 0.7 * np.exp(-s / (100 + 50 * c)) for c in range(3)]]
-                 for s in evals]
-        rows.append({"run_id": f"g{group}-s{seed}", "status": "ok", "seed": seed,
-                     "config": resolve({"seed": seed, "task": {"name": "linear_map", "state_size": 4 + group}}).to_dict(),
+        cells = [[int(s), [0.0 if losses_reach_zero and s >= 300 else 0.7 * np.exp(-s / (100 + 50 * c))
+                           for c in range(3)]] for s in evals]
+        config = resolve({"seed": seed, "task": {"name": "linear_map", "state_size": 4 + group}})
+        rows.append({"run_id": f"g{group}-s{seed}", "status": "ok", "seed": seed, "config": config.to_dict(),
                      "timing": {"steps": end},
                      "curves": {"train_loss": [[int(s), float(v)] for s, v in zip(steps, loss)],
                                 "eval": [[int(s), 1.0, min(1.0, s / 300)] for s in evals], "eval_cells": cells},
@@ -157,7 +158,8 @@ CAPTIONS = "JSON.stringify(Array.from(document.querySelectorAll('h2')).map(h => 
 TEXTS = """JSON.stringify((() => {
   const box = e => { const r = e.getBoundingClientRect(); return [r.left, r.top, r.right, r.bottom]; };
   const said = g => Array.from(g.childNodes).filter(n => n.nodeType === 8).map(n => n.data.trim()).join(' ');
-  return {texts: Array.from(document.querySelectorAll('g[id^="text_"]')).filter(g => said(g)).map(g => [said(g), box(g)]),
+  return {texts: Array.from(document.querySelectorAll('g[id^="text_"]')).filter(g => said(g))
+                  .map(g => [said(g), box(g)]),
           axes: Array.from(document.querySelectorAll('g[id^="axes_"] > g[id^="patch_"]')).map(box),
           image: box(document.documentElement)};
 })())"""

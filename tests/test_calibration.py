@@ -52,7 +52,8 @@ def test_the_calibration_table_counts_plateaus_and_abrupt_cells_per_setting(fold
     table = {(r["group"], r["setting"]): r for r in calibration(folder)}
     assert set(table) == {(g, f"optim.lr={lr}") for g in ("sharp", "smooth") for lr in ("0.001", "0.003")}
     sharp, smooth = table["sharp", "optim.lr=0.001"], table["smooth", "optim.lr=0.001"]
-    assert (sharp["emerged"], sharp["abrupt_cells"], sharp["dropping_cells"], sharp["mostly_abrupt_seeds"]) == (4, 12, 12, 4)
+    assert (sharp["emerged"], sharp["abrupt_cells"], sharp["dropping_cells"],
+            sharp["mostly_abrupt_seeds"]) == (4, 12, 12, 4)
     assert sharp["worth"] == 4 and 500 <= sharp["median_plateau_end"] <= 800  # held at chance, then the drops
     assert (smooth["abrupt_cells"], smooth["mostly_abrupt_seeds"], smooth["worth"]) == (0, 0, 0)
     assert "| sharp | optim.lr=0.001 | 4/4 | " in to_markdown(calibration(folder))

@@ -28,7 +28,8 @@ def scripted_plateau(**kwargs) -> Plateau:
 def test_plateau_first_drop_from_relative_threshold_and_the_held_plateau():
     report = scripted_plateau(frac=0.1).report()
     # threshold = ln2 - 0.1 ln2; the ramp crosses it when (step-199)/50·(ln2-0.1) > 0.1·ln2
-    expected = next(s for s in range(200, 250) if math.log(2) - (math.log(2) - 0.1) * (s - 199) / 50 < 0.9 * math.log(2))
+    expected = next(s for s in range(200, 250)
+                    if math.log(2) - (math.log(2) - 0.1) * (s - 199) / 50 < 0.9 * math.log(2))
     assert report["first_drop_step"] == expected and not report["first_drop_censored"]
     # The held plateau, on 10-step means: held at chance from the first mean (step 9) until the last
     # mean before the ramp (step 199), then a drop over the 50-step ramp; worth the name.

@@ -148,7 +148,8 @@ class PrefixMix(nn.Module):
 
 
 def test_the_command_on_an_installed_plugin_prints_the_table_and_exits_zero(tmp_path, cli, fake_distribution):
-    site = fake_distribution(tmp_path / "site", PLUGIN, "[emergence_bench.mixers]\nprefix_mix = fake_mixers:PrefixMix\n")
+    site = fake_distribution(tmp_path / "site", PLUGIN,
+                             "[emergence_bench.mixers]\nprefix_mix = fake_mixers:PrefixMix\n")
     result = cli("check-mixer", "prefix_mix", "--mixer.width", "4", "--skip", "speed",
                  env={"PYTHONPATH": str(site), "OMP_NUM_THREADS": "1"})
     assert result.returncode == 0, result.stdout + result.stderr

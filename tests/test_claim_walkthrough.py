@@ -45,7 +45,8 @@ def test_the_excerpts_are_the_files_as_they_are():
 def test_the_files_the_page_lists_hold_the_bias_claim():
     listed = re.findall(r"^\| `([\w./-]+)` \|", section(), re.M)
     assert 4 <= len(listed) <= 6
-    holds = {"docs/science.md": "Showing the pattern removes the plateau", "benchmark/claims/bias.py": "bias-removes-plateau",
+    holds = {"docs/science.md": "Showing the pattern removes the plateau",
+             "benchmark/claims/bias.py": "bias-removes-plateau",
              "benchmark/presets/claims-cpu-v2.yaml": "- name: bias", "benchmark/claims/__init__.py": "    bias,",
              "tests/test_claims.py": '"bias-removes-plateau"', "docs/claims.md": "| bias-removes-plateau |"}
     assert sorted(listed) == sorted(holds)

@@ -25,8 +25,9 @@ BUDGET = 1500
 STEPS = list(range(20, BUDGET + 1, 20))
 
 
-def row(seed: int, task_seed: int = 0, emergence: int | None = 500, plateau: int | None = 200, attention: bool = True,
-        config: dict[str, Any] | None = None, cells: list[list[float]] | None = None, **sections: Any) -> dict[str, Any]:
+def row(seed: int, task_seed: int = 0, emergence: int | None = 500, plateau: int | None = 200,
+        attention: bool = True, config: dict[str, Any] | None = None, cells: list[list[float]] | None = None,
+        **sections: Any) -> dict[str, Any]:
     """A trained run's row with what the claims read (its eval curves: a logistic drop at ``plateau``)."""
     base = {"task": {"name": "linear_map", "state_size": 12, "sparsity": 3, "task_seed": task_seed},
             "mixer": {"name": "transformer", "n_heads": 8, "head_dim": 8}, "model": {"n_layers": 1},
@@ -41,7 +42,8 @@ def row(seed: int, task_seed: int = 0, emergence: int | None = 500, plateau: int
     loss = [0.69 / (1 + math.exp((t - drop) / 10)) for t in STEPS]
     return {"run_id": f"r{seed}-{task_seed}-{id(base)}", "status": "ok", "seed": seed, "config": base,
             "timing": {"steps": BUDGET}, "emergence": {"step": emergence}, "plateau": {"first_drop_step": plateau},
-            "attention_probe": ({"applicable": True, "history": [[t, 1 - value / 0.69, 1.0] for t, value in zip(STEPS, loss)]}
+            "attention_probe": ({"applicable": True,
+                                 "history": [[t, 1 - value / 0.69, 1.0] for t, value in zip(STEPS, loss)]}
                                 if attention else {"applicable": False, "not_applicable": "no scores"}),
             "curves": {"eval": [[t, value, 1 - value] for t, value in zip(STEPS, loss)],
                        "eval_cells": [[t, [value] * 3] for t, value in zip(STEPS, cells or loss)] if cells is None
@@ -178,10 +180,12 @@ def test_the_preset_freezes_the_design_the_claims_read():
     groups = {g.name: g for g in sweep.groups}
     assert {group for c in claims() for group in c.groups} == set(groups)
     assert sweep.base["trainer"] == {"max_steps": 1500, "eval_every": 20, "eval_batches": 4}
-    assert [b["pattern"] for b in groups["bias"].grid["callbacks.attention_bias"]] == ["predict", "placebo", "near_miss"]
+    patterns = [b["pattern"] for b in groups["bias"].grid["callbacks.attention_bias"]]
+    assert patterns == ["predict", "placebo", "near_miss"]
     assert [m["n_heads"] for m in groups["heads"].grid["mixer"]] == [1, 4, 16, 64]
     assert all(m["n_heads"] * m["head_dim"] == 64 for m in groups["heads"].grid["mixer"])
-    assert groups["sparsity"].grid["task.sparsity"] == [1, 6, 11] and groups["sparsity"].grid["task.blank_outputs"] == [False, True]
+    assert groups["sparsity"].grid["task.sparsity"] == [1, 6, 11]
+    assert groups["sparsity"].grid["task.blank_outputs"] == [False, True]
     assert groups["curricula"].base["trainer"]["max_steps"] + 300 == 1500  # matched total steps
     frozen = {c.id: dict(c.settings) for c in claims()}
     assert frozen["abrupt"]["abrupt_share"] == 0.25 and frozen["abrupt-with-attention"]["margin"] == 0.25
@@ -197,10 +201,11 @@ def test_the_command_writes_the_scorecard_and_refuses_an_empty_folder(tmp_path: 
         for r in runs:
             folder = tmp_path / "runs" / group / r["run_id"]
             folder.mkdir(parents=True)
-            (folder / "result.json").write_text(json.dumps({"schema_version": SCHEMA_VERSION, "error": None, "backend": None,
-                                                             "device": None, "threads": 1, "versions": {},
-                                                             "started_at": "", **r}))
-    command = [sys.executable, "-m", "emergence_bench", "claims", str(tmp_path / "runs"), "--claim", "bias-removes-plateau"]
+            (folder / "result.json").write_text(json.dumps({"schema_version": SCHEMA_VERSION, "error": None,
+                                                             "backend": None, "device": None, "threads": 1,
+                                                             "versions": {}, "started_at": "", **r}))
+    command = [sys.executable, "-m", "emergence_bench", "claims", str(tmp_path / "runs"),
+               "--claim", "bias-removes-plateau"]
     done = subprocess.run(command, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert done.stdout.count("**agrees**") == 3
@@ -267,8 +272,10 @@ def test_curricula_compare_each_stage_task_with_no_curriculum():
     none = [row(s, t, emergence=800 + 10 * s) for s in SEEDS for t in TASK_SEEDS]
     stage = lambda task: [{"task": {"name": task}, "steps": 300}]  # noqa: E731
     dyck = [row(s, t, emergence=300 + 10 * s, config={"curriculum": stage("dyck")}) for s in SEEDS for t in TASK_SEEDS]
-    nca = [row(s, t, emergence=900 + 10 * s, config={"curriculum": stage("neural_ca")}) for s in SEEDS for t in TASK_SEEDS]
-    card = {r.label: r.verdict for r in judge_claims({"emergence": none, "curricula": dyck + nca}, [CLAIMS.get("curricula")])}
+    nca = [row(s, t, emergence=900 + 10 * s, config={"curriculum": stage("neural_ca")})
+           for s in SEEDS for t in TASK_SEEDS]
+    judged = judge_claims({"emergence": none, "curricula": dyck + nca}, [CLAIMS.get("curricula")])
+    card = {r.label: r.verdict for r in judged}
     assert card == {"after dyck": "agrees", "after neural_ca": "disagrees"}
 
 
@@ -285,7 +292,8 @@ def test_few_heads_reads_the_patched_fraction_and_brackets_emergence_between_adj
                               "ground_truth": 0.1}) for s in SEEDS for t in TASK_SEEDS]
 
     most = cell({"patching": patched({1: 0.3, 4: 0.7, 16: 0.9})}, "few-heads")
-    assert most.verdict == "agrees" and "K=4 0.7" in most.outcome.details and "ground-truth pattern 0.10" in most.outcome.details
+    assert most.verdict == "agrees"
+    assert "K=4 0.7" in most.outcome.details and "ground-truth pattern 0.10" in most.outcome.details
     assert cell({"patching": patched({1: 0.02, 4: 0.1, 16: 0.2})}, "few-heads").verdict == "disagrees"
     unpatched = cell({"patching": confirmation()}, "few-heads")
     assert unpatched.verdict == "n/a" and "were patched" in unpatched.reason
@@ -310,7 +318,8 @@ def test_the_trend_claims_read_their_arms_in_order_with_the_plain_twin_included(
 def test_trails_transformer_gives_each_other_mixer_its_row_and_counts_the_transformer_once():
     transformer = [row(s, t, emergence=400 + 10 * s) for s in SEEDS for t in TASK_SEEDS]
     recurrent = [row(s, t, emergence=(900 if name == "mamba" else 100) + 10 * s, attention=False,
-                     config={"mixer": {"name": name}}) for name in ("mamba", "rwkv7") for s in SEEDS for t in TASK_SEEDS]
+                     config={"mixer": {"name": name}})
+                 for name in ("mamba", "rwkv7") for s in SEEDS for t in TASK_SEEDS]
     again = [row(s, t, emergence=400 + 10 * s) for s in SEEDS for t in TASK_SEEDS]  # --mixers transformer,...
     card = {r.label: r for r in judge_claims({"emergence": transformer, "recurrent": recurrent + again},
                                           [CLAIMS.get("trails-transformer")])}

@@ -47,8 +47,8 @@ def test_list_shows_mixers_tasks_parameters_and_presets(cli):
     assert "plateau" in out and "emergence" in out and "quick" in out
 
 
-COMMAND_NAMES = ["list", "run", "sweep", "leaderboard", "rank", "report", "claims", "analyze", "lm-family", "forecast", "speed",
-                 "check-mixer"]
+COMMAND_NAMES = ["list", "run", "sweep", "leaderboard", "rank", "report", "claims", "analyze", "lm-family", "forecast",
+                 "speed", "check-mixer"]
 
 
 def test_every_command_is_registered_and_the_parser_is_a_loop_over_them(capsys):
@@ -77,7 +77,8 @@ def test_a_command_that_takes_no_config_keys_refuses_them_as_argparse_does(capsy
 
 @pytest.mark.slow
 def test_plugin_mixer_is_listed_and_trains_and_a_broken_plugin_is_named(tmp_path, cli, fake_distribution, write_config):
-    site = fake_distribution(tmp_path / "site", PLUGIN_MODULE, "[emergence_bench.mixers]\nshift = fake_mixers:ShiftMixer\n"
+    site = fake_distribution(tmp_path / "site", PLUGIN_MODULE,
+                             "[emergence_bench.mixers]\nshift = fake_mixers:ShiftMixer\n"
                              "broken = fake_mixers_missing:Nothing\n")
     env = {"PYTHONPATH": str(site)}
     listing = cli("list", env=env)
@@ -209,7 +210,8 @@ def test_analyze_is_wired_into_the_command(tmp_path, cli):
 def test_a_warning_prints_as_one_line_like_an_error():
     from emergence_bench.cli import warning_line
 
-    text = warning_line(UserWarning("mixer plugin 'x' failed to import:\n  ModuleNotFoundError"), UserWarning, "f.py", 3)
+    warning = UserWarning("mixer plugin 'x' failed to import:\n  ModuleNotFoundError")
+    text = warning_line(warning, UserWarning, "f.py", 3)
     assert text == "warning: mixer plugin 'x' failed to import: ModuleNotFoundError\n"
 
 

@@ -61,7 +61,8 @@ def answers(argvs: list[list[str]], cwd: Path) -> list[dict]:
     return [json.loads(line) for line in result.stdout.splitlines()]
 
 
-def commands(p: argparse.ArgumentParser, prefix: tuple[str, ...] = ()) -> dict[tuple[str, ...], argparse.ArgumentParser]:
+def commands(p: argparse.ArgumentParser,
+             prefix: tuple[str, ...] = ()) -> dict[tuple[str, ...], argparse.ArgumentParser]:
     """Every command and subcommand of the parser, by its words (``("analyze", "patch")``)."""
     found = {}
     for action in p._actions:
@@ -178,7 +179,8 @@ def test_output_piped_into_a_reader_that_left_ends_quietly(tmp_path):
     os.close(read)
     try:
         result = subprocess.run([sys.executable, "-m", "emergence_bench", "list"], stdout=write, stderr=subprocess.PIPE,
-                                cwd=tmp_path, text=True, timeout=300, env={"PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1"})
+                                cwd=tmp_path, text=True, timeout=300,
+                                env={"PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1"})
     finally:
         os.close(write)
     assert result.returncode == 141 and result.stderr == "", result.stderr

@@ -83,7 +83,8 @@ def walk_with_torch_ops(task: Dyck, generator: torch.Generator, batch_size: int)
     return tokens
 
 
-@pytest.mark.parametrize("k,depth,length,open_prob", [(2, 8, 32, 0.5), (4, 3, 64, 0.3), (1, 1, 10, 0.7), (3, 16, 16, 0.45)])
+@pytest.mark.parametrize("k,depth,length,open_prob",
+                         [(2, 8, 32, 0.5), (4, 3, 64, 0.3), (1, 1, 10, 0.7), (3, 16, 16, 0.45)])
 def test_generation_equals_the_torch_walk_token_for_token(k, depth, length, open_prob):
     task = Dyck(bracket_types=k, max_depth=depth, length=length, open_prob=open_prob)
     for index in range(5):

@@ -225,7 +225,8 @@ def test_forecast_refuses_bad_input(tmp_path, capsys):
     (tmp_path / "empty").mkdir()
     assert main(["forecast", str(tmp_path / "empty")]) == 2
     assert "no finished runs" in capsys.readouterr().err
-    assert main(["run", "--out", str(tmp_path / "runs"), "--callbacks.forecast_stop.model", str(tmp_path / "none.json")]) == 2
+    assert main(["run", "--out", str(tmp_path / "runs"),
+                 "--callbacks.forecast_stop.model", str(tmp_path / "none.json")]) == 2
     assert "forecast_stop.model" in capsys.readouterr().err
 
 

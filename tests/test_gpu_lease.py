@@ -177,5 +177,6 @@ def test_the_oldest_torch_smoke_lists_the_builtin_mixers(tmp_path):
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     mixers = yaml.safe_load(smoke.read_text())["grid"]["mixer.name"]
-    builtins = [n for n in registry.mixers.names() if registry.mixers.get(n).__module__.startswith("emergence_bench.mixers.")]
+    builtins = [n for n in registry.mixers.names()
+                if registry.mixers.get(n).__module__.startswith("emergence_bench.mixers.")]
     assert sorted(mixers) == sorted(builtins) and len(mixers) >= 7

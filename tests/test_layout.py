@@ -356,8 +356,9 @@ def test_the_measurements_order_is_the_builtins_whichever_module_is_imported_fir
     )
     result = _python(code, tmp_path)
     assert result.returncode == 0, result.stderr
-    assert result.stdout.split() == ["emergence", "plateau", "first_drop", "attention_probe", "influence_probe", "abruptness",
-                                     "budget", "final_loss", "shortcut", "cells_learned", "speed", "forecast_stop"]
+    assert result.stdout.split() == ["emergence", "plateau", "first_drop", "attention_probe", "influence_probe",
+                                     "abruptness", "budget", "final_loss", "shortcut", "cells_learned", "speed",
+                                     "forecast_stop"]
 
 
 def import_path(graph: dict[str, set[str]], start: str, goal) -> list[str] | None:
@@ -457,7 +458,8 @@ def test_no_import_follows_a_type_checking_block():
     stray = []
     for module, path in modules().items():
         body = ast.parse(path.read_text(), str(path)).body
-        checking = [i for i, node in enumerate(body) if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)]
+        checking = [i for i, node in enumerate(body)
+                    if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)]
         if checking:
             stray += [f"{path.relative_to(REPO)}:{node.lineno}" for node in body[checking[0] + 1:]
                       if isinstance(node, (ast.Import, ast.ImportFrom))]

@@ -48,7 +48,8 @@ def test_a_label_names_only_the_keys_that_differ_between_rows_of_its_task():
         record["config"] = resolve({"seed": seed, "task": task}).to_dict()
         return record
 
-    records = [task_row(s, {"name": "linear_map", "state_size": size, "sparsity": 2}) for s in (0, 1) for size in (8, 10)]
+    records = [task_row(s, {"name": "linear_map", "state_size": size, "sparsity": 2})
+               for s in (0, 1) for size in (8, 10)]
     records += [task_row(s, {"name": "cellular_automata", "rules": 2}) for s in (0, 1)]
     labels = sorted(leaderboard.build(records)["task"])
     assert labels == ["cellular_automata", "linear_map state_size=10", "linear_map state_size=8"]
@@ -160,7 +161,8 @@ def test_the_tables_are_those_the_hand_wired_leaderboard_wrote():
     parts = []
     for baseline in (None, "mixer=transformer"):
         table = leaderboard.build(rows_reaching_every_column(), baseline=baseline)
-        parts += [f"=== md {baseline}\n", leaderboard.to_markdown(table), f"=== csv {baseline}\n", table.to_csv(index=False)]
+        parts += [f"=== md {baseline}\n", leaderboard.to_markdown(table),
+                  f"=== csv {baseline}\n", table.to_csv(index=False)]
     golden = Path(__file__).parent / "golden" / "leaderboard_every_column.txt"
     assert "".join(parts) == golden.read_text(encoding="utf-8")
 

@@ -113,8 +113,8 @@ def test_a_stopped_seed_resumes_to_the_same_weights(tiny_corpus, tmp_path, monke
 
 def test_another_configuration_in_the_same_folder_is_refused(family):
     with pytest.raises(ValueError, match="other settings"):
-        lm_family.prepare(family, replace(TINY, corpus=json.loads((family / "family.json").read_text())["config"]["corpus"],
-                                          layers=3))
+        corpus = json.loads((family / "family.json").read_text())["config"]["corpus"]
+        lm_family.prepare(family, replace(TINY, corpus=corpus, layers=3))
 
 
 def test_the_family_trains_each_seed_and_loads_as_pythia_does(family):
@@ -205,8 +205,8 @@ def test_the_head_summary_times_each_seeds_best_head_and_its_rise():
         history = [[s, {"previous_token": [[0.05, 0.6 if jump_at is not None and s >= jump_at else 0.05]],
                         "induction": [[0.02, 0.02]]}] for s in range(0, 1001, 100)]
         first = next((s for s, _ in history if jump_at is not None and s >= jump_at), None)
-        return {"status": "ok", "head_scores": {"history": history,
-                                                "previous_token_jump": {"step": first}, "induction_jump": {"step": None}}}
+        return {"status": "ok", "head_scores": {"history": history, "previous_token_jump": {"step": first},
+                                                "induction_jump": {"step": None}}}
 
     found = head_summary({0: row(900), 1: row(300), 2: row(None)})
     prev = found["previous_token"]

@@ -1,4 +1,5 @@
-"""Two processes on one results folder: a run is trained by one of them only (emergence_bench.engine.run_folder.RunLock)."""
+"""Two processes on one results folder: a run is trained by one of them only
+(emergence_bench.engine.run_folder.RunLock)."""
 
 import os
 import re

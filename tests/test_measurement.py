@@ -98,9 +98,9 @@ def test_the_built_in_columns_keep_the_leaderboards_order():
                      "plateau_measured", "held_worth", "held_measured_runs", "median_first_drop", "first_drop_low",
                      "first_drop_high", "first_drop_measured", "median_pattern_found", "probed",
                      "median_influence_found", "influence_probed", "abrupt_cells_rule", "cells_with_drop",
-                     "median_onset", "median_decades", "abrupt_cells", "cells_with_transition", "median_transition_share",
-                     "budget", "final_eval_loss", "final_full_sequence_loss", "shortcut_loss",
-                     "plateau_measures_shortcut", "pattern_cells_learned", "pattern_cells",
+                     "median_onset", "median_decades", "abrupt_cells", "cells_with_transition",
+                     "median_transition_share", "budget", "final_eval_loss", "final_full_sequence_loss",
+                     "shortcut_loss", "plateau_measures_shortcut", "pattern_cells_learned", "pattern_cells",
                      "shortcut_cells_learned", "shortcut_cells", "steps_per_second"]
 
 
@@ -119,7 +119,8 @@ def test_the_forecast_reads_the_first_declared_pattern_probe_the_run_measured():
     no_scores = {"attention_probe": {"applicable": False, "not_applicable": "no scores"},
                  "influence_probe": {"history": history}}
     assert probe_history(no_scores) == history
-    both = {"attention_probe": {"applicable": True, "history": [[100, 0.9, 0.1]]}, "influence_probe": {"history": history}}
+    both = {"attention_probe": {"applicable": True, "history": [[100, 0.9, 0.1]]},
+            "influence_probe": {"history": history}}
     assert probe_history(both) == [[100, 0.9, 0.1]]
     assert probe_history({}) == []
 

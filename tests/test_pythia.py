@@ -155,7 +155,8 @@ def test_pythia_command_end_to_end_on_local_revisions(tiny_pythia, tmp_path, cap
     assert row["status"] == "ok" and row["seed"] == 0
     assert row["config"]["task"] == {"name": "language_probe", "probe": "repetition", "prompts": 16, "single": False,
                                      "probe_seed": 0, "threshold": 0.5}
-    assert row["config"]["mixer"]["name"] == "pythia" and row["revisions"] == ["step0", "step1000", "step2000", "step3000"]
+    assert row["config"]["mixer"]["name"] == "pythia"
+    assert row["revisions"] == ["step0", "step1000", "step2000", "step3000"]
     e = row["emergence"]
     assert e["step"] == 2000 and e["bracket"] == [1000, 2000] and e["revision"] == "step2000"
     assert e["evaluations"] <= math.ceil(math.log2(4 + 1))

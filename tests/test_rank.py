@@ -18,7 +18,8 @@ def row(mixer: str, family: str, rung: int, seed: int, emerged: int | None, stat
     first drop does (``plateau``, else at its emergence; censored where neither came)."""
     task = {"name": family, axis: rung, **(extra_task or {})}
     end = plateau if plateau else emerged
-    return {"schema_version": 3, "run_id": f"{family}-{mixer}-{rung}-{seed}", "status": status, "seed": seed, "parameters": 1000,
+    return {"schema_version": 3, "run_id": f"{family}-{mixer}-{rung}-{seed}", "status": status, "seed": seed,
+            "parameters": 1000,
             "config": {"seed": seed, "task": task, "mixer": {"name": mixer}, "model": {}, "optim": {},
                        "trainer": {"max_steps": BUDGET}, "callbacks": {}},
             "timing": {"steps": BUDGET},
@@ -130,8 +131,8 @@ def test_write_puts_markdown_csv_and_json_next_to_the_results(tmp_path):
     assert (tmp_path / "rank.md").read_text().startswith("## Ranking")
     assert (tmp_path / "rank.csv").read_text().splitlines()[0].startswith("rank,mixer,score")
     data = json.loads((tmp_path / "rank.json").read_text())
-    assert set(data) == {"ladders", "baseline", "ranking", "families", "cells", "held_plateau", "first_drop", "lr", "learning_speed",
-                         "tuning", "reference"}
+    assert set(data) == {"ladders", "baseline", "ranking", "families", "cells", "held_plateau", "first_drop", "lr",
+                         "learning_speed", "tuning", "reference"}
     assert len(data["cells"]) == 6 and data["baseline"] is None  # no transformer among a, b: no plateau ratio
 
 
@@ -298,8 +299,9 @@ def test_the_report_compares_mixers_against_the_transformer_with_survival_forest
     from emergence_bench.reporting.figures import comparison
     from emergence_bench.reporting.page import Page
 
-    records = [dict(r, config={**r["config"], "mixer": {"name": {"a": "transformer", "b": "lru"}[r["config"]["mixer"]["name"]]}},
-                    state_size={"a": 40, "b": 8}[r["config"]["mixer"]["name"]]) for r in ladder_records()]
+    names, state_sizes = {"a": "transformer", "b": "lru"}, {"a": 40, "b": 8}
+    records = [dict(r, config={**r["config"], "mixer": {"name": names[r["config"]["mixer"]["name"]]}},
+                    state_size=state_sizes[r["config"]["mixer"]["name"]]) for r in ladder_records()]
     page = Page()
     assert ranking_section(records, page)
     titles = [title for _, title in page.sections]
@@ -401,7 +403,8 @@ def test_a_cell_of_two_budgets_or_settings_is_refused_naming_them_and_instances_
     with pytest.raises(ConfigError, match=r"the mixers of linear_map sparsity=1 trained for different budgets "
                                           r"\(trainer.max_steps=1000: a; trainer.max_steps=2000: b\)"):
         rank.build([r for r in ladder_records() if r["config"]["mixer"]["name"] == "a"] + b_longer)
-    instances = [dict(r, run_id=r["run_id"] + "-i1", config={**r["config"], "task": {**r["config"]["task"], "task_seed": 1}})
+    instances = [dict(r, run_id=r["run_id"] + "-i1",
+                      config={**r["config"], "task": {**r["config"]["task"], "task_seed": 1}})
                  for r in ladder_records()]
     pooled = rank.build(ladder_records() + instances, {"linear_map": "task.sparsity"})
     assert pooled["cells"]["seeds"].tolist() == [6] * 6

@@ -34,8 +34,9 @@ def a_reference(rows=None):
     rows = rows or built_in_rows()
     tables = [{"mixer": "lru", "group": "lm", "family": "linear_map", "chosen": {"optim.lr": 3e-3}, "grid": {},
                "points": [], "edge": None}]
-    return {"format": reference.FORMAT, "schema_version": 3, "preset": "toy", "ladder": "toy-v1", "tuned_keys": ["optim.lr"],
-            "commit": "abc", "versions": {"torch": "2.13.0"}, "machine": {"cpus": 2}, "created": "2026-12-04",
+    return {"format": reference.FORMAT, "schema_version": 3, "preset": "toy", "ladder": "toy-v1",
+            "tuned_keys": ["optim.lr"], "commit": "abc", "versions": {"torch": "2.13.0"}, "machine": {"cpus": 2},
+            "created": "2026-12-04",
             "families": reference.families(rows, ["optim.lr"]), "tuning": tables,
             "rows": [reference.compact(r) for r in rows]}
 

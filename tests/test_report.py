@@ -89,8 +89,9 @@ def test_metric_against_an_axis_has_one_line_per_mixer_and_censored_medians():
     assert lines["name=mamba"][2]["emergence"]["budget"] == 1000
     assert axes.axis_figure(records, "task.state_size")
     # A key that changes with the axis (head_dim as heads rise at a fixed width) makes no line of its own.
-    heads = [{**row("transformer", 8, i, 10 * h), "config": {**row("transformer", 8, i, 0)["config"],
-                                                            "mixer": {"name": "transformer", "n_heads": h, "head_dim": 64 // h}}}
+    heads = [{**row("transformer", 8, i, 10 * h),
+              "config": {**row("transformer", 8, i, 0)["config"],
+                         "mixer": {"name": "transformer", "n_heads": h, "head_dim": 64 // h}}}
              for h in (1, 4, 16) for i in range(2)]
     # Its one line is named by what its runs are (not "all runs"), and the caption says what follows the axis.
     along = axes.axis_lines(heads, "mixer.n_heads")
@@ -209,8 +210,9 @@ def test_the_heatmap_draws_two_keys_varied_together_with_integer_labels_never_a_
 def test_edge_markers_of_a_sweep_axis_lie_inside_the_panel():
     def row(sparsity, seed, step):
         return {"status": "ok", "seed": seed, "emergence": {"step": step}, "plateau": {"end_step": step},
-                "timing": {"steps": 1000}, "config": {"seed": seed, "task": {"name": "linear_map", "sparsity": sparsity},
-                                                      "mixer": {"name": "transformer"}, "trainer": {"max_steps": 1000}}}
+                "timing": {"steps": 1000},
+                "config": {"seed": seed, "task": {"name": "linear_map", "sparsity": sparsity},
+                           "mixer": {"name": "transformer"}, "trainer": {"max_steps": 1000}}}
 
     figure = axes.axis_figure([row(s, i, 100 * s) for s in (1, 2, 3) for i in range(3)], "task.sparsity")
     for ax in figure.axes:

@@ -449,7 +449,8 @@ def test_a_plugin_callback_sees_every_hook_per_seed_as_in_a_single_run(tmp_path,
     config = tmp_path / "c.yaml"
     config.write_text(yaml.safe_dump(tiny_config(callbacks={"hook_counter": {}})))
     env = {"PYTHONPATH": str(site)}
-    for out, extra in (("alone", []), ("alone", ["--seed", "1"]), ("together", ["--seed-parallel", "2", "--batching", "always"])):
+    for out, extra in (("alone", []), ("alone", ["--seed", "1"]),
+                       ("together", ["--seed-parallel", "2", "--batching", "always"])):
         result = cli("run", "--config", config, "--out", tmp_path / out, *extra, env=env)
         assert result.returncode == 0, result.stderr
     rows = {(p.parent.parent.name, json.loads(p.read_text())["seed"]): json.loads(p.read_text())

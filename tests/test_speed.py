@@ -167,8 +167,9 @@ def test_the_timed_settings_are_the_ones_described():
     configs = {name: resolve(speed.preset_run(*spec)) for name, spec in speed.SEED_RUNS.items()}
     assert configs["quick"].task.params["batch_size"] == 128 and configs["quick-b16"].task.params["batch_size"] == 16
     peer = configs["peer-linear-map"]
-    assert (peer.task.params["state_size"], peer.task.params["sparsity"], peer.task.params["batch_size"]) == (16, 3, 256)
-    assert (peer.model.d_model, peer.model.mlp_ratio, peer.mixer.params["n_heads"], peer.mixer.params["head_dim"]) == (128, 4, 8, 16)
+    task, mixer = peer.task.params, peer.mixer.params
+    assert (task["state_size"], task["sparsity"], task["batch_size"]) == (16, 3, 256)
+    assert (peer.model.d_model, peer.model.mlp_ratio, mixer["n_heads"], mixer["head_dim"]) == (128, 4, 8, 16)
     with torch.device("meta"):
         params = sum(p.numel() for p in build_model(peer, build_task(peer)).parameters())
     assert 195_000 < params < 210_000
@@ -204,12 +205,13 @@ def test_a_mixer_without_a_tuned_value_is_clocked_at_the_base_lr():
 def test_the_transformer_reads_one_in_the_mixer_tables():
     from emergence_bench.perf import mixers
 
-    steps = [{"mixer": "transformer", "length": 16, "seeds": 8, "step_ms": 40.0, "vs_transformer": timing.summary([1.0, 1.0]),
-              "kernel_vs_reference": None},
-             {"mixer": "lru", "length": 16, "seeds": 8, "step_ms": 60.0, "vs_transformer": timing.summary([1.4, 1.6]),
-              "kernel_vs_reference": None}]
+    steps = [{"mixer": "transformer", "length": 16, "seeds": 8, "step_ms": 40.0,
+              "vs_transformer": timing.summary([1.0, 1.0]), "kernel_vs_reference": None},
+             {"mixer": "lru", "length": 16, "seeds": 8, "step_ms": 60.0,
+              "vs_transformer": timing.summary([1.4, 1.6]), "kernel_vs_reference": None}]
     table = mixers.render_steps(steps)
-    assert "| transformer | 16 | 8 | 40.0 | 1 (reference) | - |" in table and "| lru | 16 | 8 | 60.0 | 1.50 (1.40–1.60) | - |" in table
+    assert "| transformer | 16 | 8 | 40.0 | 1 (reference) | - |" in table
+    assert "| lru | 16 | 8 | 60.0 | 1.50 (1.40–1.60) | - |" in table
     cells = mixers.render_cells([{"family": "mqar", "mixer": "transformer", "seconds": 10.0, "vs_transformer": 1.0},
                                  {"family": "mqar", "mixer": "lru", "seconds": 15.0, "vs_transformer": 1.5}])
     assert "| transformer | 1 (10.0 s) |" in cells and "| lru | 1.50 (15.0 s) |" in cells

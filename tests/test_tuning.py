@@ -33,7 +33,8 @@ def test_choice_rule_area_first_then_median_then_smaller_lr():
     # The higher area wins although its runs emerge later.
     assert choose([point(1e-3, [100, 100, None, None]), point(3e-3, [500, 500, 500, None])]).values["optim.lr"] == 3e-3
     # Equal area: the lower Kaplan–Meier median emergence step wins.
-    assert choose([point(1e-3, [300, 300]), point(3e-3, [200, 200]), point(1e-2, [250, 250])]).values["optim.lr"] == 3e-3
+    chosen = choose([point(1e-3, [300, 300]), point(3e-3, [200, 200]), point(1e-2, [250, 250])])
+    assert chosen.values["optim.lr"] == 3e-3
     # Equal area and median: the smaller learning rate.
     assert choose([point(3e-3, [200, 200]), point(1e-3, [200, 200])]).values["optim.lr"] == 1e-3
     # Nothing emerged anywhere (median not reached everywhere): a tie, so the smallest lr.
@@ -91,7 +92,8 @@ def test_tuned_ladder_v2_is_ladder_v2_with_each_mixers_tuned_lr():
     runs, shared_runs = tuned.raw_runs(), shared.raw_runs()
     assert len(runs) == len(shared_runs) == tuned.advertised == 672
     for (group, config), (shared_group, shared_config) in zip(runs, shared_runs):
-        assert group == shared_group and config["optim"]["lr"] == tuned.tuned[config["mixer"]["name"]][group]["optim.lr"]
+        assert group == shared_group
+        assert config["optim"]["lr"] == tuned.tuned[config["mixer"]["name"]][group]["optim.lr"]
         assert {**config, "optim": {}} == {**shared_config, "optim": {}}  # the same ladder but for the lr
         assert config["optim"]["weight_decay"] == shared_config["optim"]["weight_decay"]
     assert {c["optim"]["lr"] for _, c in shared_runs} == {1e-3}

@@ -37,9 +37,9 @@ def test_list_shows_every_section_with_types_and_defaults(capsys):
                     "  trainer:", "  checkpoints:", "  callbacks:", "curriculum: list"):
         assert section in out, section
     for key in ("d_model: int = 64", "lr: float = 0.001", "schedule: constant | cosine | linear = constant",
-                "max_steps: int = 1000", "logger: tensorboard | csv | wandb = tensorboard", "threads: int | auto = auto",
-                "betas: tuple[float, float] = (0.9, 0.999)", "keep_freed_memory: bool = True",
-                "log_spaced: bool = False", "frac: float = 0.1"):
+                "max_steps: int = 1000", "logger: tensorboard | csv | wandb = tensorboard",
+                "threads: int | auto = auto", "betas: tuple[float, float] = (0.9, 0.999)",
+                "keep_freed_memory: bool = True", "log_spaced: bool = False", "frac: float = 0.1"):
         assert key in out, key
 
 
@@ -50,7 +50,8 @@ def test_version(cli):
 
 def test_exponent_floats_without_a_dot_are_floats_everywhere():
     assert parse_value("1e-3") == 1e-3 and parse_value("-2E+5") == -2e5 and parse_value("[1e-3, 3e-4]") == [1e-3, 3e-4]
-    assert load_yaml_text("lr: 3e-4\nname: e5\nsteps: 12\nraw: 1e") == {"lr": 3e-4, "name": "e5", "steps": 12, "raw": "1e"}
+    assert load_yaml_text("lr: 3e-4\nname: e5\nsteps: 12\nraw: 1e") == {"lr": 3e-4, "name": "e5", "steps": 12,
+                                                                       "raw": "1e"}
     assert yaml.safe_load("1e-3") == "1e-3"  # PyYAML itself is left as it is
 
 
