@@ -70,7 +70,8 @@ typecheck: install-dev
 	ln -s $(CURDIR)/tasks $(CURDIR)/mixers $(CURDIR)/callbacks .typecheck/emergence_bench/
 	$(BIN)/mypy
 
-# ruff (pyproject's [tool.ruff]): pyflakes, import order and pycodestyle's non-layout errors, clean.
+# ruff (pyproject's [tool.ruff]): pyflakes, import order, pycodestyle's non-layout errors and its line length
+# (E501, at the project's width, 120), clean.
 lint: install-dev
 	$(BIN)/ruff check benchmark tasks mixers callbacks tests
 
