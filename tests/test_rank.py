@@ -382,6 +382,14 @@ def test_a_sweep_file_names_its_learning_speed_families(tmp_path):
     path.write_text(json.dumps({**spec, "learning_speed": "dyck"}))
     with pytest.raises(ConfigError, match="must be a list of task family names"):
         load_sweep(str(path))
+    # a preset still to be tuned (no `tuned:` values yet) names its families all the same, and so do
+    # groups given as a grid of whole tasks
+    tuning = {"seeds": [100], "grid": {"optim.lr": [1e-3, 3e-3]}}
+    path.write_text(json.dumps({**spec, "learning_speed": ["dyck"], "tuning": tuning}))
+    assert load_sweep(str(path)).learning_speed == ["dyck"]
+    path.write_text(json.dumps({**spec, "learning_speed": ["mqar"], "tuning": tuning,
+                                "groups": [{"name": "a", "grid": {"task": [{"name": "mqar"}, {"name": "dyck"}]}}]}))
+    assert load_sweep(str(path)).families() == {"mqar", "dyck"}
 
 
 def test_a_cell_of_two_budgets_or_settings_is_refused_naming_them_and_instances_are_pooled():

@@ -145,6 +145,8 @@ def test_bad_tuning_sections_are_refused(tmp_path):
     for bad, message in (("tuning: {seeds: [], grid: {optim.lr: [1e-3]}}", "seeds"),
                          ("tuning: {seeds: [1], grid: {optim.lr: [1e-3]}, rung: top}", "middle or all"),
                          ("tuning: {seeds: [1], grid: {optim.lr: [1e-3]}, widen_by: 2}", "unknown tuning key"),
+                         ("tuning: {seeds: [1], grid: {optim.lr: [1e-3]}, task_seeds: 100}", "task_seeds"),
+                         ("tuning: {seeds: [1], grid: {optim.lr: [1e-3]}, task_seeds: [7, 7]}", "task_seeds"),
                          ("tuning: {seeds: [1], grid: {optim.lr: [1e-3]}}\ntuned: {lru: {h: {optim.lr: 1e-3}}}",
                           "no group 'h'"),
                          ("tuning: {seeds: [1], grid: {optim.lr: [1e-3]}}\ntuned: {lru: {g: {optim.wd: 0}}}",
@@ -153,6 +155,21 @@ def test_bad_tuning_sections_are_refused(tmp_path):
         path.write_text(base + bad + "\n")
         with pytest.raises(ConfigError, match=message):
             load_sweep(str(path))
+
+
+def test_tuning_task_seeds_replace_the_ranking_instances_in_the_tuning_runs_only(tmp_path):
+    """``tuning.task_seeds``: the tuning trains on instances of its own; the ranking keeps the sweep's."""
+    path = tmp_path / "t.yaml"
+    path.write_text("name: t\nbase: {task: {name: linear_map}}\ngrid: {seed: [0, 1], task.task_seed: [0, 1]}\n"
+                    "groups: [{name: g, grid: {task.sparsity: [1, 2, 3]}}]\n"
+                    "tuning: {seeds: [100, 101], grid: {optim.lr: [1e-3, 3e-3]}, task_seeds: [100]}\n")
+    sweep = load_sweep(str(path))
+    jobs = tuning.jobs_for(sweep)
+    tuning_runs = [c for _, c in tuning.tuning_sweep(sweep, jobs).raw_runs()]
+    assert {c["task"]["task_seed"] for c in tuning_runs} == {100}
+    assert {c["task"]["sparsity"] for c in tuning_runs} == {2} and len(tuning_runs) == 2 * 2  # seeds x lrs
+    sweep.tuning = None
+    assert {c["task"]["task_seed"] for _, c in sweep.raw_runs()} == {0, 1}
 
 
 TINY = """

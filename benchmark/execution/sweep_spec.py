@@ -72,13 +72,14 @@ class Tuning:
     seed_parallel: int = 1
     widen: int = 2
     prune: bool = True  # stop a point's runs once the rule can no longer choose it (execution/pruning.py)
+    task_seeds: list[int] | None = None  # the task instances it tunes on (None: the sweep's own)
 
     @classmethod
     def parse(cls, data: Any, where: str) -> Tuning:
         if not isinstance(data, dict):
-            raise ConfigError(f"{where}tuning must be a mapping (seeds, grid, rung, seed_parallel, widen, prune), "
-                              f"got {data!r}")
-        allowed = {"seeds", "grid", "rung", "seed_parallel", "widen", "prune"}
+            raise ConfigError(f"{where}tuning must be a mapping (seeds, grid, rung, seed_parallel, widen, prune, "
+                              f"task_seeds), got {data!r}")
+        allowed = {"seeds", "grid", "rung", "seed_parallel", "widen", "prune", "task_seeds"}
         if unknown := sorted(set(data) - allowed):
             raise ConfigError(f"{where}unknown tuning key(s) {', '.join(unknown)}; valid: {', '.join(sorted(allowed))}")
         seeds, grid = data.get("seeds"), data.get("grid")
@@ -87,11 +88,18 @@ class Tuning:
         if not isinstance(grid, dict) or not grid or not all(isinstance(v, list) and v for v in grid.values()):
             raise ConfigError(f"{where}tuning.grid must map dotted keys to non-empty lists, got {grid!r}")
         check_distinct(f"{where}tuning.seeds", seeds)
+        task_seeds = data.get("task_seeds")
+        if task_seeds is not None:
+            if not isinstance(task_seeds, list) or not task_seeds or not all(
+                    isinstance(s, int) and not isinstance(s, bool) for s in task_seeds):
+                raise ConfigError(f"{where}tuning.task_seeds must be a non-empty list of whole numbers, "
+                                  f"got {task_seeds!r}")
+            check_distinct(f"{where}tuning.task_seeds", task_seeds)
         for key, values in grid.items():
             check_distinct(f"{where}tuning.grid.{key}", values)
         tuning = cls(seeds=seeds, grid={k: list(v) for k, v in grid.items()}, rung=data.get("rung", "middle"),
                      seed_parallel=data.get("seed_parallel", 1), widen=data.get("widen", 2),
-                     prune=data.get("prune", True))
+                     prune=data.get("prune", True), task_seeds=task_seeds)
         if tuning.rung not in ("middle", "all"):
             raise ConfigError(f"{where}tuning.rung must be middle or all, got {tuning.rung!r}")
         if not isinstance(tuning.prune, bool):
@@ -155,6 +163,16 @@ class Sweep:
                     self._rescale(config)
                 runs.append((group.name, config))
         return runs
+
+    def families(self) -> set[str]:
+        """The task families its runs train, read before any tuning has chosen a value."""
+        families = set()
+        for group in self.groups or [Group("")]:
+            grid = {**self.grid, **group.grid}
+            tasks = grid.get("task", [merge(self.base, group.base).get("task", {})])  # a grid of whole tasks, or one
+            names = [task.get("name") if isinstance(task, dict) else None for task in tasks]
+            families.update(str(name) for name in grid.get("task.name", names))
+        return families
 
     def count(self) -> int:
         """How many runs the sweep expands to (known before any tuning has chosen their values)."""
@@ -305,7 +323,7 @@ def load_sweep(preset_or_file: str) -> Sweep:
         raise ConfigError(f"{path}: seed_parallel must be a whole number ≥ 1, got {sweep.seed_parallel!r}")
     check_choices(sweep, f"{path}: ")
     if sweep.learning_speed:
-        families = {config.get("task", {}).get("name") for _, config in sweep.raw_runs()}
+        families = sweep.families()
         unknown = [f for f in sweep.learning_speed if f not in families]
         if unknown:
             raise ConfigError(f"{path}: learning_speed names {unknown}, not a task family of this sweep "

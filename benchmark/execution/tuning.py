@@ -90,6 +90,8 @@ def tuning_sweep(sweep: Sweep, jobs: list[TuningJob]) -> Sweep:
         axis, rungs = rung_axis(group.grid, group.name)
         grid = {k: v for k, v in {**sweep.grid, **group.grid}.items() if k not in ("seed", "mixer", axis)}
         grid.update({axis: tuning_rungs(rungs, sweep.tuning.rung), "seed": sweep.tuning.seeds, **job.grid})
+        if sweep.tuning.task_seeds is not None:  # instances of its own, apart from the ranking's
+            grid["task.task_seed"] = sweep.tuning.task_seeds
         groups.append(Group(job.group, {**copy.deepcopy(group.base), "mixer": copy.deepcopy(job.mixer)}, grid,
                             copy.deepcopy(group.mixers)))
     return Sweep(name=f"{sweep.name}:tuning", base=copy.deepcopy(sweep.base), groups=groups,
