@@ -166,7 +166,7 @@ class Sweep:
 
     def families(self) -> set[str]:
         """The task families its runs train, read before any tuning has chosen a value."""
-        families = set()
+        families: set[str] = set()
         for group in self.groups or [Group("")]:
             grid = {**self.grid, **group.grid}
             tasks = grid.get("task", [merge(self.base, group.base).get("task", {})])  # a grid of whole tasks, or one
