@@ -8,6 +8,14 @@ repeated (Olsson et al.'s diagnostic). For the query at position i,
   token the first time: the position a copying head must read. Averaged over the repeat's queries.
 Uniform causal attention gives about 1/i to each, so a diffuse head scores near 0.03 at T = 32; a head
 that does the pattern scores near 1.
+
+That baseline, and what a half-formed head scores, move with T: ``analyze pythia`` takes T = 32 or
+what fits the model's context, so its scores compare models of one context. Models of several
+contexts (the pilot's) are scored on one probe of a fixed length, PROBE_LENGTH, that fits the
+smallest of them: the same tokens at the same positions for every model, so a difference in score is
+the model's. Normalising each T's score against uniform attention was the other way; it corrects the
+diffuse baseline only, not the rest of what T changes (a real head is not uniform: it leans on bos or
+on the previous token, and the repeat it can copy from grows with T).
 """
 
 from __future__ import annotations
@@ -15,6 +23,7 @@ from __future__ import annotations
 import torch
 
 JUMP = 0.3  # a head "has" a pattern once its score is at least this (diffuse heads stay near 1/i)
+PROBE_LENGTH = 15  # the fixed probe's T: 2T + 1 = 31 positions fit every context from 32 up
 
 
 def repeated_tokens(vocab: list[int], length: int, batch: int, bos: int, seed: int = 0) -> torch.Tensor:
@@ -35,6 +44,15 @@ def scores(probs: torch.Tensor, length: int) -> dict[str, torch.Tensor]:
     repeat = torch.arange(length + 1, 2 * length + 1)
     induction = probs[:, :, repeat, repeat - length + 1].mean(dim=(0, 2))
     return {"previous_token": previous, "induction": induction}
+
+
+def uniform_scores(length: int) -> dict[str, float]:
+    """What a head attending uniformly to every position up to its own scores on ``repeated_tokens`` of
+    T = ``length``: the diffuse level, the same at every context for a fixed T."""
+    queries = range(1, 2 * length + 1)
+    repeat = range(length + 1, 2 * length + 1)
+    return {"previous_token": sum(1 / (i + 1) for i in queries) / len(queries),
+            "induction": sum(1 / (i + 1) for i in repeat) / len(repeat)}
 
 
 def jump_step(history: list[tuple[int, list[list[float]]]], threshold: float = JUMP) -> dict:
