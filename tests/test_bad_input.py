@@ -465,6 +465,7 @@ WRITES = {
                        "another --out"),
     "lm-family train": (["lm-family", "train", "{ro}"], "another OUT"),
     "lm-family analyze": (["lm-family", "analyze", "{ro}"], "writable copy"),
+    "lm-family pilot": (["lm-family", "pilot", "{ro}", "--plan", "{tmp}/empty.yaml"], "another OUT"),
     "speed": (["speed", "--quick", "--out", "{ro}/speed.json"], "another --out"),
 }
 WRITES_NOTHING = {"list", "check-mixer"}  # (check-mixer trains in memory only)
@@ -491,7 +492,7 @@ def test_a_read_only_folder_is_named_with_what_to_do_before_anything_is_computed
     assert tree(folder / "two-runs") == before
 
 
-MAKES_ITS_FOLDER = ("run", "sweep", "lm-family train", "report --out", "speed", "analyze pythia")
+MAKES_ITS_FOLDER = ("run", "sweep", "lm-family train", "lm-family pilot", "report --out", "speed", "analyze pythia")
 
 
 @pytest.mark.parametrize("case", MAKES_ITS_FOLDER)
@@ -534,7 +535,8 @@ def test_claims_of_a_folder_without_claims_rows_is_refused_and_writes_nothing(fo
     assert tree(folder / "two-runs") == before
 
 
-WITH_WORKERS = {"sweep": ["sweep", "quick", "--dry-run"], "lm-family train": ["lm-family", "train", "{tmp}/lm"]}
+WITH_WORKERS = {"sweep": ["sweep", "quick", "--dry-run"], "lm-family train": ["lm-family", "train", "{tmp}/lm"],
+                "lm-family pilot": ["lm-family", "pilot", "{tmp}/lm", "--plan", "{tmp}/empty.yaml"]}
 
 
 @pytest.mark.parametrize("name", WITH_WORKERS)
@@ -633,7 +635,7 @@ OUTPUTS = {
 # The other writers: run and sweep write each run's row as it finishes (a stopped sweep keeps those,
 # docs/faults.md), as lm-family train does each seed's; the rest write one file, atomically, once
 # everything is computed (analyze emergence, patch, pythia; lm-family analyze's summary; speed).
-AS_THEY_GO = {"run", "sweep", "lm-family train"}
+AS_THEY_GO = {"run", "sweep", "lm-family train", "lm-family pilot"}
 ONE_FILE_AT_THE_END = {"analyze emergence", "analyze patch", "analyze pythia", "lm-family analyze", "speed"}
 
 

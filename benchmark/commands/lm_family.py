@@ -8,6 +8,11 @@
         per seed and probe: accuracy at every checkpoint, the emergence step (bisection), per-head
         previous-token and induction scores, head patching with K = 1, 2, 4, 8, 16;
         rows in OUT/analysis/ (`report OUT/analysis` draws them), the summary in OUT/analysis/family.json
+    lm-family pilot OUT --plan docs/experiments/lm-pilot.yaml [--workers 2] [--max-steps N]
+        tests the law of when induction heads form (N = 10^5.7·√(B·C) tokens) on the plan's
+        configurations, one seed each, side by side with one thread each: each stops once an
+        induction head forms or at 2× N; the table in OUT/pilot.md, the figure in OUT/pilot.png;
+        rerun to resume (--max-steps caps every configuration: a smoke of the machinery)
 
 The defaults are the pilot's choice (docs/results.md, "A language family trained here").
 """
@@ -48,6 +53,11 @@ def add_parser(subparsers: Subparsers) -> argparse.ArgumentParser:
     a.add_argument("--prompts", type=int, default=64, help="prompts per probe (default 64)")
     a.add_argument("--threshold", type=finite, default=0.5, help="accuracy that counts as solved (default 0.5)")
     a.add_argument("--device", default="auto", help="auto | cpu | cuda (default auto)")
+    pilot = sub.add_parser("pilot", help="test when induction heads form, configuration by configuration")
+    pilot.add_argument("out", metavar="OUT", type=Path, help="the pilot's folder")
+    pilot.add_argument("--plan", type=Path, required=True, help="the configurations (docs/experiments/lm-pilot.yaml)")
+    pilot.add_argument("--workers", type=int, default=2, help="configurations trained at once, one thread each (default 2)")
+    pilot.add_argument("--max-steps", type=int, help="cap every configuration's steps (a smoke; default: 2× the law's N)")
     return p
 
 
@@ -71,6 +81,8 @@ def main(args: argparse.Namespace, extra: list[str] | None = None) -> int:
               f"{result['seconds'] / 60:.1f} min on {args.workers} workers; config {asdict(config)}")
         print(f"next: emergence-bench lm-family analyze {args.out}", file=sys.stderr)
         return 1 if failed else 0
+    if args.step == "pilot":
+        return pilot(args)
     began = time.perf_counter()
     if not 0 < args.threshold <= 1 or args.prompts < 1:
         raise ValueError(f"--threshold must be in (0, 1] and --prompts ≥ 1, got {args.threshold}, {args.prompts}")
@@ -85,6 +97,26 @@ def main(args: argparse.Namespace, extra: list[str] | None = None) -> int:
           f"wrote {args.out / 'analysis' / 'family.json'}; the report: emergence-bench report {args.out / 'analysis'}",
           file=sys.stderr)
     return 0
+
+
+def pilot(args: argparse.Namespace) -> int:
+    """`lm-family pilot`: every configuration of the plan trained (or resumed), then the table and figure."""
+    from emergence_bench.analysis.lm_pilot import FIGURE_FILE, TABLE_FILE, read_plan, run_pilot
+
+    began = time.perf_counter()
+    check_workers(args.workers)
+    writable(args.out, "choose another OUT", "the pilot's folder ")
+    plan, arms = read_plan(args.plan, args.max_steps)
+    summary = run_pilot(args.out, plan, arms, args.workers)
+    from emergence_bench.reporting.figures.pilot import write_pilot_figure  # (matplotlib: once it has trained)
+
+    drawn = write_pilot_figure(summary, args.out / FIGURE_FILE)
+    print((args.out / TABLE_FILE).read_text())
+    failed = [a["name"] for a in summary["arms"] if a["status"] == "failed"]
+    print(f"{len(arms)} configurations in {(time.perf_counter() - began) / 60:.1f} min"
+          + (f"; failed: {', '.join(failed)}" if failed else "") + f"; wrote {args.out / TABLE_FILE}"
+          + (f" and {args.out / FIGURE_FILE}" if drawn else ""), file=sys.stderr)
+    return 1 if failed else 0
 
 
 register_command("lm-family", add_parser, main, takes_extra=False)
