@@ -63,7 +63,8 @@ def test_the_pilots_plan_covers_the_issues_configurations():
     plan, arms = lm_pilot.read_plan(PLAN)
     assert {(a.config.context, a.config.batch_size) for a in arms} == {(32, 8), (64, 8), (32, 16), (64, 16)}
     assert {a.config.head_dim for a in arms} == {16, 32} and {a.seed for a in arms} == {100}
-    assert {a.config.schedule for a in arms} == {"constant", "cosine"} and "shakespeare+kjv" in {a.config.corpus for a in arms}
+    assert {a.config.schedule for a in arms} == {"constant", "cosine"}
+    assert "shakespeare+kjv" in {a.config.corpus for a in arms}
     for arm in arms:
         assert arm.config.max_steps * arm.tokens_per_step >= 2 * arm.predicted  # every arm up to 2× N
     assert all(a.config.max_steps == 8 for a in lm_pilot.read_plan(PLAN, max_steps=8)[1])
@@ -178,8 +179,8 @@ def test_the_pilot_runs_side_by_side_resumes_and_writes_its_table_and_figure(wor
                                                                             monkeypatch):
     if workers == "in this process":
         monkeypatch.setattr(lm_pilot, "run_jobs", in_this_process)
-    plan = tiny_plan(tmp_path / "plan.yaml", tiny_corpus, **{"c32-b2": {"context": 32, "batch_size": 2},
-                                                             "c40-b1-hd8": {"context": 40, "batch_size": 1, "heads": 4}})
+    arms = {"c32-b2": {"context": 32, "batch_size": 2}, "c40-b1-hd8": {"context": 40, "batch_size": 1, "heads": 4}}
+    plan = tiny_plan(tmp_path / "plan.yaml", tiny_corpus, **arms)
     out = tmp_path / "pilot"
     argv = ["lm-family", "pilot", str(out), "--plan", str(plan), "--max-steps", "4", "--workers", "2"]
     assert cli_main(argv) == 0

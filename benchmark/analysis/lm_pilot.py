@@ -60,7 +60,8 @@ def predicted_tokens(batch: int, context: int) -> float:
 
 def budget_steps(config: FamilyConfig) -> int:
     """The steps that train STOP_AT × the law's N tokens (rounded up)."""
-    return math.ceil(STOP_AT * predicted_tokens(config.batch_size, config.context) / (config.batch_size * config.context))
+    tokens_per_step = config.batch_size * config.context
+    return math.ceil(STOP_AT * predicted_tokens(config.batch_size, config.context) / tokens_per_step)
 
 
 def stop_reason(best_induction: float, tokens: int, predicted: float) -> str | None:
@@ -274,7 +275,8 @@ def table(summary: dict) -> str:
         c = a["config"]
         schedule = "constant" if c["schedule"] == "constant" else f"cosine → {c['lr_floor']:g}"
         passes = "" if a["passes"] is None else f" ({a['passes']:.1f})"
-        best_at = "—" if a["best_induction"] is None else f"{a['best_induction']:.3f} ({_m(a['best_induction_tokens'])})"
+        best_at = ("—" if a["best_induction"] is None
+                   else f"{a['best_induction']:.3f} ({_m(a['best_induction_tokens'])})")
         prev = "—" if a["best_previous_token"] is None else f"{a['best_previous_token']:.3f}"
         formed = "—" if a["formed_tokens"] is None else f"{_m(a['formed_after'])}–{_m(a['formed_tokens'])}"
         status = a["status"] + (" (budget capped)" if a["capped"] else "")

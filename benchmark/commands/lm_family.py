@@ -56,8 +56,10 @@ def add_parser(subparsers: Subparsers) -> argparse.ArgumentParser:
     pilot = sub.add_parser("pilot", help="test when induction heads form, configuration by configuration")
     pilot.add_argument("out", metavar="OUT", type=Path, help="the pilot's folder")
     pilot.add_argument("--plan", type=Path, required=True, help="the configurations (docs/experiments/lm-pilot.yaml)")
-    pilot.add_argument("--workers", type=int, default=2, help="configurations trained at once, one thread each (default 2)")
-    pilot.add_argument("--max-steps", type=int, help="cap every configuration's steps (a smoke; default: 2× the law's N)")
+    pilot.add_argument("--workers", type=int, default=2,
+                       help="configurations trained at once, one thread each (default 2)")
+    pilot.add_argument("--max-steps", type=int,
+                       help="cap every configuration's steps (a smoke; default: 2× the law's N)")
     return p
 
 

@@ -20,8 +20,9 @@ PANELS = {1: "best induction head", 2: "best previous-token head"}  # the curve'
 def pilot_figure(summary: dict) -> Figure | None:
     """Two panels against training tokens (log): the best head's induction score and its previous-token
     score at each checkpoint, a line per configuration; each configuration's law prediction a dashed
-    vertical line in its colour, with a marker at the top; on the induction panel, the threshold (dotted) and uniform attention's
-    score (grey), and a dot where an induction head formed. None before any checkpoint is scored."""
+    vertical line in its colour, with a marker at the top; on the induction panel, the threshold
+    (dotted) and uniform attention's score (grey), and a dot where an induction head formed. None
+    before any checkpoint is scored."""
     arms = [a for a in summary["arms"] if any(tokens > 0 for tokens, *_ in a["curve"])]
     if not arms:
         return None
@@ -49,8 +50,9 @@ def pilot_figure(summary: dict) -> Figure | None:
     figure.tight_layout()
     handles = [axes[0].plot([], [], color=colour[a["name"]])[0] for a in arms]
     labels = [f"{a['name']} (N = {a['predicted_tokens'] / 1e6:.1f}M)" for a in arms]
-    handles += [axes[0].plot([], [], color="grey", linestyle="--")[0], axes[0].plot([], [], color="black", linestyle=":")[0],
-                axes[0].plot([], [], color="grey")[0], axes[0].plot([], [], "o", color="grey")[0]]
+    styles: list[dict] = [{"color": "grey", "linestyle": "--"}, {"color": "black", "linestyle": ":"}, {"color": "grey"},
+                          {"color": "grey", "marker": "o", "linestyle": "none"}]
+    handles += [axes[0].plot([], [], **style)[0] for style in styles]
     labels += ["the law's prediction N (dashed, the configuration's colour)", f"formed: score ≥ {summary['threshold']}",
                "uniform attention", "formed here"]
     legend_below(figure, handles, labels, columns=3)
