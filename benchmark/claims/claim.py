@@ -67,7 +67,9 @@ class Claim:
     """See the module docstring. ``number``: the claim's number in docs/science.md (1–8); ``paper``: its
     words; ``paper_number``: the number the paper gives (or "-"); ``effect``: what the effect
     measures, with its units; ``predicts``: the direction in words; ``margin``: an equivalence's
-    margin (in effect units)."""
+    margin (in effect units); ``stage``: the confirmation it belongs to, whose rows form one Holm
+    family (the first stage's ``"confirmation"``, or a later one on fresh seeds, as ``"replication"``,
+    never pooled with it)."""
 
     id: str
     number: int
@@ -82,6 +84,7 @@ class Claim:
     kind: Kind = "difference"
     margin: float | None = None
     across_mixers: bool = False  # it compares mixers; otherwise each mixer in the rows is judged alone
+    stage: str = "confirmation"
 
 
 CLAIMS: registry.Registry[Claim] = registry.Registry("claim", Claim)

@@ -2,7 +2,8 @@
 
 ``judge(rows, claims)`` judges claims on result rows by sweep group:
 
-- ``p`` is Holm-adjusted over every claim row that has a p;
+- ``p`` is Holm-adjusted over every claim row of the same stage that has a p (the first stage's
+  confirmation is one family, a replication on fresh seeds another, judged alone at its own alpha);
 - a ``difference`` claim ``agrees`` when the adjusted p < 0.05 and the effect goes the paper's way,
   ``disagrees`` when it is significant the other way, and is ``inconclusive`` otherwise, with the
   smallest effect this many seeds could have detected;
@@ -14,7 +15,8 @@
   not evidence for it).
 
 ``judge_folder(folder)`` reads a folder's rows by sweep group (the patching group's reports read from
-each run's ``analysis/`` folder) and judges every declared claim on them; the reporting layer only
+each run's ``analysis/`` folder) and judges every declared claim on them, leaving out a stage none of
+whose rows it holds (a replication's folder is not the first stage's); the reporting layer only
 renders the result (``reporting/scorecard.py``).
 """
 
@@ -55,6 +57,7 @@ class ScoreRow:
     def to_dict(self) -> dict[str, Any]:
         e = self.outcome if isinstance(self.outcome, Evidence) else None
         return {"claim": self.claim.id + (f"[{self.label}]" if self.label else ""), "number": self.claim.number,
+                "stage": self.claim.stage,
                 "paper": self.claim.paper, "paper_number": self.claim.paper_number,
                 "groups": list(self.claim.groups), "statistic": self.claim.statistic,
                 "effect_measures": self.claim.effect,
@@ -123,7 +126,7 @@ def judged_per_mixer(claim: Claim, rows: Rows) -> dict[str, Outcome]:
 def judge(rows: Rows, judged: Sequence[Claim]) -> list[ScoreRow]:
     """The ``judged`` claims (``emergence_bench.claims.claims()``: every declared one) on ``rows``
     (sweep group -> result rows; each claim keeps its confirmation seeds), p Holm-adjusted over the
-    rows that have one."""
+    rows of each stage that have one."""
     pending: list[tuple[Claim, str, Outcome | None, str]] = []
     for claim in judged:
         missing = [g for g in claim.groups if not confirmation(rows.get(g, ()), claim.settings)]
@@ -133,8 +136,15 @@ def judge(rows: Rows, judged: Sequence[Claim]) -> list[ScoreRow]:
         picked = {g: confirmation(rows[g], claim.settings) for g in claim.groups}
         for label, found in judged_per_mixer(claim, picked).items():
             pending.append((claim, label, found, found.reason if isinstance(found, NotApplicable) else ""))
-    # The Holm family: every row that gets a verdict (an unfinished arm gets none, so it does not count).
-    adjusted = holm([o.p if isinstance(o, Evidence) and complete(claim, o) else None for claim, _, o, _ in pending])
+    # A Holm family per stage: every row of it that gets a verdict (an unfinished arm gets none, so it
+    # does not count); a replication is a new test at its own alpha, never the first stage's.
+    adjusted: list[float | None] = [None] * len(pending)
+    for stage in {claim.stage for claim, _, _, _ in pending}:
+        members = [i for i, (claim, _, _, _) in enumerate(pending) if claim.stage == stage]
+        tested = [o.p if isinstance(o, Evidence) and complete(claim, o) else None
+                  for claim, _, o, _ in (pending[i] for i in members)]
+        for i, p in zip(members, holm(tested)):
+            adjusted[i] = p
     card = []
     for (claim, label, outcome, reason), p in zip(pending, adjusted):
         if outcome is None:
@@ -184,12 +194,17 @@ def patch_reports(run_dir: Path, step: int) -> tuple[int, int, dict[str, Any], d
     return old, new, read[0], read[1]
 
 
+def patching_runs(rows: Sequence[ResultRow]) -> list[ResultRow]:
+    """The patching group's rows that a declared claim reads as its confirmation (the first stage's
+    seeds, a replication's): exploration runs never count, so they are never patched."""
+    readers = [claim for claim in claims() if PATCHING_GROUP in claim.groups]
+    return [row for row in rows if any(confirmation([row], claim.settings) for claim in readers)]
+
+
 def attach_patching(folder: Path, rows: list[ResultRow]) -> None:
     """Adds a ``patching`` section to each confirmation row of the patching group whose reports are on
     disk (``patch_reports``); it never patches (torch): a run not patched yet reads as such."""
-    from emergence_bench.claims.patching import FEW_HEADS
-
-    for row in confirmation(rows, FEW_HEADS.settings):  # exploration runs never count: not patched
+    for row in patching_runs(rows):
         step = emergence_step(row)
         found = patch_reports(folder / PATCHING_GROUP / row["run_id"], step) if step is not None else None
         if found is None:
@@ -212,10 +227,12 @@ def judge_folder(folder: Path, only: Sequence[Claim] | None = None) -> list[Scor
                          f"run `emergence-bench sweep claims-cpu-v2 --out {folder}` first")
     if groups.get(PATCHING_GROUP):
         attach_patching(folder, groups[PATCHING_GROUP])
-    card = judge(groups, claims())
-    if all(row.verdict == "not run" for row in card):
+    everything = judge(groups, claims())
+    run = {row.claim.stage for row in everything if row.verdict != "not run"}
+    card = [row for row in everything if row.claim.stage in run]  # a stage not run here is another folder's
+    if not card:
         found = [repr(g) if g else "none (runs directly in it)" for g in sorted(groups)]
-        read = sorted({group for row in card for group in row.claim.groups})
+        read = sorted({group for row in everything for group in row.claim.groups})
         raise ConfigError(f"no claims rows under {folder}: no claim finds its confirmation runs there (its runs' "
                           f"group(s): {', '.join(found)}; the claims read group(s) {', '.join(read)}); "
                           f"run `emergence-bench sweep claims-cpu-v2 --out {folder}` first")

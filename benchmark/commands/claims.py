@@ -30,19 +30,19 @@ TOP_K = 16  # the heads patched: K = 1…16 are reported
 
 
 def patch_folder(folder: Path) -> int:
-    """The explicit patching step: for each confirmation run of ``folder``'s patching group whose
-    emergence two adjacent checkpoints bracket, writes the reports ``analyze patch`` gives (the top
-    1…16 heads of the post-emergence checkpoint into the pre-emergence one, and the ground truth)
-    where they are not on disk yet; returns how many it wrote. The judgement only reads them."""
+    """The explicit patching step: for each confirmation run of ``folder``'s patching group (the first
+    stage's or a replication's, ``claims.judge.patching_runs``) whose emergence two adjacent
+    checkpoints bracket, writes the reports ``analyze patch`` gives (the top 1…16 heads of the
+    post-emergence checkpoint into the pre-emergence one, and the ground truth) where they are not on
+    disk yet; returns how many it wrote. The judgement only reads them."""
     from emergence_bench.analysis.checkpoint_analysis import load_run, patch
-    from emergence_bench.claims.claim import confirmation
-    from emergence_bench.claims.judge import PATCHING_GROUP, rows_by_group
-    from emergence_bench.claims.patching import FEW_HEADS, bracket
+    from emergence_bench.claims.judge import PATCHING_GROUP, patching_runs, rows_by_group
+    from emergence_bench.claims.patching import bracket
     from emergence_bench.results.row import emergence_step
     from emergence_bench.results.store import ANALYSIS_DIR
 
     patched = 0
-    for row in confirmation(rows_by_group(folder, quiet=True).get(PATCHING_GROUP, []), FEW_HEADS.settings):
+    for row in patching_runs(rows_by_group(folder, quiet=True).get(PATCHING_GROUP, [])):
         if emergence_step(row) is None:
             continue
         run_dir = folder / PATCHING_GROUP / row["run_id"]
