@@ -1,10 +1,15 @@
 """Claim 2: emergence is abrupt, and coincides with attention heads jumping to the sparse pattern.
 
-Two tests on the ``emergence`` group:
+Two tests on the ``emergence`` group, and a third that the replication declares:
 
 - ``abrupt``: a run is abrupt when the median share of its pattern cells' transitions is at most
   ``ABRUPT_SHARE`` (``emergence_bench.stats.transition_share``: the shortest window holding 80% of a cell's loss
   drop, over the time to its end). The claim: most runs are abrupt (exact binomial test against 1/2).
+- by the abruptness rule (``evaluate_abrupt_by_rule``, docs/ranking.md "The abruptness rule"): a run
+  is abrupt when at least half its pattern cells with a drop are abrupt by the rule's model comparison
+  (``emergence_bench.stats.transition_fit``), which reads the drop's shape apart from its timing. The
+  same binomial test. Declared for the replication only (``claims.replication``), so the first
+  stage's rows stay as they were judged.
 - ``with-attention``: per run, the midpoint of the best head's jump in mass on the true sources
   (the attention probe's history) against the midpoint of the eval loss's drop, as a lag relative to
   the loss's midpoint. The claim: the lag lies within ±``margin`` (two one-sided sign tests). Needs
@@ -23,19 +28,34 @@ from emergence_bench.claims.claim import Claim, Evidence, NotApplicable, Outcome
 from emergence_bench.claims.design import frozen
 from emergence_bench.measurements.attention_probe import ATTENTION_PROBE
 from emergence_bench.results.row import Row, section
-from emergence_bench.results.row_curves import cell_transitions, loss_transition
+from emergence_bench.results.row_curves import MIN_DROP, cell_fits, cell_transitions, loss_transition, min_drop
 from emergence_bench.stats.significance import sign_test
+from emergence_bench.stats.transition_fit import MAX_DECADES, MIN_EVIDENCE, MIN_PLATEAU_EVALS
 from emergence_bench.stats.transition_share import ABRUPT_SHARE, transition
+
+
+def shortcut_cells(row: Row, cells: int) -> list[bool]:
+    """Per output cell, whether earlier outputs predict it (``task_facts.shortcut_cells``): such a cell
+    needs no pattern, so its drop says nothing of the pattern's emergence."""
+    return section(row, "task_facts").get("shortcut_cells") or [False] * cells
 
 
 def run_share(row: Row) -> float | None:
     """The median share of the transitions of the run's cells that only the sparse pattern predicts
-    (a cell that earlier outputs predict, ``task_facts.shortcut_cells``, is left out: it needs no
-    pattern); None where no such cell had one."""
+    (a shortcut cell is left out); None where no such cell had one."""
     transitions = cell_transitions(row)
-    shortcut = section(row, "task_facts").get("shortcut_cells") or [False] * len(transitions)
-    shares = [t.share for t, s in zip(transitions, shortcut) if t is not None and not s]
+    shares = [t.share for t, s in zip(transitions, shortcut_cells(row, len(transitions))) if t is not None and not s]
     return statistics.median(shares) if shares else None
+
+
+def run_abrupt_by_rule(row: Row) -> bool | None:
+    """Whether at least half the run's pattern cells whose loss dropped (the plateau model fell by a
+    tenth of chance − floor) are abrupt by the abruptness rule: the share's median read as a count;
+    None where no pattern cell dropped."""
+    fits = cell_fits(row)
+    dropped = [f for f, s in zip(fits, shortcut_cells(row, len(fits)))
+               if f is not None and not s and f.high - f.low >= min_drop(row)]
+    return 2 * sum(f.abrupt for f in dropped) >= len(dropped) if dropped else None
 
 
 def evaluate_abrupt(rows: Rows, settings: Mapping[str, Any]) -> dict[str, Outcome]:
@@ -47,6 +67,19 @@ def evaluate_abrupt(rows: Rows, settings: Mapping[str, Any]) -> dict[str, Outcom
                         + ", ".join(f"{s:.2f}" for s in sorted(shares)),
                         data={"median share of a run's cell transitions": shares},
                         guides={f"abrupt at ≤ {settings['abrupt_share']}": settings["abrupt_share"]})}
+
+
+def evaluate_abrupt_by_rule(rows: Rows, settings: Mapping[str, Any]) -> dict[str, Outcome]:
+    verdicts = [v for v in map(run_abrupt_by_rule, rows["emergence"]) if v is not None]
+    if not verdicts:
+        return {"": NotApplicable("no run's pattern cells dropped: nothing to judge")}
+    return {"": compare.rate(verdicts, 0.5, "runs abrupt by the rule")}
+
+
+# The rule's constants, frozen into the settings of a claim that judges by it (a change to the rule
+# changes the declared design, and so its hash).
+RULE = {"min_evidence": MIN_EVIDENCE, "max_decades": MAX_DECADES, "min_plateau_evals": MIN_PLATEAU_EVALS,
+        "min_drop": MIN_DROP, "cells": "at least half the pattern cells with a drop"}
 
 
 def attention_lag(row: Row) -> float | None:
