@@ -1,7 +1,8 @@
 """The paper's claims, each declared once as a pre-registered test (``claim``: a claim, its verdict
 and the scorecard): one module per claim of docs/science.md, in its order. Importing this package declares
 them all; ``compare`` holds the comparisons they share, and ``design`` the frozen settings of the
-confirmation."""
+confirmation. ``replication`` declares the replication of claims 1, 3 and 8 on fresh seeds (its own
+stage), sized by ``replication_power`` and hashed by ``preregistration``."""
 
 from emergence_bench.claims import (  # noqa: F401
     abrupt,
@@ -11,11 +12,13 @@ from emergence_bench.claims import (  # noqa: F401
     difficulty,
     heads,
     patching,
+    replication,
     seeds,
 )
 from emergence_bench.claims.claim import CLAIMS, Claim
 
 
 def claims() -> tuple[Claim, ...]:
-    """Every declared claim (the built-in ones, and any a plugin registered), in the paper's order."""
-    return tuple(sorted(CLAIMS.values(), key=lambda c: c.number))
+    """Every declared claim (the built-in ones, and any a plugin registered): the first stage's in the
+    paper's order, then each later stage's."""
+    return tuple(sorted(CLAIMS.values(), key=lambda c: (c.stage != "confirmation", c.stage, c.number)))
