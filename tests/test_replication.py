@@ -15,7 +15,7 @@ from test_claims import STEPS, row
 from emergence_bench.claims import claims, preregistration, replication_power
 from emergence_bench.claims.claim import CLAIMS
 from emergence_bench.claims.design import SEEDS, TASK_SEEDS
-from emergence_bench.claims.judge import judge, judge_folder
+from emergence_bench.claims.judge import judge, judge_folder, patching_runs
 from emergence_bench.claims.replication import PRESET, REPLICATION, RUNS, STAGE, seeds
 from emergence_bench.execution.sweep_spec import load_sweep, presets
 from emergence_bench.results.store import SCHEMA_VERSION
@@ -72,6 +72,12 @@ def test_a_folder_of_replication_runs_shows_the_replication_alone(tmp_path: Path
     assert [r.claim.id for r in card] == [c.id for c in REPLICATION]
     verdicts = {r.claim.id: r.verdict for r in card}
     assert verdicts["seeds-differ-replication"] == "agrees" and verdicts["curricula-replication"] == "not run"
+
+
+def test_patching_reads_the_confirmation_seeds_of_every_stage_and_no_others():
+    runs = [row(s, t) for s in (0, 7, 100, 199, 200, 215, 216) for t in (0, 1, 100)]
+    assert {(r["seed"], r["config"]["task"]["task_seed"]) for r in patching_runs(runs)} == \
+        {(s, t) for s in (0, 7, 200, 215) for t in (0, 1)}
 
 
 def test_claim_2_by_the_rule_agrees_on_drops_after_a_plateau_and_disagrees_on_power_laws():

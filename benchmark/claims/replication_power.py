@@ -206,7 +206,7 @@ def table(rows: list[Planned]) -> str:
     lines = [f"| row | statistic | first stage | assumed effect | alpha | runs a cell | power | half the effect: "
              f"power there, at {MAX_RUNS} |", "|---|---|---|---|---|---|---|---|"]
     for r in rows:
-        runs = f"{r.runs}" + ("" if r.searched else " (its group's)")
+        runs = f"{r.runs}" + ("" if r.searched else " (sized for another row)")
         lines.append(f"| {r.row} | {r.statistic} | {r.first_stage} | {r.assumed} | {ALPHA:g} | {runs} | "
                      f"{r.power:.2f} | {r.half_power:.2f}, {r.half_power_at_max:.2f} |")
     return "\n".join(lines) + "\n"

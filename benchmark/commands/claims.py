@@ -1,5 +1,6 @@
 """`emergence-bench claims DIR`: the paper's claims judged on the results under DIR (a
-``claims-cpu-v2`` sweep), printed and written beside them as claims.md, claims.csv and claims.json."""
+``claims-cpu-v2`` sweep, or the replication's ``claims-cpu-replication``: each stage DIR holds, its
+own Holm family), printed and written beside them as claims.md, claims.csv and claims.json."""
 
 from __future__ import annotations
 
@@ -14,8 +15,9 @@ from emergence_bench.commands.command import Subparsers, register_command
 def add_parser(subparsers: Subparsers) -> argparse.ArgumentParser:
     parser = subparsers.add_parser("claims", help="the paper's claims as pre-registered tests: a scorecard of DIR",
                                    description="Judge the paper's claims on the results under DIR (a claims-cpu-v2 "
-                                               "sweep), print the scorecard, and write it as DIR/claims.md, .csv and "
-                                               ".json (docs/claims.md).")
+                                               "sweep, or the replication's claims-cpu-replication: each stage DIR "
+                                               "holds, Holm-adjusted on its own), print the scorecard, and write it as "
+                                               "DIR/claims.md, .csv and .json (docs/claims.md).")
     add_results_dir(parser)
     parser.add_argument("--claim", action="append", metavar="ID",
                         help="print only this claim's rows, judged among all of them (repeatable; docs/claims.md "
