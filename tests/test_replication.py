@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from test_claims import STEPS, row
 
 from emergence_bench.claims import claims, preregistration, replication_power
@@ -104,15 +105,25 @@ def test_the_preset_is_the_first_stages_groups_on_fresh_seeds():
         readers = [c for c in REPLICATION if group in c.groups]
         assert own == set(max((c.settings["seeds"] for c in readers), key=len))  # no run that no claim reads
         assert all(c.settings["task_seeds"] == TASK_SEEDS for c in readers)
-    # Disjoint from every seed any other preset or experiment trains or tunes on, and from the first stage's.
+    # Disjoint from every seed any other preset or experiment file names, and from the first stage's.
     used: set[int] = {s for c in claims() if c.stage != STAGE for s in c.settings["seeds"]}
     for source in [*presets().values(), *(ROOT / "docs" / "experiments").glob("*.yaml")]:
         if source.stem != PRESET:
-            sweep = load_sweep(str(source))
-            used |= {sweep.base.get("seed", 0), *(sweep.tuning.seeds if sweep.tuning else [])}
-            used |= {s for grid in [sweep.grid, *(g.grid for g in sweep.groups)] for s in grid.get("seed", [])}
+            used |= seeds_in(yaml.safe_load(source.read_text(encoding="utf-8")))
     mine = {s for c in REPLICATION for s in c.settings["seeds"]}
     assert {0, 47, 100, 107} <= used and not mine & used
+
+
+def seeds_in(node: Any) -> set[int]:
+    """Every value of a key named ``seed`` or ``seeds`` anywhere in a YAML document (a sweep's grid, a
+    tuning's seeds, a plan's seed)."""
+    if isinstance(node, list):
+        return {s for item in node for s in seeds_in(item)}
+    if not isinstance(node, dict):
+        return set()
+    found = {s for key, value in node.items() if key in ("seed", "seeds")
+             for s in (value if isinstance(value, list) else [value]) if isinstance(s, int)}
+    return found | {s for value in node.values() for s in seeds_in(value)}
 
 
 def test_the_design_still_matches_its_pre_registered_hash():
