@@ -8,6 +8,8 @@ import pytest
 import torch
 
 pytest.importorskip("transformers")
+from interrupted_training import train_interrupted
+
 from emergence_bench.analysis import corpus, head_scores, lm_family  # noqa: E402
 from emergence_bench.analysis.family_analysis import heads_for_most, recovered  # noqa: E402
 from emergence_bench.analysis.language_probes import LEXICONS, PROBES, probe_set  # noqa: E402
@@ -89,18 +91,7 @@ def test_a_stopped_seed_resumes_to_the_same_weights(tiny_corpus, tmp_path, monke
     for out in (whole, stopped):
         lm_family.prepare(out, config)
     train_seed(whole, config, 0)
-    real, calls = torch.nn.utils.clip_grad_norm_, []
-
-    def stop_at_step_5(*args, **kwargs):  # called once per training step
-        calls.append(1)
-        if len(calls) == 6:
-            raise KeyboardInterrupt
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(torch.nn.utils, "clip_grad_norm_", stop_at_step_5)
-    with pytest.raises(KeyboardInterrupt):
-        train_seed(stopped, config, 0)
-    monkeypatch.setattr(torch.nn.utils, "clip_grad_norm_", real)
+    train_interrupted(monkeypatch, lambda: train_seed(stopped, config, 0))
     assert json.loads((stopped / "lm-seed0" / "train.json").read_text())["status"] == "running"
     record = train_seed(stopped, config, 0)
     assert record["status"] == "ok" and [c[0] for c in record["curve"]] == checkpoint_steps(8, 2)

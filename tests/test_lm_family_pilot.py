@@ -10,6 +10,7 @@ import pytest
 import torch
 
 pytest.importorskip("transformers")
+from interrupted_training import train_interrupted
 from test_lm_family import LINES  # noqa: E402
 
 from emergence_bench.analysis import head_scores, lm_pilot, pythia  # noqa: E402
@@ -130,18 +131,7 @@ def test_a_configuration_stopped_and_resumed_scores_and_trains_as_one_never_stop
     for out in (whole, stopped):
         lm_pilot.prepare(out / arm.name, arm.config)
     lm_pilot.train_arm(whole, arm)
-    real, calls = torch.nn.utils.clip_grad_norm_, []
-
-    def stop_at_step_5(*args, **kwargs):  # called once per training step
-        calls.append(1)
-        if len(calls) == 6:
-            raise KeyboardInterrupt
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(torch.nn.utils, "clip_grad_norm_", stop_at_step_5)
-    with pytest.raises(KeyboardInterrupt):
-        lm_pilot.train_arm(stopped, arm)
-    monkeypatch.setattr(torch.nn.utils, "clip_grad_norm_", real)
+    train_interrupted(monkeypatch, lambda: lm_pilot.train_arm(stopped, arm))
     folder = model_folder(stopped / arm.name, arm.seed)
     state = torch.load(folder / "state.pt")
     assert state["step"] == 4  # the last checkpoint before the stop, and the cosine lr there
