@@ -413,7 +413,7 @@ WITH_REFERENCE = [name for name, p in PARSERS.items() if any("--reference" in a.
 def test_a_reference_that_is_not_one_is_named_with_what_a_reference_is(name, bad, folder, capsys, monkeypatch):
     """Binary garbage, a YAML file, a .gz cut short, gzip of a list, of YAML, of Latin-1, of a part of
     one, a folder: the file named and what a reference is; nothing drawn or written."""
-    assert set(WITH_REFERENCE) == {"rank", "report"}
+    assert set(WITH_REFERENCE) == {"rank", "report", "claims"}
     before = tree(folder / "two-runs")
     line = one_line([name, "{tmp}/two-runs", "--reference", f"{{tmp}}/{bad}"], folder, capsys, monkeypatch, [bad])
     assert ("is a folder" if bad == "empty" else "not a") in line and "a reference is the gzipped JSON" in line, line

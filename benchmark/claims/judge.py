@@ -16,8 +16,10 @@
 
 ``judge_folder(folder)`` reads a folder's rows by sweep group (the patching group's reports read from
 each run's ``analysis/`` folder) and judges every declared claim on them, leaving out a stage none of
-whose rows it holds (a replication's folder is not the first stage's); the reporting layer only
-renders the result (``reporting/scorecard.py``).
+whose rows it holds (a replication's folder is not the first stage's); given a reference's rows of
+one stage (``claims.reference``), they fill every (group, mixer) the folder lacks for that stage
+(``filled``), never another stage's. The reporting layer only renders the result
+(``reporting/scorecard.py``).
 """
 
 from __future__ import annotations
@@ -32,9 +34,17 @@ from pathlib import Path
 from typing import Any, Literal, cast
 
 from emergence_bench.claims import claims
-from emergence_bench.claims.claim import Claim, Evidence, NotApplicable, Outcome, Rows, config_value, confirmation
+from emergence_bench.claims.claim import (
+    Claim,
+    Evidence,
+    NotApplicable,
+    Outcome,
+    Rows,
+    config_value,
+    confirmation,
+)
 from emergence_bench.config import ConfigError
-from emergence_bench.results.row import ResultRow, emergence_step
+from emergence_bench.results.row import ResultRow, Row, emergence_step
 from emergence_bench.results.store import ANALYSIS_DIR, UnreadableResult, parse_result, result_paths
 from emergence_bench.stats.significance import holm
 
@@ -216,18 +226,63 @@ def attach_patching(folder: Path, rows: list[ResultRow]) -> None:
                                                  "ground_truth": truth_best}
 
 
-def judge_folder(folder: Path, only: Sequence[Claim] | None = None) -> list[ScoreRow]:
-    """Every declared claim judged on ``folder``'s rows (Holm over all of them, as pre-registered),
-    then only the rows of ``only`` kept; the patching group's runs read with the reports already on
-    disk (``attach_patching``). A folder without rows is a ValueError, one where no claim finds
-    its rows (every verdict "not run": not a claims sweep) a ConfigError."""
+def stage_rows(rows: Sequence[Row], stage: str) -> list[Row]:
+    """The rows some claim of ``stage`` reads as its confirmation (its seeds and task instances)."""
+    readers = [claim for claim in claims() if claim.stage == stage]
+    return [row for row in rows if any(confirmation([row], claim.settings) for claim in readers)]
+
+
+def filled(own: Rows, shipped: Rows, stage: str) -> tuple[dict[str, list[Row]], dict[str, list[str]]]:
+    """``own``'s rows, with ``shipped``'s rows (a reference of ``stage``) filling each (group, mixer)
+    that ``own`` lacks among the stage's runs; returns them and what was taken: group -> its mixers.
+    A (group, mixer) ``own`` holds even one run of is its own, never topped up (a plugin's folder
+    holds its mixer's runs only, so the reference's Transformer rows of the same groups join them);
+    ``own``'s runs of another stage (a replication's seeds) take nothing's place."""
+    def mixer(row: Row) -> str:
+        return str(config_value(row, "mixer.name"))
+
+    rows = {group: list(found) for group, found in own.items()}
+    taken: dict[str, list[str]] = {}
+    for group, theirs in shipped.items():
+        ours = {mixer(row) for row in stage_rows(own.get(group, []), stage)}
+        missing = sorted({mixer(row) for row in theirs} - ours)
+        if missing:
+            rows.setdefault(group, []).extend(row for row in theirs if mixer(row) in missing)
+            taken[group] = missing
+    return rows, taken
+
+
+def judge_groups(groups: Rows, shipped: Rows | None = None, stage: str = "") -> list[ScoreRow]:
+    """Every declared claim judged on ``groups`` (``judge``), the claims of ``stage`` on them filled
+    with ``shipped`` (``filled``); the other stages' on ``groups`` alone, so a reference of the first
+    stage never fills a replication's rows. Holm stays per stage, so judging the stages apart is
+    judging them together."""
+    if not shipped:
+        return judge(groups, claims())
+    rows = filled(groups, shipped, stage)[0]
+    return [line for each in dict.fromkeys(claim.stage for claim in claims())
+            for line in judge(rows if each == stage else groups, [c for c in claims() if c.stage == each])]
+
+
+def read_folder(folder: Path, shipped: Rows | None = None) -> dict[str, list[ResultRow]]:
+    """``folder``'s rows by sweep group, the patching group's with the reports already on disk
+    (``attach_patching``). A folder without rows is a ValueError, unless ``shipped`` rows judge in
+    its place."""
     groups = rows_by_group(folder)
-    if not any(groups.values()):
+    if not any(groups.values()) and not shipped:
         raise ValueError(f"no readable results under {folder}: "
                          f"run `emergence-bench sweep claims-cpu-v2 --out {folder}` first")
     if groups.get(PATCHING_GROUP):
         attach_patching(folder, groups[PATCHING_GROUP])
-    everything = judge(groups, claims())
+    return groups
+
+
+def judge_read(folder: Path, groups: Rows, only: Sequence[Claim] | None = None, shipped: Rows | None = None,
+               stage: str = "") -> list[ScoreRow]:
+    """``judge_groups`` on ``folder``'s rows (``read_folder``), each stage kept only where some row of it
+    was judged; then only the rows of ``only``. A folder where no claim finds its rows (every verdict
+    "not run": not a claims sweep) is a ConfigError."""
+    everything = judge_groups(groups, shipped, stage)
     run = {row.claim.stage for row in everything if row.verdict != "not run"}
     card = [row for row in everything if row.claim.stage in run]  # a stage not run here is another folder's
     if not card:
@@ -237,3 +292,11 @@ def judge_folder(folder: Path, only: Sequence[Claim] | None = None) -> list[Scor
                           f"group(s): {', '.join(found)}; the claims read group(s) {', '.join(read)}); "
                           f"run `emergence-bench sweep claims-cpu-v2 --out {folder}` first")
     return card if only is None else [row for row in card if row.claim in only]
+
+
+def judge_folder(folder: Path, only: Sequence[Claim] | None = None, shipped: Rows | None = None,
+                 stage: str = "") -> list[ScoreRow]:
+    """Every declared claim judged on ``folder``'s rows (Holm over each stage's, as pre-registered),
+    then only the rows of ``only`` kept. ``shipped``: a reference's rows of ``stage``, by group,
+    filling every (group, mixer) the folder lacks (``filled``); an empty folder then judges them alone."""
+    return judge_read(folder, read_folder(folder, shipped), only, shipped, stage)

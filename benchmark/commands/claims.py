@@ -1,6 +1,8 @@
 """`emergence-bench claims DIR`: the paper's claims judged on the results under DIR (a
 ``claims-cpu-v2`` sweep, or the replication's ``claims-cpu-replication``: each stage DIR holds, its
-own Holm family), printed and written beside them as claims.md, claims.csv and claims.json."""
+own Holm family), printed and written beside them as claims.md, claims.csv and claims.json. With
+``--reference``, a claims reference's rows fill the groups DIR lacks (``claims.reference``);
+``--save-reference`` writes one from DIR."""
 
 from __future__ import annotations
 
@@ -25,6 +27,14 @@ def add_parser(subparsers: Subparsers) -> argparse.ArgumentParser:
     parser.add_argument("--patch", action="store_true",
                         help="first patch the patching group's runs that emerged between two checkpoints (torch; "
                              "the reports are kept in each run's analysis/ folder, and the judgement reads them)")
+    parser.add_argument("--reference", metavar="builtin|FILE",
+                        help="judge with a claims reference's rows (claims-cpu-v2's first stage: `builtin`, the "
+                             "shipped one, or a file) filling every group (and mixer) DIR lacks; DIR's own runs "
+                             "of a group always win; on an empty DIR, the reference's scorecard")
+    parser.add_argument("--save-reference", metavar="FILE", nargs="?", const="",
+                        help="instead of judging, write DIR's claims-cpu-v2 rows as a claims reference (a "
+                             "maintainer's step; default FILE: the shipped one, "
+                             "benchmark/presets/reference/claims-cpu-v2.json.gz)")
     return parser
 
 
@@ -64,22 +74,48 @@ def patch_folder(folder: Path) -> int:
     return patched
 
 
+def save_reference(folder: Path, out: str) -> int:
+    """``--save-reference``: DIR's runs of the preset written as a claims reference (``claims.reference``)."""
+    from emergence_bench.claims import reference
+    from emergence_bench.results import packed
+
+    built = reference.build(folder)
+    target = Path(out) if out else reference.SHIPPED
+    size = packed.write(built, target)
+    print(f"wrote {target}: {built['runs']} runs in {len(built['rows'])} groups, {size / 1e6:.2f} MB, design sha256 "
+          f"{built['sha256'][:12]}, commit {built['commit']}")
+    return 0
+
+
 def main(args: argparse.Namespace, extra: list[str]) -> int:
+    if args.save_reference is not None and args.reference:
+        raise ValueError("--save-reference writes a reference from DIR; it does not judge with --reference")
     folder = writable_results(results_in(args.dir), "claims", "claims.md, .csv and .json")
+    if args.save_reference is not None:
+        return save_reference(folder, args.save_reference)
 
     from emergence_bench.claims import claims
     from emergence_bench.claims.claim import CLAIMS
 
     claims()  # declares the built-in claims, so --claim can name them
     only = [CLAIMS.get(name) for name in args.claim] if args.claim else None  # judged among all: one Holm family
-    from emergence_bench.claims.judge import judge_folder
+    from emergence_bench.claims import judge, reference
+
+    shipped = reference.load(args.reference) if args.reference else None  # a bad file: one line, nothing written
     from emergence_bench.reporting import scorecard
 
     if args.patch:
         print(f"patched {patch_folder(folder)} report(s)", file=sys.stderr)  # (pandas: after the arguments are checked)
 
-    rows, markdown = scorecard.write(folder, judge_folder(folder), only)
+    rows = reference.rows(shipped) if shipped else None
+    stage = shipped["stage"] if shipped else ""
+    groups = judge.read_folder(folder, rows)
+    card = judge.judge_read(folder, groups, shipped=rows, stage=stage)
+    note = reference.taken_line(shipped, judge.filled(groups, rows, stage)[1]) if shipped and rows else ""
+    rows_out, markdown = scorecard.write(folder, card, only, note)
     print(markdown, end="")
+    if note:
+        print(f"\n{note}")
     print(f"\nwrote {folder / 'claims.md'} (with the paper's words, each test and its details), claims.csv and "
           f"claims.json", file=sys.stderr)
     return 0

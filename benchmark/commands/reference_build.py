@@ -8,15 +8,13 @@ came from. Not a subcommand of `emergence-bench`: run it as a module.
 from __future__ import annotations
 
 import argparse
-import gzip
-import json
 import platform
 import time
 from pathlib import Path
 
 from emergence_bench.config import ConfigError
 from emergence_bench.reporting.reference import BUILTIN_PRESET, FORMAT, REFERENCE_DIR, compact, families
-from emergence_bench.results.atomic import write_atomic
+from emergence_bench.results import packed
 from emergence_bench.results.row import section
 from emergence_bench.results.store import SCHEMA_VERSION, TUNING_DIR, code_version, load_records, read_tables
 
@@ -43,11 +41,6 @@ def build(root: str | Path, preset: str) -> dict:
             "rows": [compact(r) for r in sorted(records, key=lambda r: r["run_id"])]}
 
 
-def write(reference: dict, path: str | Path) -> None:
-    text = json.dumps(reference, sort_keys=True, separators=(",", ":"), default=str).encode()
-    write_atomic(path, lambda file: file.write(gzip.compress(text, mtime=0)))
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="write a reference file from a finished tuned ranking sweep")
     parser.add_argument("dir")
@@ -56,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     reference = build(args.dir, args.preset)
     out = Path(args.out or REFERENCE_DIR / f"{args.preset}.json.gz")
-    write(reference, out)
+    packed.write(reference, out)
     print(f"wrote {out}: {len(reference['rows'])} rows, {len(reference['tuning'])} tuning tables, "
           f"ladder {reference['ladder']}, commit {reference['commit']}")
     return 0

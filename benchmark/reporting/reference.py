@@ -19,9 +19,7 @@ Write one from a finished ranking sweep with
 
 from __future__ import annotations
 
-import gzip
 import json
-import zlib
 from collections.abc import Collection
 from pathlib import Path
 from typing import Any, cast
@@ -31,6 +29,7 @@ from emergence_bench.measurements.emergence import EMERGENCE
 from emergence_bench.measurements.plateau import PLATEAU
 from emergence_bench.reporting.ladder import ladders
 from emergence_bench.reporting.leaderboard import flatten
+from emergence_bench.results import packed
 from emergence_bench.results.row import ResultRow, section
 from emergence_bench.results.store import SCHEMA_VERSION, upgrade_row
 
@@ -68,17 +67,7 @@ def load(name: str) -> dict:
     reference is."""
     path = path_of(name)
     name = name if str(path) == name else f"{name!r} ({path})"  # what the lines below call it
-    try:
-        with gzip.open(path, "rt", encoding="utf-8") as file:
-            reference = json.load(file)
-    # BadGzipFile and a read error are OSErrors, a cut-short file an EOFError (or zlib's error), a
-    # JSON error a ValueError, like a text that is not UTF-8.
-    except (OSError, EOFError, zlib.error, ValueError) as error:
-        why = " ".join(str(error).split()) or type(error).__name__
-        raise ConfigError(f"reference {name} is not a reference file ({why}); {WHAT_A_REFERENCE_IS}") from None
-    if not isinstance(reference, dict):
-        raise ConfigError(f"reference {name} holds a JSON {type(reference).__name__}, not a reference file; "
-                          f"{WHAT_A_REFERENCE_IS}")
+    reference = packed.read(path, name, WHAT_A_REFERENCE_IS)
     if reference.get("format") != FORMAT:
         raise ConfigError(f"reference {name} has format {reference.get('format')!r}; this version reads {FORMAT}; "
                           f"{WHAT_A_REFERENCE_IS}")
@@ -161,16 +150,6 @@ COMPACT_PLATEAU = ("end_step", "censored", "worth", "first_drop_step", "first_dr
 # plateaus (per-cell eval losses, train loss), and the task facts those are read against.
 COMPACT_CURVES = ("eval_cells", "train_loss")
 COMPACT_FACTS = ("chance_loss", "floor_loss")
-CURVE_DIGITS = 4  # significant digits of a kept loss: far below eval noise (about 1% of chance − floor)
-
-
-def _rounded(value: Any) -> Any:
-    """``value`` with every float to ``CURVE_DIGITS`` significant digits (steps, ints, stay exact)."""
-    if isinstance(value, float):
-        return float(f"{value:.{CURVE_DIGITS}g}")
-    if isinstance(value, list):
-        return [_rounded(v) for v in value]
-    return value
 
 
 def compact(record: ResultRow) -> dict:
@@ -184,4 +163,4 @@ def compact(record: ResultRow) -> dict:
             "emergence": {"step": emergence.get("step"), "censored": emergence.get("censored")},
             "plateau": {key: value for key, value in plateau.items() if key in COMPACT_PLATEAU},
             "task_facts": {key: facts[key] for key in COMPACT_FACTS if key in facts},
-            "curves": {key: _rounded(curves[key]) for key in COMPACT_CURVES if curves.get(key)}}
+            "curves": {key: packed.rounded(curves[key]) for key in COMPACT_CURVES if curves.get(key)}}

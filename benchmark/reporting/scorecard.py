@@ -62,13 +62,15 @@ def to_markdown(rows: list[dict[str, Any]], full: bool = True) -> str:
     return "\n".join(lines) + f"\n\n{len(rows)} rows: {summary}.\n"
 
 
-def write(folder: Path, card: Sequence[ScoreRow],
-          only: Sequence[Claim] | None = None) -> tuple[list[dict[str, Any]], str]:
+def write(folder: Path, card: Sequence[ScoreRow], only: Sequence[Claim] | None = None,
+          note: str = "") -> tuple[list[dict[str, Any]], str]:
     """Writes the judged ``card`` (``claims.judge.judge_folder``) as claims.{md,csv,json} in ``folder``
-    (the whole scorecard; ``only`` chooses the rows returned); returns those rows and their short table."""
+    (the whole scorecard; ``only`` chooses the rows returned; ``note``, a line below claims.md's table:
+    which rows a reference gave); returns those rows and their short table."""
     written = table(card)
     rows = [r.to_dict() for r in card if only is None or r.claim in only]
     flat = pd.DataFrame([{k: v for k, v in r.items() if k != "settings"} for r in written])
-    write_files({folder / "claims.md": to_markdown(written), folder / "claims.csv": flat.to_csv(index=False),
+    markdown = to_markdown(written) + (f"\n{note}\n" if note else "")
+    write_files({folder / "claims.md": markdown, folder / "claims.csv": flat.to_csv(index=False),
                  folder / "claims.json": json_text(without_non_finite(written)[0])})  # an unbounded end as null
     return rows, to_markdown(rows, full=False)
