@@ -25,6 +25,8 @@ from emergence_bench.claims.judge import PATCHING_GROUP, ScoreRow, attach_patchi
 from emergence_bench.claims.preregistration import changes, digest, record
 from emergence_bench.config import ConfigError
 from emergence_bench.execution.sweep_spec import PRESETS_DIR
+from emergence_bench.measurements.attention_probe import ATTENTION_PROBE
+from emergence_bench.measurements.emergence import EMERGENCE
 from emergence_bench.results import packed
 from emergence_bench.results.row import ResultRow, section
 from emergence_bench.results.store import SCHEMA_VERSION, code_version
@@ -50,13 +52,14 @@ WHOLE = ("metrics", "plateau", "task_facts", "patching")
 
 def compact(row: ResultRow) -> dict[str, Any]:
     """The part of a result row the claims read (see above)."""
-    curves, probe = section(row, "curves"), dict(section(row, "attention_probe"))
+    kept = cast(Mapping[str, Any], row)
+    curves: Mapping[str, Any] = section(row, "curves")
+    probe: dict[str, Any] = dict(section(row, ATTENTION_PROBE))
     if probe.get("history"):
         probe["history"] = packed.rounded(probe["history"])
-    kept = cast(Mapping[str, Any], row)
     return {"run_id": row["run_id"], "status": row["status"], "seed": row["seed"], "config": row["config"],
             "timing": {"steps": section(row, "timing").get("steps")},
-            "emergence": {k: v for k, v in section(row, "emergence").items() if k != "history"},
+            "emergence": {k: v for k, v in section(row, EMERGENCE).items() if k != "history"},
             "attention_probe": probe, "curves": {k: packed.rounded(curves[k]) for k in CURVES if curves.get(k)},
             **{key: kept[key] for key in WHOLE if kept.get(key) is not None}}
 
