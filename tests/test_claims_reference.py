@@ -213,3 +213,13 @@ def test_the_results_page_shows_the_shipped_scorecard():
     page = (ROOT / "docs" / "results.md").read_text(encoding="utf-8")
     assert shipped_scorecard.table_in(page) == shipped_scorecard.generated(reference.load(reference.BUILTIN)), \
         "run `python -m emergence_bench.reporting.shipped_scorecard docs/results.md`"
+
+
+def test_judging_with_a_reference_imports_neither_torch_nor_lightning(built, tmp_path):
+    from test_cli_imports import answer
+
+    folder, out, _ = built
+    (tmp_path / "empty").mkdir()
+    for argv in (["claims", str(tmp_path / "empty"), "--reference", str(out)],
+                 ["claims", str(folder), "--save-reference", str(tmp_path / "ref.json.gz")]):
+        assert answer(argv, tmp_path) == {"status": 0, "torch": False, "lightning": False}, argv
