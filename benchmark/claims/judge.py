@@ -34,15 +34,7 @@ from pathlib import Path
 from typing import Any, Literal, cast
 
 from emergence_bench.claims import claims
-from emergence_bench.claims.claim import (
-    Claim,
-    Evidence,
-    NotApplicable,
-    Outcome,
-    Rows,
-    config_value,
-    confirmation,
-)
+from emergence_bench.claims.claim import Claim, Evidence, NotApplicable, Outcome, Rows, config_value, confirmation
 from emergence_bench.config import ConfigError
 from emergence_bench.results.row import ResultRow, Row, emergence_step
 from emergence_bench.results.store import ANALYSIS_DIR, UnreadableResult, parse_result, result_paths
