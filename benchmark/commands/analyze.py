@@ -14,6 +14,8 @@
     analyze calibration DIR                           a ladder's calibration table: per group and setting,
                                                       emerged, held plateaus worth the name, abrupt cells
                                                       by the rule -> DIR/calibration.md
+    analyze budget DIR [--workers N]                  where a sweep's time went: worker time per stage,
+                                                      group and mixer, and its censored tail -> DIR/budget.md
 
 "Solves" is the run's own emergence criterion: greedy accuracy on the scored tokens of the probe set
 (the task's eval batches) ≥ the emergence callback's threshold. The work is in
@@ -85,6 +87,10 @@ def add_parser(subparsers: Subparsers) -> argparse.ArgumentParser:
     ca = sub.add_parser("calibration", help="a calibration screen's table: emergence, held plateaus, abrupt cells")
     ca.add_argument("folder", metavar="DIR", help="a results folder (a calibration sweep's --out)")
 
+    bu = sub.add_parser("budget", help="where a sweep's time went: worker time per stage, group and mixer")
+    bu.add_argument("folder", metavar="DIR", help="a results folder (a sweep's --out)")
+    bu.add_argument("--workers", type=int, default=2, help="workers the wall-time bound assumes (default 2)")
+
     py = sub.add_parser("pythia", help="bisect and patch Pythia (GPT-NeoX) checkpoints on a language probe")
     py.add_argument("--model", required=True,
                     help="hub name (EleutherAI/pythia-70m) or local folder of step*/ revisions")
@@ -137,6 +143,17 @@ def main(args: argparse.Namespace, extra: list[str] | None = None) -> int:
         print(markdown, end="")
         write_text(Path(args.folder) / TABLE_FILE, markdown)
         print(f"wrote {Path(args.folder) / TABLE_FILE}", file=sys.stderr)
+        return 0
+    if args.analysis == "budget":
+        from emergence_bench.analysis import budget
+        from emergence_bench.results.store import write_text
+
+        if Path(args.folder).is_dir():
+            writable_results(Path(args.folder), "analyze budget", budget.TABLE_FILE)
+        markdown = budget.to_markdown(budget.budget(args.folder, args.workers))
+        print(markdown, end="")
+        write_text(Path(args.folder) / budget.TABLE_FILE, markdown)
+        print(f"wrote {Path(args.folder) / budget.TABLE_FILE}", file=sys.stderr)
         return 0
     if args.analysis == "pythia":  # checked, not made: a model refused before its row leaves no folder behind
         writable(Path(args.out), "choose another --out", "the results folder ")
