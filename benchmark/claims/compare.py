@@ -9,7 +9,7 @@
   never got there ranked last, its effect the concordance (the chance that a run of a later arm took
   longer than a run of an earlier one, ties half: 0.5 is no trend) with a bootstrap interval;
 - ``rate``: a share of runs (abrupt, emerged) against a fixed proportion: the exact binomial test
-  with a Wilson interval.
+  with a Wilson interval (or the exact Clopper–Pearson one, for a handful of seeds).
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from emergence_bench.stats.significance import (
     binomial_test,
     bootstrap_difference,
     bootstrap_ratio,
+    clopper_pearson_interval,
     detectable_shift_ratio,
     jonckheere,
     logrank,
@@ -135,10 +136,11 @@ def detectable_share(n: int, p0: float, predicts: str, alpha: float = 0.05, powe
     return None
 
 
-def rate(hits: Sequence[bool], p0: float, name: str, predicts: str = "above") -> Evidence:
-    """The share of runs that ``hits``, against ``p0``; the paper predicts it ``above`` (or ``below``)."""
+def rate(hits: Sequence[bool], p0: float, name: str, predicts: str = "above", exact: bool = False) -> Evidence:
+    """The share of runs that ``hits``, against ``p0``; the paper predicts it ``above`` (or ``below``).
+    ``exact``: the Clopper–Pearson interval instead of Wilson's."""
     k, n = sum(hits), len(hits)
-    low, high = wilson_interval(k, n)
+    low, high = clopper_pearson_interval(k, n) if exact else wilson_interval(k, n)
     test = binomial_test(k, n, p0)
     share = k / n if n else math.nan
     direction = 0 if share == p0 else (1 if (share > p0) == (predicts == "above") else -1)

@@ -84,6 +84,12 @@ def complete(claim: Claim, evidence: Evidence) -> bool:
 def _verdict(claim: Claim, evidence: Evidence, p: float | None) -> tuple[Verdict, str]:
     if not complete(claim, evidence):
         return "inconclusive", f"an arm has {evidence.smallest_arm} of the design's {design_runs(claim)} runs"
+    return verdict(claim, evidence, p)
+
+
+def verdict(claim: Claim, evidence: Evidence, p: float | None) -> tuple[Verdict, str]:
+    """The verdict of a comparison with all the runs its design asks for, and why, at its Holm-adjusted
+    ``p`` (None: no test), by the claim's kind (the module docstring)."""
     if p is None:
         return "inconclusive", "no test could be computed"
     significant = p < ALPHA

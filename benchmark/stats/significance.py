@@ -11,13 +11,14 @@ affordable and say so in ``TestResult.method`` when they are not. Conventions sh
 - Values may be ``math.inf``: a censored-at-infinity time (the event never happened within the
   budget). It ranks above every finite value and ties with other infs; NaN is rejected.
 
-Where scipy.stats has the test, it computes it: Fisher's exact test, the exact binomial test, the
-log-rank test and Mann–Whitney's normal approximation (and the chi-square tail, which claims/heads.py
-calls itself). Around them this module keeps the suite's conventions: argument checks, directions,
-inf as a censored time, no evidence as p = 1. What scipy lacks stays here: the exact Cochran–Armitage
-and Jonckheere–Terpstra tests, Mann–Whitney's exact null with ties (scipy's exact test assumes none),
-Holm's adjustment, Mann–Whitney's power, and the seeded percentile bootstrap (scipy's bootstrap draws
-other resamples and defaults to BCa intervals: every shipped interval would move).
+Where scipy.stats has the test, it computes it: Fisher's exact test, the exact binomial test and its
+exact (Clopper–Pearson) interval, the log-rank test and Mann–Whitney's normal approximation (and the
+chi-square tail, which claims/heads.py calls itself). Around them this module keeps the suite's
+conventions: argument checks, directions, inf as a censored time, no evidence as p = 1. What scipy
+lacks stays here: the exact Cochran–Armitage and Jonckheere–Terpstra tests, Mann–Whitney's exact
+null with ties (scipy's exact test assumes none), Holm's adjustment, Mann–Whitney's power, and the
+seeded percentile bootstrap (scipy's bootstrap draws other resamples and defaults to BCa intervals:
+every shipped interval would move).
 
 Mann–Whitney's two-sided p is P(|U − E U| ≥ |u − E U|), the distance from the null's centre;
 scipy's permutation test doubles the smaller tail instead. Without ties U's null is symmetric about
@@ -146,6 +147,17 @@ def binomial_test(k: int, n: int, p0: float = 0.5, alternative: Alternative = "t
         return TestResult(0.0, 1.0, "exact binomial")
     p = float(stats.binomtest(k, n, p0, alternative=alternative).pvalue)
     return TestResult(float(k), min(1.0, p), "exact binomial")
+
+
+def clopper_pearson_interval(k: int, n: int, level: float = 0.95) -> tuple[float, float]:
+    """The exact (Clopper–Pearson) interval of a proportion, k successes in n trials, by
+    scipy.stats.binomtest: it inverts the exact binomial test, so it never covers less than ``level``
+    (Wilson's can, at a handful of trials). (0, 1) with n = 0."""
+    _check_count(k, n)
+    if n == 0:
+        return 0.0, 1.0
+    interval = stats.binomtest(k, n).proportion_ci(confidence_level=level, method="exact")
+    return float(interval.low), float(interval.high)
 
 
 def sign_test(differences: Values, alternative: Alternative = "two-sided") -> TestResult:
