@@ -136,6 +136,9 @@ def test_the_analysis_covers_every_seed_probe_and_checkpoint(family):
         assert set(probe["seeds"]) == {"0", "1"} and probe["of"] == 2
     for kind in ("previous_token", "induction"):
         assert summary["heads"][kind]["of"] == 2 and set(summary["heads"][kind]["seeds"]) == {"0", "1"}
+    claims = summary["claims"]  # judged as declared: 4 prompts are not the declared 64, so not run
+    assert [r["claim"] for r in claims["rows"]] == ["family-seeds-differ", "family-heads-jump", "family-few-heads"]
+    assert {r["verdict"] for r in claims["rows"]} == {"not run"} and "on 4 prompts" in claims["rows"][0]["reason"]
     figure = probe_figure(rows)
     assert figure is not None and len(language_rows(rows)) == 2
     assert len([a for a in figure.axes if a.axison]) == 4  # two probes and the two head patterns

@@ -9,7 +9,9 @@ numbers across seeds (the paper's first part: docs/science.md, "Language probes"
 3. a few heads carry it: the gap recovered by the top K heads patched together, K = 1, 2, 4, 8, 16.
 
 Rows go to ``OUT/analysis/<run id>/result.json`` (``analyze pythia``'s, which the leaderboard and the
-report read); the summary to ``OUT/analysis/family.json``.
+report read); the summary to ``OUT/analysis/family.json``, with the three claims judged as declared
+before the family trained where a judge is given (``FamilyJudge``: ``claims.family_judge.scorecard``,
+passed in by the command, since the claims sit a layer above this module).
 """
 
 from __future__ import annotations
@@ -17,18 +19,20 @@ from __future__ import annotations
 import json
 import statistics
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 
 from emergence_bench.analysis import pythia
 from emergence_bench.analysis.head_scores import JUMP
 from emergence_bench.analysis.language_probes import PROBES, SHAKESPEARE
 from emergence_bench.analysis.lm_family import FamilyConfig, family_file, model_folder, trained_seeds
-from emergence_bench.results.store import write_json
+from emergence_bench.results.store import without_non_finite, write_json
 from emergence_bench.stats.transition_share import transition
 
 K_SHOWN = (1, 2, 4, 8, 16)
 MOST = 0.8  # "carried by k heads": the fewest top heads that recover this much of the gap
 SUMMARY_FILE = "family.json"
+FamilyJudge = Callable[[list[dict]], dict]  # the family's analysis rows (every seed and probe) -> a scorecard
 
 
 def recovered(patching: dict) -> dict[int, float | None]:
@@ -106,9 +110,11 @@ def head_summary(rows: dict[int, dict]) -> dict:
 
 
 def analyze_family(out: Path, probes: list[str] | None = None, prompts: int = 64, threshold: float = 0.5,
-                   device: str = "auto") -> dict:
+                   device: str = "auto", judge: FamilyJudge | None = None) -> dict:
     """Analyse every trained seed of the family in ``out`` on ``probes`` (default all, in the
-    shakespeare lexicon); writes and returns the summary."""
+    shakespeare lexicon); writes and returns the summary, with ``judge``'s scorecard of the rows as
+    its ``claims`` (an unbounded number, such as a spread with a seed that never emerged, is null in
+    the file)."""
     probes = list(probes or PROBES)
     unknown = sorted(set(probes) - set(PROBES))
     if unknown:
@@ -134,7 +140,9 @@ def analyze_family(out: Path, probes: list[str] | None = None, prompts: int = 64
                "threshold": threshold, "prompts": prompts, "heads_per_model": heads, "split_probe_words": split,
                "probes": {probe: probe_summary(by_seed) for probe, by_seed in rows.items()},
                "heads": head_summary(rows[probes[0]])}  # the same models and repeats under every probe
-    write_json(out / "analysis" / SUMMARY_FILE, summary)
+    if judge is not None:
+        summary["claims"] = judge([row for by_seed in rows.values() for row in by_seed.values()])
+    write_json(out / "analysis" / SUMMARY_FILE, without_non_finite(summary)[0])
     return summary
 
 

@@ -7,7 +7,9 @@
     lm-family analyze OUT [--probes ...]
         per seed and probe: accuracy at every checkpoint, the emergence step (bisection), per-head
         previous-token and induction scores, head patching with K = 1, 2, 4, 8, 16;
-        rows in OUT/analysis/ (`report OUT/analysis` draws them), the summary in OUT/analysis/family.json
+        rows in OUT/analysis/ (`report OUT/analysis` draws them), the summary in OUT/analysis/family.json;
+        then the paper's three Part-1 claims, judged as declared before the family trained (the scorecard
+        printed, and recorded in family.json; docs/results.md)
     lm-family pilot OUT --plan docs/experiments/lm-pilot.yaml [--workers 2] [--max-steps N]
         tests the law of when induction heads form (N = 10^5.7·√(B·C) tokens) on the plan's
         configurations, one seed each, side by side with one thread each: each stops once an
@@ -92,13 +94,27 @@ def main(args: argparse.Namespace, extra: list[str] | None = None) -> int:
         writable(args.out, "run it on a writable copy of the family's folder", "the family's folder ")
     family_file(args.out)
     from emergence_bench.analysis.family_analysis import analyze_family, print_summary  # (torch: after the checks)
+    from emergence_bench.claims.family_judge import scorecard
 
-    summary = analyze_family(args.out, args.probes, args.prompts, args.threshold, args.device)
+    summary = analyze_family(args.out, args.probes, args.prompts, args.threshold, args.device, judge=scorecard)
     print_summary(summary)
+    print_scorecard(summary["claims"])
     print(f"\nanalysed {len(summary['seeds'])} seeds in {(time.perf_counter() - began) / 60:.1f} min; "
           f"wrote {args.out / 'analysis' / 'family.json'}; the report: emergence-bench report {args.out / 'analysis'}",
           file=sys.stderr)
     return 0
+
+
+def print_scorecard(card: dict) -> None:
+    """The Part-1 claims' scorecard (``claims.family_judge.scorecard``), one short row a claim."""
+    from emergence_bench.reporting.scorecard import to_markdown
+
+    print(f"\nThe paper's first half, judged as declared before the family trained (sha256 "
+          f"{card['declared_sha256'][:12]}, {card['declaration']}):")
+    print(to_markdown(card["rows"], full=False), end="")
+    for row in card["rows"]:
+        if row["details"]:
+            print(f"  {row['claim']}: {row['details']}")
 
 
 def pilot(args: argparse.Namespace) -> int:
