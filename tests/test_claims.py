@@ -172,6 +172,10 @@ def test_seeds_differ_reads_the_spread_within_each_instance():
         r["emergence"]["step"] = 400 + 300 * r["config"]["task"]["task_seed"]
     verdict = cell(same, "seeds-differ")
     assert verdict.verdict == "disagrees" and verdict.outcome.effect == pytest.approx(1.0)
+    never = confirmation()
+    for r in never:  # no run emerged: every step censored, so no spread was measured
+        r["emergence"]["step"] = None
+    assert "none of 16 runs emerged" in cell(never, "seeds-differ").reason
 
 
 def test_the_preset_freezes_the_design_the_claims_read():

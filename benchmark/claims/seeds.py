@@ -47,8 +47,10 @@ def evaluate(rows: Rows, settings: Mapping[str, Any]) -> dict[str, Outcome]:
     relative = relative_steps(runs)
     if len(relative) < 4:
         return {"": NotApplicable(f"{len(relative)} run(s): too few to measure a spread")}
-    observed, low, high, p = spread_test(relative, settings["min_spread"], settings["resamples"])
     emerged = sum(math.isfinite(v) for v in relative)
+    if not emerged:  # every step censored: the quartile ratio would read inf, a spread nobody measured
+        return {"": NotApplicable(f"none of {len(relative)} runs emerged: no step to spread")}
+    observed, low, high, p = spread_test(relative, settings["min_spread"], settings["resamples"])
     return {"": Evidence(effect=observed, low=low, high=high, p=p,
                          direction=1 if observed > settings["min_spread"] else -1, n=str(len(relative)),
                          details=f"{emerged}/{len(relative)} emerged; relative steps "
