@@ -245,9 +245,9 @@ groups:
 """
 
 
-def tune_then_rank(tmp_path, monkeypatch, emergence_step) -> tuple[list[str], list[tuple], dict]:
-    """WIDENS tuned then ranked with each run faked: ``emergence_step(lr)`` is its step (None: never).
-    Returns what the tuning said, each run taken as (where, mixer, lr, seed), and the sweep's counts."""
+def tune_then_rank(tmp_path, monkeypatch, emergence_step, text=WIDENS) -> tuple[list[str], list[tuple], dict]:
+    """``text`` (WIDENS) tuned then ranked with each run faked: ``emergence_step(lr)`` is its step (None:
+    never). Returns what the tuning said, each run taken as (where, mixer, lr, seed), and the sweep's counts."""
     from emergence_bench.config import resolve
     from emergence_bench.execution import sweep as sweeps
     from emergence_bench.results.store import SCHEMA_VERSION, write_json
@@ -265,13 +265,14 @@ def tune_then_rank(tmp_path, monkeypatch, emergence_step) -> tuple[list[str], li
         return {"run_id": c.run_id(), "status": "ok", "error": None, "emergence_step": step}
 
     monkeypatch.setattr(sweeps, "_run_one", fake_run)
-    (tmp_path / "widens.yaml").write_text(WIDENS)
+    (tmp_path / "widens.yaml").write_text(text)
     sweep = load_sweep(str(tmp_path / "widens.yaml"))
     said: list[str] = []
     pipeline = tuning.TuneThenRank(sweep, tmp_path / "out", tuning.jobs_for(sweep), said.append,
                                    lambda this, folder, tunes: sweeps.Stage(this, folder, priority=0 if tunes else 1))
     with open(tmp_path / "log", "w") as stream:
-        counts = sweeps.run_stages(pipeline.first(), stream=stream, follow=pipeline, announced={"widens": 8})
+        counts = sweeps.run_stages(pipeline.first(), stream=stream, follow=pipeline,
+                                   announced={"widens": sweep.count()})
     return said, taken, counts
 
 
@@ -310,3 +311,31 @@ def test_a_tuning_where_nothing_emerges_says_none_works_everywhere_it_shows_its_
     assert "1e-3 none works" in lru_row
     (panel,) = [ax for ax in tuning_figure([table]).axes if ax.get_visible()]
     assert panel.get_title().endswith("\nnone works (×): lru") and not panel.texts  # above the data, not on it
+
+
+def test_a_group_of_one_setting_is_tuned_on_it_as_a_ladder_of_one_rung(tmp_path, monkeypatch):
+    """A group without a ladder (claims-cpu-v2-recurrent's) names its one setting as a one-rung ladder:
+    `rung: middle` is that rung, the tuning runs on it, and the ranking runs at the choice with the run
+    ids the group has without the axis (it sets the base's value). Without the axis, the error says so."""
+    one_rung = WIDENS.replace("grid: {task.sparsity: [1, 2]}", "grid: {task.sparsity: [1]}")
+    assert one_rung != WIDENS
+    # 1e-3 is best and on the low edge: the grid widens once (to 3.3e-4, which never emerges), on the same rung.
+    said, taken, counts = tune_then_rank(tmp_path, monkeypatch, lambda lr: {1e-3: 20, 3e-3: 30}.get(lr), one_rung)
+    assert said[0].endswith("lru on lm: best at the low edge of optim.lr, grid widened to [0.000333, 0.001, 0.003]")
+    assert said[1].endswith("lru on lm: chose optim.lr=0.001") and len(said) == 2
+    assert sorted((round(lr, 6), seed) for where, _, lr, seed in taken if where == "tuning") == \
+        [(0.000333, 100), (0.000333, 101), (0.001, 100), (0.001, 101), (0.003, 100), (0.003, 101)]
+    assert {(m, lr) for where, m, lr, _ in taken if where == "ranking"} == {("transformer", 3e-3), ("lru", 1e-3)}
+    assert counts["widens:tuning"]["total"] == 6 and counts["widens"]["ok"] == 4
+    table = json.loads((tmp_path / "out" / "tuning" / "tuning.json").read_text())["tables"][0]
+    assert (table["rung_axis"], table["rungs"], table["chosen"]) == ("task.sparsity", [1], {"optim.lr": 1e-3})
+    tuned_runs = [json.loads(p.read_text()) for p in (tmp_path / "out" / "tuning" / "lm").glob("*/result.json")]
+    assert {r["config"]["task"]["sparsity"] for r in tuned_runs} == {1} and len(tuned_runs) == 6
+    with_axis = load_sweep(str(tmp_path / "widens.yaml"))
+    (tmp_path / "bare.yaml").write_text(one_rung.replace("grid: {task.sparsity: [1]}", "grid: {}"))
+    bare = load_sweep(str(tmp_path / "bare.yaml"))
+    for sweep in (with_axis, bare):
+        sweep.tuned["lru"] = {"lm": {"optim.lr": 1e-3}}
+    assert [c.run_id() for _, c in with_axis.runs()] == [c.run_id() for _, c in bare.runs()]
+    with pytest.raises(ConfigError, match=r"names it as a ladder of one rung, e\.g\. task\.sparsity: \[3\]"):
+        tuning.tuning_sweep(bare, tuning.jobs_for(bare, retune=True))

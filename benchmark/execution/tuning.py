@@ -54,11 +54,14 @@ if TYPE_CHECKING:  # the sweep module runs the stages; tuning only hands them on
 
 # --- the tuning sweep ----------------------------------------------------------------------------
 def rung_axis(group_grid: dict[str, list], group: str) -> tuple[str, list]:
-    """A ranking group's ladder: its one ``task.`` grid key and the rungs."""
+    """A ranking group's ladder: its one ``task.`` grid key and the rungs. A group of one setting names
+    it as a ladder of one rung (``task.sparsity: [3]``, the base's value, so no run id changes): the
+    tuning table and figure say which setting the choice was made on."""
     keys = [k for k in group_grid if k.startswith("task.")]
     if len(keys) != 1:
         raise ConfigError(f"group {group!r} needs exactly one task.* grid axis (its ladder) to be tuned on, "
-                          f"got {keys or 'none'}")
+                          f"got {keys or 'none'}" + ("" if keys else "; a group of one setting names it as a "
+                                                     "ladder of one rung, e.g. task.sparsity: [3]"))
     return keys[0], list(group_grid[keys[0]])
 
 
