@@ -7,7 +7,8 @@ and helps multi-rule cellular automata.
 - ``mixer-ca`` (``mixers-ca``): the MLP-Mixer's plateau end against the Transformer's (S=6, from
   ``ca-state-size``).
 - ``trails-transformer`` (``recurrent``, with the Transformer rows of ``emergence``): each other
-  mixer's emergence step against the Transformer's, one row per mixer found (a plugin's too).
+  mixer's emergence step, at the Transformer's lr 1e-3, against the Transformer's, one row per mixer
+  found (a plugin's too). ``claims.own_lr`` declares it again at each mixer's own tuned lr.
 - ``depth-linear-map`` (``depth``, with the 1-layer rows of ``emergence``) and ``depth-ca``
   (``ca-depth``): the emergence step (linear map) or plateau end (CA) over 1, 2, 4 layers.
 """
@@ -56,17 +57,24 @@ def evaluate_mixer_ca(rows: Rows, settings: Mapping[str, Any]) -> dict[str, Outc
                               predicts="longer")}
 
 
-def evaluate_trails(rows: Rows, settings: Mapping[str, Any]) -> dict[str, Outcome]:
-    # The emergence group's Transformer rows, else the recurrent group's (the same seeds and
-    # instances: never both, or each run would count twice).
-    transformer = arm(rows["emergence"], mixer__name=TRANSFORMER) or arm(rows["recurrent"], mixer__name=TRANSFORMER)
-    others = sorted({config_value(r, "mixer.name") for r in rows["recurrent"]} - {TRANSFORMER})
-    if not transformer:
-        return {"": NotApplicable("no Transformer rows to compare with (sweep with --mixers transformer,...)")}
-    if not others:
-        return {"": NotApplicable("no mixer other than the Transformer in the recurrent group")}
-    return {name: compare.times(arm(rows["recurrent"], mixer__name=name), transformer, "emergence", "step",
-                                (name, TRANSFORMER), predicts="longer") for name in others}
+def evaluate_trails_in(group: str) -> Callable[[Rows, Mapping[str, Any]], dict[str, Outcome]]:
+    """Each mixer of ``group`` but the Transformer against the Transformer's emergence step (the
+    ``recurrent`` group at the Transformer's lr; ``recurrent-own-lr`` at each mixer's own)."""
+    def evaluate(rows: Rows, settings: Mapping[str, Any]) -> dict[str, Outcome]:
+        # The emergence group's Transformer rows, else the group's own (the same seeds and
+        # instances: never both, or each run would count twice).
+        transformer = arm(rows["emergence"], mixer__name=TRANSFORMER) or arm(rows[group], mixer__name=TRANSFORMER)
+        others = sorted({config_value(r, "mixer.name") for r in rows[group]} - {TRANSFORMER})
+        if not transformer:
+            return {"": NotApplicable("no Transformer rows to compare with (sweep with --mixers transformer,...)")}
+        if not others:
+            return {"": NotApplicable(f"no mixer other than the Transformer in the {group} group")}
+        return {name: compare.times(arm(rows[group], mixer__name=name), transformer, "emergence", "step",
+                                    (name, TRANSFORMER), predicts="longer") for name in others}
+    return evaluate
+
+
+evaluate_trails = evaluate_trails_in("recurrent")
 
 
 def evaluate_depth(group: str, plain: str, measurement: str, field: str,
@@ -97,8 +105,9 @@ MIXER_CA = register_claim(Claim(
 TRAILS = register_claim(Claim(
     "trails-transformer", 7, paper="Mamba, Gated DeltaNet and RWKV mostly trail the Transformer.", paper_number="-",
     groups=("recurrent", "emergence"), statistic="log-rank test of the emergence step",
-    effect="KM median emergence step, the mixer over the Transformer", predicts="longer for the mixer",
-    settings=frozen(width=64, n_layers=1, lr=1e-3), evaluate=evaluate_trails, across_mixers=True))
+    effect="KM median emergence step, the mixer at the Transformer's lr (1e-3) over the Transformer",
+    predicts="longer for the mixer", settings=frozen(width=64, n_layers=1, lr=1e-3), evaluate=evaluate_trails,
+    across_mixers=True))
 DEPTH_LINEAR_MAP = register_claim(Claim(
     "depth-linear-map", 7, paper="Depth hurts the linear map.", paper_number="-", groups=("depth", "emergence"),
     statistic="Jonckheere trend test of the emergence step over depth (never-emerged ranked last)",

@@ -37,7 +37,7 @@ from emergence_bench.claims import claims
 from emergence_bench.claims.claim import Claim, Evidence, NotApplicable, Outcome, Rows, config_value, confirmation
 from emergence_bench.config import ConfigError
 from emergence_bench.results.row import ResultRow, Row, emergence_step
-from emergence_bench.results.store import ANALYSIS_DIR, UnreadableResult, parse_result, result_paths
+from emergence_bench.results.store import ANALYSIS_DIR, TUNING_DIR, UnreadableResult, parse_result, result_paths
 from emergence_bench.stats.significance import holm
 
 ALPHA = 0.05
@@ -169,9 +169,10 @@ def judge(rows: Rows, judged: Sequence[Claim]) -> list[ScoreRow]:
 
 def rows_by_group(folder: Path, quiet: bool = False) -> dict[str, list[ResultRow]]:
     """The folder's readable rows by sweep group (the first folder under ``folder``; rows directly in
-    it belong to the group ``""``); ``quiet``: an unreadable row is not named (again)."""
+    it belong to the group ``""``), but a tuned preset's tuning runs (``DIR/tuning``: exploration seeds,
+    never a claim's); ``quiet``: an unreadable row is not named (again)."""
     groups: dict[str, list[ResultRow]] = defaultdict(list)
-    for path in result_paths(folder):
+    for path in result_paths(folder, exclude=(TUNING_DIR,)):
         parts = path.relative_to(folder).parts
         try:
             groups[parts[0] if len(parts) > 2 else ""].append(parse_result(path))

@@ -3,12 +3,14 @@
 ``record(preset, stage)`` is what the stage declared before any of its runs: alpha and the Holm
 family, each row's claim with its statistic, direction, settings (seeds and task instances
 included) and runs a cell, and every run the preset resolves to, by group (its run id: the hash of
-its whole resolved config). ``digest`` is its sha256 over canonical JSON. The file
+its whole resolved config; for a tuned preset, whose values are chosen only when its tuning has run,
+``preset_runs`` says what stands in for it). ``digest`` is its sha256 over canonical JSON. The file
 ``benchmark/presets/<preset>.design.json`` holds both, committed beside the preset; ``check`` says
 whether the design still matches it, and what changed where it does not.
 
 ``python -m emergence_bench.claims.preregistration [PRESET STAGE]`` writes the file (the
-replication's by default): a declaration, made once, before the stage's first run.
+replication's by default; ``claims-cpu-v2-recurrent own-lr`` the recurrent mixers' at their own lr): a
+declaration, made once, before the stage's first run.
 """
 
 from __future__ import annotations
@@ -22,8 +24,10 @@ from typing import Any
 
 from emergence_bench.claims import claims
 from emergence_bench.claims.judge import ALPHA, design_runs
-from emergence_bench.config import resolve
+from emergence_bench.config import RunConfig, hashed_config, resolve
+from emergence_bench.execution import tuning
 from emergence_bench.execution.sweep_spec import PRESETS_DIR, load_sweep
+from emergence_bench.results.store import TUNING_DIR
 
 
 def path(preset: str) -> Path:
@@ -38,12 +42,45 @@ def record(preset: str, stage: str) -> dict[str, Any]:
              "runs_a_cell": design_runs(c), "settings": dict(c.settings)} for c in claims() if c.stage == stage]
     if not rows:
         raise ValueError(f"no claim is declared for stage {stage!r}")
-    runs: dict[str, list[str]] = {}
-    for group, raw in load_sweep(preset).raw_runs():
-        runs.setdefault(group, []).append(resolve(raw).run_id())
     # json round trip: tuples as lists, so a record reads back equal to itself
     return json.loads(json.dumps({"preset": preset, "stage": stage, "alpha": ALPHA,
-                                  "family": "Holm over the stage's rows", "claims": rows, "runs": runs}))
+                                  "family": "Holm over the stage's rows", "claims": rows,
+                                  "runs": preset_runs(preset)}))
+
+
+def preset_runs(preset: str) -> dict[str, list[str]]:
+    """Every run ``preset`` trains, by group, as its run id. A tuned preset's runs train at values its
+    tuning has not chosen yet, so each stands as ``untuned_id`` (the same before and after ``tuned:`` is
+    frozen), and its tuning runs (every mixer's, at the declared grid) by their run ids, under
+    ``tuning/<group>``: what the tuning will choose is an outcome, not part of the design."""
+    sweep = load_sweep(preset)
+    runs: dict[str, list[str]] = {}
+    if sweep.tuning is None:
+        for group, raw in sweep.raw_runs():
+            runs.setdefault(group, []).append(resolve(raw).run_id())
+        return runs
+    jobs = tuning.jobs_for(sweep, retune=True)
+    for group, raw in tuning.tuning_sweep(sweep, jobs).raw_runs():
+        runs.setdefault(f"{TUNING_DIR}/{group}", []).append(resolve(raw).run_id())
+    for job in jobs:  # any value will do: untuned_id leaves the tuned keys out
+        sweep.tuned.setdefault(job.name, {})[job.group] = {key: values[0] for key, values in job.grid.items()}
+    for group, raw in sweep.raw_runs():
+        runs.setdefault(group, []).append(untuned_id(resolve(raw), list(sweep.tuning.grid)))
+    return runs
+
+
+def untuned_id(config: RunConfig, keys: list[str]) -> str:
+    """A run's id with the tuned ``keys`` (dotted) left out of the hash: its task, mixer and seed, and
+    the hash of the rest of its resolved config, marked ``untuned``."""
+    data = hashed_config(config.to_dict())
+    for key in keys:
+        *path, last = key.split(".")
+        node = data
+        for part in path:
+            node = node[part]
+        del node[last]
+    digest = hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:10]
+    return f"{config.task.name}-{config.mixer.name}-seed{config.seed}-untuned-{digest}"
 
 
 def digest(design: dict[str, Any]) -> str:
