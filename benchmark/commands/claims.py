@@ -1,6 +1,7 @@
 """`emergence-bench claims DIR`: the paper's claims judged on the results under DIR (a
-``claims-cpu-v2`` sweep, or the replication's ``claims-cpu-replication``: each stage DIR holds, its
-own Holm family), printed and written beside them as claims.md, claims.csv and claims.json. With
+``claims-cpu-v2`` sweep, the replication's ``claims-cpu-replication``, or
+``claims-cpu-v2-recurrent``'s recurrent mixers at their own lr: each stage DIR holds, its own Holm
+family), printed and written beside them as claims.md, claims.csv and claims.json. With
 ``--reference``, a claims reference's rows fill the groups DIR lacks (``claims.reference``);
 ``--save-reference`` writes one from DIR."""
 
@@ -17,7 +18,8 @@ from emergence_bench.commands.command import Subparsers, register_command
 def add_parser(subparsers: Subparsers) -> argparse.ArgumentParser:
     parser = subparsers.add_parser("claims", help="the paper's claims as pre-registered tests: a scorecard of DIR",
                                    description="Judge the paper's claims on the results under DIR (a claims-cpu-v2 "
-                                               "sweep, or the replication's claims-cpu-replication: each stage DIR "
+                                               "sweep, the replication's claims-cpu-replication, or "
+                                               "claims-cpu-v2-recurrent's own-lr rerun: each stage DIR "
                                                "holds, Holm-adjusted on its own), print the scorecard, and write it as "
                                                "DIR/claims.md, .csv and .json (docs/claims.md).")
     add_results_dir(parser)
