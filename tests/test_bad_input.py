@@ -461,6 +461,7 @@ WRITES = {
     "analyze patch": (["analyze", "patch", "{ro}/{run}", "--old", "0", "--new", "5"], "writable copy"),
     "analyze abruptness": (["analyze", "abruptness", "{ro}"], "writable copy"),
     "analyze calibration": (["analyze", "calibration", "{ro}"], "writable copy"),
+    "analyze budget": (["analyze", "budget", "{ro}"], "writable copy"),
     "analyze pythia": (["analyze", "pythia", "--model", "{tmp}/empty", "--probe", "repetition", "--out", "{ro}"],
                        "another --out"),
     "lm-family train": (["lm-family", "train", "{ro}"], "another OUT"),
@@ -631,6 +632,7 @@ OUTPUTS = {
                                 "all runs={dir}/model.json", "--stopped", "{dir}"]),
     "analyze abruptness": ("two-runs", ["analyze", "abruptness", "{dir}", "--surrogates", "0"]),
     "analyze calibration": ("two-runs", ["analyze", "calibration", "{dir}"]),
+    "analyze budget": ("two-runs", ["analyze", "budget", "{dir}"]),
 }
 # The other writers: run and sweep write each run's row as it finishes (a stopped sweep keeps those,
 # docs/faults.md), as lm-family train does each seed's; the rest write one file, atomically, once
@@ -703,6 +705,7 @@ READ_FOLDERS = {
     ("analyze patch", None): ["analyze", "patch", "{missing}", "--old", "0", "--new", "5"],
     ("analyze abruptness", None): ["analyze", "abruptness", "{missing}"],
     ("analyze calibration", None): ["analyze", "calibration", "{missing}"],
+    ("analyze budget", None): ["analyze", "budget", "{missing}"],
     ("analyze pythia", "--model"): ["analyze", "pythia", "--model", "{missing}", "--probe", "repetition", "--out",
                                     "{tmp}/pythia-rows"],
     ("lm-family analyze", None): ["lm-family", "analyze", "{missing}"],

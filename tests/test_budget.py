@@ -72,7 +72,7 @@ def test_a_folder_with_only_a_tuning_stage_and_bad_input(sweep, tmp_path):
 
 
 def test_the_command_writes_its_table_and_refuses_an_empty_folder(sweep, tmp_path, capsys):
-    assert main(["analyze", "budget", str(sweep), "--workers", "1"]) == 0
+    assert main(["analyze", "budget", str(sweep), "--assume-workers", "1"]) == 0
     out = capsys.readouterr().out
     assert "| ranking | induction | lru | 1 | 1 | 0 | 1 | 0:05 | 100% |" in out
     assert "at least 0:06 of wall time on 1 worker(s)" in out

@@ -14,7 +14,7 @@
     analyze calibration DIR                           a ladder's calibration table: per group and setting,
                                                       emerged, held plateaus worth the name, abrupt cells
                                                       by the rule -> DIR/calibration.md
-    analyze budget DIR [--workers N]                  where a sweep's time went: worker time per stage,
+    analyze budget DIR [--assume-workers N]           where a sweep's time went: worker time per stage,
                                                       group and mixer, and its censored tail -> DIR/budget.md
 
 "Solves" is the run's own emergence criterion: greedy accuracy on the scored tokens of the probe set
@@ -89,7 +89,8 @@ def add_parser(subparsers: Subparsers) -> argparse.ArgumentParser:
 
     bu = sub.add_parser("budget", help="where a sweep's time went: worker time per stage, group and mixer")
     bu.add_argument("folder", metavar="DIR", help="a results folder (a sweep's --out)")
-    bu.add_argument("--workers", type=int, default=2, help="workers the wall-time bound assumes (default 2)")
+    bu.add_argument("--assume-workers", type=int, default=2, dest="workers",
+                    help="workers the wall-time bound divides the worker time by (default 2)")
 
     py = sub.add_parser("pythia", help="bisect and patch Pythia (GPT-NeoX) checkpoints on a language probe")
     py.add_argument("--model", required=True,
