@@ -103,8 +103,8 @@ class AttentionProbe(L.Callback):
         return entropy, mass, ctx.attention
 
     def on_train_start(self, trainer: L.Trainer, pl_module: Any) -> None:
-        if not self.not_applicable:
-            self._moments.setdefault("start", (trainer.global_step, self._maps(self.measure(pl_module)[2])))
+        if not self.not_applicable and "start" not in self._moments:  # a resumed run has its start
+            self._moments["start"] = (trainer.global_step, self._maps(self.measure(pl_module)[2]))
 
     def _maps(self, attention: dict) -> list[torch.Tensor]:
         return [attention[layer].mean(0).float().cpu() for layer in self.layers]
@@ -171,8 +171,13 @@ class AttentionProbe(L.Callback):
                          min(min(e) for e in h["entropy"])] for h in self.history],
         }
 
-    def state_dict(self) -> dict:  # the saved maps are for the report only: a resumed run keeps its history
-        return {"history": self.history, "evals": self._evals}
+    def state_dict(self) -> dict:  # the maps too: a resumed run saves the same attention_maps.pt
+        return {"history": self.history, "evals": self._evals,
+                "moments": {name: [step, maps] for name, (step, maps) in self._moments.items()},
+                "last_maps": getattr(self, "_last_maps", None)}
 
     def load_state_dict(self, state: dict) -> None:
         self.history, self._evals = list(state["history"]), state["evals"]
+        self._moments = {name: (step, maps) for name, (step, maps) in state.get("moments", {}).items()}
+        if state.get("last_maps") is not None:
+            self._last_maps = state["last_maps"]

@@ -87,12 +87,14 @@ class Recorder(L.Callback):
 
     def state_dict(self) -> dict:
         return {"steps": self.steps, "train_seconds": self.train_seconds, "eval_seconds": self.eval_seconds,
-                "train_curve": self.train_curve, "eval_curve": self.eval_curve, "window": self._window}
+                "train_curve": self.train_curve, "eval_curve": self.eval_curve, "cell_curve": self.cell_curve,
+                "window": self._window}
 
     def load_state_dict(self, state: dict) -> None:
         self.steps, self.train_seconds, self.eval_seconds = (
             state["steps"], state["train_seconds"], state["eval_seconds"])
         self.train_curve, self.eval_curve, self._window = state["train_curve"], state["eval_curve"], state["window"]
+        self.cell_curve = state.get("cell_curve", [])
 
 
 def task_facts(task: Any) -> dict:
