@@ -106,6 +106,7 @@ class TrainerConfig(Section):
     threads: int | Literal["auto"] = "auto"  # torch intra-op threads: auto (see choose_threads) or N; not in the run id
     logger: Logger = "tensorboard"  # where Lightning logs the curves; not in the run id
     keep_freed_memory: bool = True  # the allocator policy (emergence_bench.machine.allocator); not in the run id
+    resume_every_s: float = 300.0  # seconds of training between resume points (0: none); not in the run id
 
 
 @dataclass
@@ -181,8 +182,9 @@ class RunConfig:
 
 # Keys left out of the run id: saved in config.yaml and the result, but a run that differs only in
 # them is the same run (so changing `--threads` resumes a sweep, and no run id changed when they came):
-# how fast it goes and where its curves are logged, never what it computes.
-NOT_HASHED = {"trainer": ("threads", "logger", "keep_freed_memory")}
+# how fast it goes, where its curves are logged and how often it saves a point to resume from (see
+# emergence_bench.engine.resume_point), never what it computes.
+NOT_HASHED = {"trainer": ("threads", "logger", "keep_freed_memory", "resume_every_s")}
 
 
 # Keys added after runs were recorded, left out of the run id while they hold the value that computes
@@ -435,7 +437,7 @@ def _check_values(model: ModelConfig, optim: OptimConfig, trainer: TrainerConfig
         ("trainer.eval_batches", t.eval_batches, 1), ("trainer.log_every", t.log_every, 1),
         ("model.d_model", m.d_model, 1), ("model.n_layers", m.n_layers, 1),
         ("model.mlp_ratio", m.mlp_ratio, 1), ("optim.warmup_steps", o.warmup_steps, 0),
-        ("checkpoints.every", checkpoints.every, 0),
+        ("checkpoints.every", checkpoints.every, 0), ("trainer.resume_every_s", t.resume_every_s, 0),
     ]:
         if value < low:
             raise ConfigError(f"{key} must be ≥ {low}, got {value}")

@@ -162,7 +162,8 @@ def test_hashed_config_drops_only_the_unhashed_keys(tiny_config):
     data = resolve(tiny_config(trainer={"threads": 2})).to_dict()
     kept = hashed_config(data)
     assert "threads" not in kept["trainer"] and data["trainer"]["threads"] == 2  # a copy
-    unhashed = ("threads", "logger", "keep_freed_memory")  # how fast and where it logs, not what it computes
+    # how fast, where it logs and how often it saves a resume point, not what it computes
+    unhashed = ("threads", "logger", "keep_freed_memory", "resume_every_s")
     added = ("batch_order",)  # added later, left out at the value earlier runs computed with ("drawn")
     assert data["trainer"]["batch_order"] == "drawn"
     assert {k: v for k, v in data["trainer"].items() if k not in unhashed + added} == kept["trainer"]
