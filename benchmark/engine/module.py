@@ -151,6 +151,7 @@ class EmergenceModule(RunLosses, L.LightningModule):
         self.attention_bias: dict[int, torch.Tensor] = {}
         self.start_losses()
         self.loss_buffer = LossBuffer(read_every, max_steps)  # per step not read yet: [2] (scored, every-row loss)
+        self._unread: dict | None = None  # a resume point's unread losses, until the module is on its device
 
     def all_rows(self, tokens: torch.Tensor, ctx: MixerContext | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """tokens [B, L+1] -> (logits [B, L, V], targets [B, L]) on every query row."""
@@ -195,6 +196,20 @@ class EmergenceModule(RunLosses, L.LightningModule):
     def on_validation_epoch_end(self) -> None:
         self.last_eval = self._tally.results(self.global_step)[0]
         self.log_dict(eval_metrics(self.last_eval))
+
+    # --- resume points (emergence_bench.engine.resume_point) -------------------------------------
+    def on_save_checkpoint(self, checkpoint: dict) -> None:
+        checkpoint["run_losses"] = {"losses": self.losses_state(), "unread": self.loss_buffer.state_dict()}
+
+    def on_load_checkpoint(self, checkpoint: dict) -> None:
+        saved = checkpoint["run_losses"]
+        self.load_losses_state(saved["losses"])
+        self._unread = saved["unread"]
+
+    def on_fit_start(self) -> None:
+        if self._unread is not None:  # Lightning restores before it moves the module to its device
+            self.loss_buffer.load_state_dict(self._unread, self.device)
+            self._unread = None
 
     # --- optimiser ----------------------------------------------------------------------------
     def configure_optimizers(self) -> Any:

@@ -9,6 +9,7 @@ alone raises its ``Diverged`` and lets Lightning end it; a seed ends alone and t
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections import deque
 from collections.abc import Iterable
@@ -52,6 +53,19 @@ class RunLosses:
             hook = getattr(callback, "on_train_losses", None)
             if callable(hook):
                 hook(trainer, self, steps, losses)
+
+    def losses_state(self) -> dict:
+        """What ``load_losses_state`` needs to go on as if never stopped (a resume point's): plain values."""
+        return {"last": self.last_train_loss, "recent": list(self.recent_train_losses),
+                "recent_full": list(self.recent_full_sequence_losses),
+                "last_eval": None if self.last_eval is None else dataclasses.asdict(self.last_eval)}
+
+    def load_losses_state(self, state: dict) -> None:
+        self.start_losses()
+        self.last_train_loss = state["last"]
+        self.recent_train_losses.extend(state["recent"])
+        self.recent_full_sequence_losses.extend(state["recent_full"])
+        self.last_eval = None if state["last_eval"] is None else EvalResult(**state["last_eval"])
 
     def step_metrics(self) -> dict[str, float]:
         """The scalars logged at a step's read: that step's losses."""

@@ -80,6 +80,7 @@ class SeedStack(L.LightningModule):
         self.loss_buffer = LossBuffer(log_every, max_steps)  # per step not read yet: [2, K] (scored, every-row)
         self.trained_losses: torch.Tensor | None = None  # [K], what the latest step trains on
         self.version = 0
+        self._unread: dict | None = None  # a resume point's unread losses, until the stack is on its device
         self._train = vmap(self._seed_losses, in_dims=(0, 0, 0))
         self._eval = vmap(self._seed_logits, in_dims=(0, None, 0))
 
@@ -193,6 +194,25 @@ class SeedStack(L.LightningModule):
 
     def configure_optimizers(self) -> Any:  # adamw's dict (Lightning's return type takes its TypedDicts)
         return adamw(list(self.stacked), self.decayed, self.optim, self.max_steps)
+
+    # --- resume points (emergence_bench.engine.resume_point) -------------------------------------
+    def on_save_checkpoint(self, checkpoint: dict) -> None:
+        checkpoint["seed_stack"] = {"live": list(self.live), "slots": list(self.slots),
+                                    "unread": self.loss_buffer.state_dict()}
+
+    def on_load_checkpoint(self, checkpoint: dict) -> None:
+        saved = checkpoint["seed_stack"]
+        self.version += 1  # the weights are the point's now: a view read before (at setup) is stale
+        self.live[:] = saved["live"]  # in place: the seeds' views read this list
+        self.slots = list(saved["slots"])
+        self._unread = saved["unread"]
+
+    def on_fit_start(self) -> None:
+        if self._unread is not None:  # Lightning restores before it moves the module to its device
+            self.loss_buffer.load_state_dict(self._unread, self.device)
+            self._unread = None
+            if len(self.slots) < self.K:
+                self.slot_index = torch.tensor(self.slots, device=self.device)
 
     # --- evaluation ---------------------------------------------------------------------------
     def on_validation_epoch_start(self) -> None:

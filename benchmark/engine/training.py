@@ -107,6 +107,15 @@ class LossBuffer:
         self.pending = []
         return steps, [v[0] for v in values], [v[1] for v in values]
 
+    def state_dict(self) -> dict:
+        """The values not read yet (a resume point's): ``{"first", "pending": [n, 2, *S] or None}``, on the CPU."""
+        return {"first": self.first, "pending": torch.stack(self.pending).cpu() if self.pending else None}
+
+    def load_state_dict(self, state: dict, device: torch.device) -> None:
+        pending = state["pending"]
+        self.first = state["first"]
+        self.pending = [] if pending is None else list(pending.to(device).unbind(0))
+
 
 class Trainable(Protocol):
     """A module the step trains: a single run's (losses are scalars) or a stack's (losses [K]).
