@@ -22,6 +22,7 @@ from emergence_bench.callbacks.progress import ProgressLine
 from emergence_bench.callbacks.recorder import Recorder
 from emergence_bench.config import RunConfig, dump_yaml
 from emergence_bench.engine.model import SequenceModel
+from emergence_bench.engine.resume_point import Point
 from emergence_bench.engine.trainer import build_logger
 from emergence_bench.machine.devices import accelerator_device, describe_device
 from emergence_bench.machine.threads import cpu_share
@@ -87,15 +88,17 @@ def new_row(config: RunConfig, status: str = "ok", error: str | None = None) -> 
 class RunFolder:
     """``out/<run_id>/`` of one config and the result row written there.
 
-    Held under the run's lock (``RunLock``) from creation until the row is written. Created empty
-    (leftovers of an interrupted attempt are removed) with the resolved config; ``finish`` completes
-    the row and writes it, once. Once the folder exists every failure ends with a row: a config that
-    cannot be saved finishes it as failed at once (``done``). ``unfinished_only``: raise RunBusy when the
-    run already has a finished row (another sweep on this folder finished it since this one looked).
+    Held under the run's lock (``RunLock``) from creation until the row is written. Made by ``start``
+    (at creation, unless ``start=False``: then the caller, holding the lock, calls it once it knows
+    whether the run goes on from a resume point): emptied of an interrupted attempt's files, or kept
+    as they are where the run resumes, and given the resolved config; ``finish`` completes the row and
+    writes it, once. Once the folder exists every failure ends with a row: a config that cannot be
+    saved finishes it as failed at once (``done``). ``unfinished_only``: raise RunBusy when the run
+    already has a finished row (another sweep on this folder finished it since this one looked).
     A disk error (full, no permission) raises ResultsUnwritable.
     """
 
-    def __init__(self, config: RunConfig, out: str | Path, unfinished_only: bool = False) -> None:
+    def __init__(self, config: RunConfig, out: str | Path, unfinished_only: bool = False, start: bool = True) -> None:
         self.config = config
         self.run_id = config.run_id()
         self.path = Path(out) / self.run_id
@@ -103,26 +106,39 @@ class RunFolder:
         if unfinished_only and is_finished(self.path):
             self.lock.release()
             raise RunBusy(f"run {self.run_id} in {out} was finished by another process meanwhile")
+        self.recorder = Recorder(curve_every=config.trainer.log_every)
+        self.record = new_row(config)
+        self.done = False
+        self.resumed_at: int | None = None  # the step it goes on from (a resume point's)
+        if start:
+            self.start()
+
+    def start(self, resumed: Point | None = None) -> None:
+        """Make the folder: empty, or, where the run goes on from ``resumed``, with the files of its
+        earlier pieces (logs, checkpoints) kept and the row saying when it started and where it
+        resumed. Then save the config."""
         try:
-            if self.path.exists():
+            if resumed is None and self.path.exists():
                 shutil.rmtree(self.path)
-            self.path.mkdir(parents=True)
+            (self.path / RESULT_FILE).unlink(missing_ok=True)  # a row written for it when its process died
+            self.path.mkdir(parents=True, exist_ok=True)
         except BaseException as error:
             self.lock.release()
             if is_disk_error(error):
                 raise unwritable(self.path, error) from error
             raise
-        self.recorder = Recorder(curve_every=config.trainer.log_every)
-        self.record = new_row(config)
-        self.done = False
+        if resumed is not None:
+            self.record.update(cast(ResultRow, resumed.row(self.run_id)))
+            self.resumed_at = resumed.step
         try:
-            write_text(self.path / CONFIG_FILE, dump_yaml(config.to_dict()))
+            write_text(self.path / CONFIG_FILE, dump_yaml(self.config.to_dict()))
         except Exception as error:
             self.finish("failed", failure(error), None, None, None)
 
     def logger(self) -> Logger:
-        """The run's Lightning logger (``trainer.logger``: see emergence_bench.engine.trainer.build_logger)."""
-        return build_logger(self.config, self.path)
+        """The run's Lightning logger (``trainer.logger``: see emergence_bench.engine.trainer.build_logger);
+        a resumed run's TensorBoard drops what its earlier piece logged past the step it resumes from."""
+        return build_logger(self.config, self.path, purge_step=self.resumed_at)
 
     def callbacks(self, measured: list[L.Callback], progress: bool) -> list[L.Callback]:
         """Every callback of the run: the config's (``measured``, built by ``run.build_callbacks``), the
@@ -186,6 +202,17 @@ class RunFolder:
                    "started_at": self.record["started_at"]}
             write_json(self.path / RESULT_FILE, row)
         self.record = row
+
+
+class EndedFolder(RunFolder):
+    """The folder of a group's seed that ended before the resume point the group goes on from: its
+    row, read back. The seed keeps its slot in the stack but trains no more, so the folder takes no
+    lock and writes nothing (``done``)."""
+
+    def __init__(self, config: RunConfig, out: str | Path, record: ResultRow) -> None:  # no lock: nothing to write
+        self.config, self.run_id = config, config.run_id()
+        self.path = Path(out) / self.run_id
+        self.record, self.done, self.resumed_at = record, True, None
 
 
 def _joined(first: str | None, second: str) -> str:

@@ -116,6 +116,7 @@ class ResultRow(RowBase, total=False):
     attention_bias: dict[str, Any]
     curriculum: list[dict[str, Any]]
     seed_parallel: dict[str, Any]  # {k, group} or {k: 1, fallback}, with probe under batching auto
+    resumed: dict[str, Any]  # {from_steps}: a run that went on from resume points (engine/resume_point.py)
     non_finite: list[str]  # the dotted keys whose NaN or inf was written as null
 
 

@@ -52,6 +52,7 @@ TUNING_DIR = "tuning"  # DIR/tuning/<group>/<run id>: a tuned sweep's tuning run
 TABLES_FILE = "tuning.json"  # DIR/tuning/tuning.json: the tuning tables (execution/tuning.py), one per mixer and group
 REPORT_FILE = "report.html"
 LOCKS_DIR = ".locks"  # <run_id>.lock: held by the process training that run (emergence_bench.engine.run_folder.RunLock)
+RESUME_DIR = ".resume"  # <hash>.ckpt: where runs in flight go on from (emergence_bench.engine.resume_point)
 
 
 def write_text(path: str | Path, text: str) -> None:
