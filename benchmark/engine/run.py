@@ -23,6 +23,15 @@ from emergence_bench.config import ConfigError, RunConfig, resolve
 from emergence_bench.engine.curriculum import check_transitions, pretrain, stage_tasks
 from emergence_bench.engine.model import SequenceModel
 from emergence_bench.engine.module import EmergenceModule
+from emergence_bench.engine.resume_point import (
+    Point,
+    ResumePoints,
+    compared,
+    environment,
+    new_header,
+    read_point,
+    refuse,
+)
 from emergence_bench.engine.run_folder import RunFolder, failure
 from emergence_bench.engine.trainer import build_trainer, quiet_lightning
 from emergence_bench.engine.training import Diverged
@@ -132,10 +141,12 @@ def run(config: dict | RunConfig | RunPlan, out: str | Path, progress: bool = Fa
     apply_threads(planned)  # before the folder, which records it; a count above the cores raises here
     keep_freed_memory(config.trainer.keep_freed_memory)
     quiet_lightning()
-    folder = RunFolder(config, out, unfinished_only)
+    folder = RunFolder(config, out, unfinished_only, start=False)
+    point = None if config.curriculum else _point(config, Path(out))  # under the run's lock
+    folder.start(point)
     if folder.done:  # its config could not be saved: the row says so
         return folder.record
-    trainer = module = None
+    trainer = module = points = None
     status, error = "ok", None
     try:
         L.seed_everything(config.seed, verbose=False)
@@ -149,13 +160,34 @@ def run(config: dict | RunConfig | RunPlan, out: str | Path, progress: bool = Fa
         module = EmergenceModule(model, task, config.optim, config.trainer.max_steps, config.trainer.train_on,
                                  initial_optimizer_state=carried, read_every=config.trainer.log_every,
                                  batch_order=config.trainer.batch_order)
-        trainer = build_trainer(config, folder.callbacks(build_callbacks(config, task), progress), folder.logger(),
-                                folder.path)
-        trainer.fit(module, task)
+        callbacks = folder.callbacks(build_callbacks(config, task), progress)
+        if not config.curriculum:  # a curriculum's stages change the model as they go: not resumed
+            header = new_header("run", [folder.run_id], [compared(config)], environment(config.trainer.accelerator),
+                                {folder.run_id: folder.record["started_at"]}, {}, point)
+            points = ResumePoints(Path(out), config.trainer.resume_every_s, header, lambda: [folder.run_id],
+                                  resumed=point)
+            callbacks.append(points)
+        trainer = build_trainer(config, callbacks, folder.logger(), folder.path)
+        trainer.fit(module, task, ckpt_path=None if point is None else point.path, weights_only=True)
     except SystemExit:  # Lightning turns Ctrl-C into exit(1) after a graceful shutdown
         raise KeyboardInterrupt(f"run {folder.run_id} interrupted") from None
     except Diverged as diverged:
         status, error = "diverged", str(diverged)
     except Exception as exception:
         status, error = "failed", failure(exception)
-    return folder.finish(status, error, trainer, module, module.model if module is not None else None, extra)
+    row = folder.finish(status, error, trainer, module, module.model if module is not None else None, extra)
+    if points is not None:
+        points.discard()  # the run has its row
+    return row
+
+
+def _point(config: RunConfig, out: Path) -> Point | None:
+    """The resume point the run goes on from, checked (its config, the code and machine), or None;
+    one it cannot use is refused (a line, and removed)."""
+    point, why = read_point(out, [config.run_id()])
+    if point is not None:
+        why = point.mismatch("run", [config], environment(config.trainer.accelerator))
+    if why is not None:
+        refuse(out, [config.run_id()], why)
+        return None
+    return point

@@ -1,6 +1,9 @@
 """What one seed of a group sees: its own ``pl_module`` (``SeedView``) and ``trainer``
 (``SeedTrainer``), its folder, callbacks and logger (``Seed``), and the group Trainer's one callback
-that fans every hook out to the live seeds (``SeedCallbacks``).
+that fans every hook out to the live seeds (``SeedCallbacks``), which also gives a resume point each
+seed's state. Over 400 lines, on purpose: the three change together (a hook the fan-out passes is one
+the views answer; a point keeps the state of all of them), and the fan-out in a module of its own
+would add a floor to the house (tests/test_layout.py).
 
 Lightning offers no supported way to do two things here, so they are done by hand:
 
@@ -38,7 +41,7 @@ from emergence_bench.engine.group_stop import GroupStop, Outcome
 from emergence_bench.engine.model import SequenceModel
 from emergence_bench.engine.module import eval_metrics
 from emergence_bench.engine.run import RunPlan, build_callbacks, build_model
-from emergence_bench.engine.run_folder import RunFolder, failure
+from emergence_bench.engine.run_folder import EndedFolder, RunFolder, failure
 from emergence_bench.engine.run_losses import RunLosses
 from emergence_bench.engine.seed_stack import SeedStack, stack_bias
 from emergence_bench.engine.training import Diverged
@@ -130,11 +133,15 @@ class SeedTrainer:
 
 
 class Seed:
-    """One seed of a group: its run folder, task, model, callbacks, logger and views."""
+    """One seed of a group: its run folder, task, model, callbacks, logger and views. Its folder is
+    made by ``folder.start`` (see RunFolder), or, for a seed that ended before the resume point its
+    group goes on from, is that run's row (``ended``: an EndedFolder)."""
 
-    def __init__(self, planned: RunPlan, out: Path, note: dict, unfinished_only: bool = False) -> None:
+    def __init__(self, planned: RunPlan, out: Path, note: dict, unfinished_only: bool = False,
+                 ended: ResultRow | None = None) -> None:
         self.planned, self.config, self.note = planned, planned.config, note
-        self.folder = RunFolder(self.config, out, unfinished_only)
+        self.folder = (RunFolder(self.config, out, unfinished_only, start=False) if ended is None
+                       else EndedFolder(self.config, out, ended))
         self.index = -1
         self.task: SyntheticTask | None = None  # these four from build on
         self.model: SequenceModel | None = None
@@ -148,9 +155,10 @@ class Seed:
         seed), so the initial weights are the sequential run's."""
         L.seed_everything(self.config.seed, verbose=False)
         self.task = self.planned.task
-        self.model = build_model(self.config, self.task)
-        self.callbacks = self.folder.callbacks(build_callbacks(self.config, self.task), progress)
-        self.logger = self.folder.logger()
+        self.model = build_model(self.config, self.task)  # an ended seed's too: its slot's buffers
+        if not isinstance(self.folder, EndedFolder):
+            self.callbacks = self.folder.callbacks(build_callbacks(self.config, self.task), progress)
+            self.logger = self.folder.logger()
 
     @property
     def live(self) -> bool:
@@ -236,6 +244,27 @@ class Seed:
             return
         self.finish("ok", None)
 
+    def state_dict(self) -> dict:
+        """What a live seed needs to go on from a resume point as if it had never stopped: each
+        callback's state (by its ``state_key``), its losses and last eval, what it logged, its note."""
+        if not self.live:
+            return {}
+        trainer = self.attached
+        return {"callbacks": {c.state_key: c.state_dict() for c in self.callbacks},
+                "losses": self.joined.losses_state(), "note": self.note,
+                "metrics": [dict(trainer.callback_metrics), dict(trainer.logged_metrics)]}
+
+    def load_state_dict(self, state: dict) -> None:
+        if not state:  # ended before the point
+            return
+        for callback in self.callbacks:
+            if callback.state_key in state["callbacks"]:
+                callback.load_state_dict(state["callbacks"][callback.state_key])
+        self.joined.load_losses_state(state["losses"])
+        self.note = state["note"]
+        for mine, saved in zip((self.attached.callback_metrics, self.attached.logged_metrics), state["metrics"]):
+            mine.update(saved)
+
     def finish(self, status: str, error: str | None) -> ResultRow:
         """Write the seed's row (once) and return it."""
         self.live = False
@@ -303,6 +332,18 @@ class SeedCallbacks(L.Callback):
         self.eval_for: list[Seed] | None = None  # an eval for these seeds only
         self.stop_group = stop_group
         stack.on_losses, stack.on_eval = self.losses_read, self.evaluated
+
+    def state_dict(self) -> dict:
+        """Every seed's state for a resume point (``Seed.state_dict``), slot by slot."""
+        return {"seeds": [seed.state_dict() for seed in self.seeds]}
+
+    def load_state_dict(self, state: dict) -> None:
+        for seed, saved in zip(self.seeds, state["seeds"]):
+            seed.load_state_dict(saved)
+
+    def ready(self) -> bool:
+        """Whether no seed is ending: a resume point now goes on exactly (see resume_point.ResumePoints)."""
+        return self.eval_for is None and not any(s.live and s.attached.should_stop for s in self.seeds)
 
     def losses_read(self, steps: list[int], scored: list, full: list, at_step: bool) -> None:
         """A read of the stack's losses (scored and full [n][K]): each live seed takes its own in
