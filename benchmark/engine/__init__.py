@@ -3,10 +3,11 @@
 A single run: ``run`` (build, train, write the row), ``run_folder`` (its folder, lock and row),
 ``module`` (``EmergenceModule``), ``training`` (the one step, and the ``Trainable`` protocol it needs of
 a module), ``run_losses`` (the losses kept on the device), ``curriculum``, ``model``
-(``SequenceModel``), ``optim`` and ``trainer`` (the Trainer factory). Seed-parallel:
-``seed_parallel`` (a group's training, its entry point), ``seed_stack``, ``seed_views``, ``group_stop``,
-``batching_probe`` and ``batching``, described below. Import each from its module: the package imports
-none of them, so that importing one (the seed stack, which ``speed`` times) loads no more than it needs.
+(``SequenceModel``), ``optim``, ``trainer`` (the Trainer factory) and ``resume_point`` (where a
+stopped run or group goes on from). Seed-parallel: ``seed_parallel`` (a group's training, its entry
+point), ``seed_stack``, ``seed_views``, ``group_stop``, ``batching_probe`` and ``batching``,
+described below. Import each from its module: the package imports none of them, so that importing
+one (the seed stack, which ``speed`` times) loads no more than it needs.
 
 Seed-parallel training: K seeds of one config as one LightningModule, trained by the suite's Trainer.
 
@@ -38,7 +39,9 @@ Trainer of a single run, so every Lightning hook fires as it does there. What st
   and ``SeedTrainer`` as ``trainer`` (the shared Trainer with the seed's logger, folder and stop
   flag). A callback error ends its seed only, as ``failed``; a callback that sets ``should_stop``
   ends its seed alone, before the next step. Each seed writes ``out/<run_id>/result.json`` with the
-  schema and run id of a sequential run, plus ``"seed_parallel": {"k": K, "group": [run ids]}``.
+  schema and run id of a sequential run, plus ``"seed_parallel": {"k": K, "group": [run ids]}``;
+- resume points: the group's (``resume_point``) keeps every slot, an ended seed's included, so a
+  group that goes on from one trains each seed to the bits it would have had in one piece.
 
 Hooks get seed k's slice of what they are passed (the batch, the loss); those about the optimiser
 get the shared optimiser. Timings in each row are those of the shared step. ``trainer.compile``
@@ -52,7 +55,7 @@ seeds, and those of a config with a curriculum, run one after another through ``
 By concern: ``seed_parallel`` (``run_seed_parallel``, and the batching modes by which a group
 chooses), ``seed_stack`` (the batched module and the group's data: it is given the live-seed mask and
 the stacked biases, and reports reads and evals to listeners), ``seed_views`` (each seed's views and
-callbacks, and the fan-out), ``group_stop`` (the ``GroupStop`` protocol by which a tuning's pruning,
-a tool above the engine, ends a group early), ``batching_probe`` (whether a model vmaps, and whether
-batching pays) and ``batching`` (vmap rules for ops without one).
+callbacks, the fan-out, and each seed's state in a resume point), ``group_stop`` (the ``GroupStop``
+protocol by which a tuning's pruning, a tool above the engine, ends a group early), ``batching_probe``
+(whether a model vmaps, and whether batching pays) and ``batching`` (vmap rules for ops without one).
 """
