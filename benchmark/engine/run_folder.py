@@ -106,6 +106,7 @@ class RunFolder:
         if unfinished_only and is_finished(self.path):
             self.lock.release()
             raise RunBusy(f"run {self.run_id} in {out} was finished by another process meanwhile")
+        self._make(empty=False)  # at once: a run whose process dies from here on gets a row (record_lost)
         self.recorder = Recorder(curve_every=config.trainer.log_every)
         self.record = new_row(config)
         self.done = False
@@ -117,16 +118,7 @@ class RunFolder:
         """Make the folder: empty, or, where the run goes on from ``resumed``, with the files of its
         earlier pieces (logs, checkpoints) kept and the row saying when it started and where it
         resumed. Then save the config."""
-        try:
-            if resumed is None and self.path.exists():
-                shutil.rmtree(self.path)
-            (self.path / RESULT_FILE).unlink(missing_ok=True)  # a row written for it when its process died
-            self.path.mkdir(parents=True, exist_ok=True)
-        except BaseException as error:
-            self.lock.release()
-            if is_disk_error(error):
-                raise unwritable(self.path, error) from error
-            raise
+        self._make(empty=resumed is None)
         if resumed is not None:
             self.record.update(cast(ResultRow, resumed.row(self.run_id)))
             self.resumed_at = resumed.step
@@ -134,6 +126,20 @@ class RunFolder:
             write_text(self.path / CONFIG_FILE, dump_yaml(self.config.to_dict()))
         except Exception as error:
             self.finish("failed", failure(error), None, None, None)
+
+    def _make(self, empty: bool) -> None:
+        """The folder, emptied of an earlier attempt's files when ``empty``; a row written for it when its
+        process died goes either way. A disk error releases the lock and raises ResultsUnwritable."""
+        try:
+            if empty and self.path.exists():
+                shutil.rmtree(self.path)
+            (self.path / RESULT_FILE).unlink(missing_ok=True)
+            self.path.mkdir(parents=True, exist_ok=True)
+        except BaseException as error:
+            self.lock.release()
+            if is_disk_error(error):
+                raise unwritable(self.path, error) from error
+            raise
 
     def logger(self) -> Logger:
         """The run's Lightning logger (``trainer.logger``: see emergence_bench.engine.trainer.build_logger);
