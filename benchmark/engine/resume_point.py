@@ -155,7 +155,14 @@ def refuse(out: str | Path, run_ids: list[str], why: str) -> None:
     path = point_path(out, run_ids)
     print(f"note: resume point {path} not used: {why}; {', '.join(sorted(run_ids))} train from step 0",
           file=sys.stderr, flush=True)
-    path.unlink(missing_ok=True)
+    _remove(path)
+
+
+def _remove(path: Path) -> None:
+    try:
+        path.unlink(missing_ok=True)
+    except OSError:  # a read-only folder: the runs' next point replaces it, or the rows say why not
+        pass
 
 
 def new_header(kind: str, runs: list[str], configs: list[dict], now: dict, started_at: dict[str, str],
@@ -231,7 +238,7 @@ class ResumePoints(L.Callback):
             self.every_s = 0
             return
         if self.written is not None and self.written != path:
-            self.written.unlink(missing_ok=True)
+            _remove(self.written)
         self.written, self.saved_runs, self.soon = path, runs, False
         self.due = time.monotonic() + self.every_s
 
@@ -245,5 +252,5 @@ class ResumePoints(L.Callback):
     def discard(self) -> None:
         """Remove the point on disk (this fit's latest, or the one it went on from)."""
         if self.written is not None:
-            self.written.unlink(missing_ok=True)
+            _remove(self.written)
             self.written = None
