@@ -16,6 +16,11 @@
                                                       by the rule -> DIR/calibration.md
     analyze budget DIR [--assume-workers N]           where a sweep's time went: worker time per stage,
                                                       group and mixer, and its censored tail -> DIR/budget.md
+    analyze ablation DIR --control GROUP              a declared two-arm comparison of two groups of DIR,
+          --treatment GROUP                           per mixer: emerged counts (Fisher, Holm over the
+                                                      mixers), Kaplan-Meier medians, the sign test over
+                                                      seed pairs, and the verdict
+                                                      -> DIR/ablation.md, DIR/ablation.json
 
 "Solves" is the run's own emergence criterion: greedy accuracy on the scored tokens of the probe set
 (the task's eval batches) ≥ the emergence callback's threshold. The work is in
@@ -92,6 +97,12 @@ def add_parser(subparsers: Subparsers) -> argparse.ArgumentParser:
     bu.add_argument("--assume-workers", type=int, default=2, dest="workers",
                     help="workers the wall-time bound divides the worker time by (default 2)")
 
+    ai = sub.add_parser("ablation", help="a declared two-arm comparison of two groups, per mixer: does the "
+                                         "treatment emerge in fewer runs, or later?")
+    ai.add_argument("folder", metavar="DIR", help="a results folder whose groups (subfolders) are the arms")
+    ai.add_argument("--control", required=True, metavar="GROUP", help="the control arm's group (with-conv)")
+    ai.add_argument("--treatment", required=True, metavar="GROUP", help="the treatment arm's group (without-conv)")
+
     py = sub.add_parser("pythia", help="bisect and patch Pythia (GPT-NeoX) checkpoints on a language probe")
     py.add_argument("--model", required=True,
                     help="hub name (EleutherAI/pythia-70m) or local folder of step*/ revisions")
@@ -155,6 +166,23 @@ def main(args: argparse.Namespace, extra: list[str] | None = None) -> int:
         print(markdown, end="")
         write_text(Path(args.folder) / budget.TABLE_FILE, markdown)
         print(f"wrote {Path(args.folder) / budget.TABLE_FILE}", file=sys.stderr)
+        return 0
+    if args.analysis == "ablation":
+        from emergence_bench.analysis import ablation
+        from emergence_bench.results.atomic import write_files
+        from emergence_bench.results.store import json_text
+
+        folder = Path(args.folder)
+        if folder.is_dir():
+            writable_results(folder, "analyze ablation", f"{ablation.TABLE_FILE} and {ablation.JSON_FILE}")
+        table = ablation.ablation(folder, args.control, args.treatment)
+        for warning in table["warnings"]:
+            print(f"warning: {warning}", file=sys.stderr)
+        markdown = ablation.to_markdown(table)
+        print(markdown, end="")
+        # Both files or neither: the table and its numbers always judge the same rows.
+        write_files({folder / ablation.TABLE_FILE: markdown, folder / ablation.JSON_FILE: json_text(table)})
+        print(f"wrote {folder / ablation.TABLE_FILE} and {folder / ablation.JSON_FILE}", file=sys.stderr)
         return 0
     if args.analysis == "pythia":  # checked, not made: a model refused before its row leaves no folder behind
         writable(Path(args.out), "choose another --out", "the results folder ")
