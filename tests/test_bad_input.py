@@ -56,6 +56,8 @@ def files(tmp_path):
     three_runs(tmp_path / "two-runs", tmp_path / "three-runs")
     claims_rows(tmp_path / "claims-rows")
     edited_copy(tmp_path / "two-runs", tmp_path / "two-budgets", {"config.trainer.max_steps": 20})
+    for arm in ("with-conv", "without-conv"):  # the two runs in each of two groups: arms to compare
+        shutil.copytree(tmp_path / "two-runs", tmp_path / "two-arms" / arm)
 
 
 def three_runs(folder, copy) -> None:
@@ -219,6 +221,16 @@ CASES = [
                                        "repetition", "--out", "{tmp}/pythia-rows"], ["--model", "no such folder"]),
     ("pythia model a file", ["analyze", "pythia", "--model", "{tmp}/a-file", "--probe", "repetition", "--out",
                              "{tmp}/pythia-rows"], ["--model", "a-file is a file"]),
+    ("ablation of a group not there", ["analyze", "ablation", "{tmp}/two-arms", "--control", "with-conv",
+                                       "--treatment", "with_conv"],
+     ["no group 'with_conv'", "its groups are with-conv, without-conv"]),
+    ("ablation of a group against itself", ["analyze", "ablation", "{tmp}/two-arms", "--control", "with-conv",
+                                            "--treatment", "with-conv"], ["both 'with-conv'"]),
+    ("ablation of an empty folder", ["analyze", "ablation", "{tmp}/empty", "--control", "a", "--treatment", "b"],
+     ["empty", "holds no result rows"]),
+    ("ablation of an arm of two runs a seed", ["analyze", "ablation", "{tmp}/claims-rows", "--control", "bias",
+                                               "--treatment", "emergence"],
+     ["group bias holds two runs of mixer transformer", "keep one"]),
     # other commands
     ("check-mixer unknown", ["check-mixer", "transfomer"], ["transfomer", "transformer"]),
     ("rank bad rung", ["rank", "{tmp}/empty", "--rung", "linear_map"], ["FAMILY=KEY"]),
@@ -462,6 +474,7 @@ WRITES = {
     "analyze abruptness": (["analyze", "abruptness", "{ro}"], "writable copy"),
     "analyze calibration": (["analyze", "calibration", "{ro}"], "writable copy"),
     "analyze budget": (["analyze", "budget", "{ro}"], "writable copy"),
+    "analyze ablation": (["analyze", "ablation", "{ro}", "--control", "a", "--treatment", "b"], "writable copy"),
     "analyze pythia": (["analyze", "pythia", "--model", "{tmp}/empty", "--probe", "repetition", "--out", "{ro}"],
                        "another --out"),
     "lm-family train": (["lm-family", "train", "{ro}"], "another OUT"),
@@ -633,6 +646,8 @@ OUTPUTS = {
     "analyze abruptness": ("two-runs", ["analyze", "abruptness", "{dir}", "--surrogates", "0"]),
     "analyze calibration": ("two-runs", ["analyze", "calibration", "{dir}"]),
     "analyze budget": ("two-runs", ["analyze", "budget", "{dir}"]),
+    "analyze ablation": ("two-arms", ["analyze", "ablation", "{dir}", "--control", "with-conv", "--treatment",
+                                      "without-conv"]),
 }
 # The other writers: run and sweep write each run's row as it finishes (a stopped sweep keeps those,
 # docs/faults.md), as lm-family train does each seed's; the rest write one file, atomically, once
@@ -706,6 +721,7 @@ READ_FOLDERS = {
     ("analyze abruptness", None): ["analyze", "abruptness", "{missing}"],
     ("analyze calibration", None): ["analyze", "calibration", "{missing}"],
     ("analyze budget", None): ["analyze", "budget", "{missing}"],
+    ("analyze ablation", None): ["analyze", "ablation", "{missing}", "--control", "a", "--treatment", "b"],
     ("analyze pythia", "--model"): ["analyze", "pythia", "--model", "{missing}", "--probe", "repetition", "--out",
                                     "{tmp}/pythia-rows"],
     ("lm-family analyze", None): ["lm-family", "analyze", "{missing}"],
