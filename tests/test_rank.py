@@ -416,3 +416,23 @@ def test_a_cell_of_two_budgets_or_settings_is_refused_naming_them_and_instances_
                  for r in ladder_records()]
     pooled = rank.build(ladder_records() + instances, {"linear_map": "task.sparsity"})
     assert pooled["cells"]["seeds"].tolist() == [6] * 6
+
+
+def test_a_mixer_at_per_family_settings_is_one_mixer_and_variants_within_a_family_stay_apart():
+    """Ladder v4 gives the Transformer heads of 8 on the linear map and heads of 32 elsewhere: one mixer,
+    ranked over both families. Two head settings within one family are two mixers, labelled apart."""
+    def at(records: list[dict], **section) -> list[dict]:
+        for r in records:
+            r["config"]["mixer"] = {**r["config"]["mixer"], **section}
+        return records
+
+    ladder = (at(seeds("t", "linear_map", 1, [100, 100]) + seeds("t", "linear_map", 2, [200, None]), n_heads=8)
+              + at(seeds("t", "mqar", 1, [100, 100], axis="pairs") + seeds("t", "mqar", 2, [None, None], axis="pairs"),
+                   n_heads=2))
+    ranked = rank.build(ladder)
+    assert list(ranked["ranking"]["mixer"]) == ["t"]
+    assert ranked["ranking"]["score"][0] == pytest.approx((0.75 + 0.5) / 2)
+
+    variants = (at(seeds("t", "mqar", 1, [100, 100], axis="pairs"), n_heads=2)
+                + at(seeds("t", "mqar", 1, [None, None], axis="pairs"), n_heads=4))
+    assert sorted(rank.build(variants)["ranking"]["mixer"]) == ["t(n_heads=2)", "t(n_heads=4)"]

@@ -51,14 +51,26 @@ def mixer_label(record: ResultRow, labels: dict[str, str]) -> str:
 
 
 def mixer_labels(records: list[ResultRow]) -> dict[str, str]:
-    """Each distinct mixer section -> its label: the mixer's name, plus the keys that tell apart two
-    sections of one name (``transformer(n_heads=4)``)."""
-    sections = {json.dumps(r["config"]["mixer"], sort_keys=True, default=str): r["config"]["mixer"] for r in records}
+    """Each distinct mixer section -> its label. A mixer is its name; two sections of one name are two
+    mixers (labelled by the keys that tell them apart, ``transformer(n_heads=4)``) only where one task
+    family holds both. A name whose sections differ between families only is one mixer at per-family
+    settings (ladder v4 gives every mixer heads of 8 on the linear map): labelled apart, its families
+    would split into two half-ranked mixers."""
+    sections: dict[str, dict] = {}
+    per_family: dict[str, dict[str, set[str]]] = {}  # name -> family -> its section keys
+    for r in records:
+        key = json.dumps(r["config"]["mixer"], sort_keys=True, default=str)
+        sections[key] = r["config"]["mixer"]
+        per_family.setdefault(r["config"]["mixer"]["name"], {}).setdefault(r["config"]["task"]["name"], set()).add(key)
     labels = {}
     for key, section in sections.items():
-        same = [s for s in sections.values() if s["name"] == section["name"]]
+        name = section["name"]
+        if all(len(keys) == 1 for keys in per_family[name].values()):
+            labels[key] = name
+            continue
+        same = [s for s in sections.values() if s["name"] == name]
         differing = sorted(k for k in section if k != "name" and len({json.dumps(s.get(k)) for s in same}) > 1)
-        labels[key] = section["name"] + (f"({', '.join(f'{k}={section[k]}' for k in differing)})" if differing else "")
+        labels[key] = name + (f"({', '.join(f'{k}={section[k]}' for k in differing)})" if differing else "")
     return labels
 
 
