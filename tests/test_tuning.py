@@ -339,3 +339,13 @@ def test_a_group_of_one_setting_is_tuned_on_it_as_a_ladder_of_one_rung(tmp_path,
     assert [c.run_id() for _, c in with_axis.runs()] == [c.run_id() for _, c in bare.runs()]
     with pytest.raises(ConfigError, match=r"names it as a ladder of one rung, e\.g\. task\.sparsity: \[3\]"):
         tuning.tuning_sweep(bare, tuning.jobs_for(bare, retune=True))
+
+
+def test_a_ranking_that_joins_after_its_tuning_writes_the_ladder_file_rank_reads(tmp_path, monkeypatch):
+    """Every mixer tuned here: the ranking's runs join only as the choices come, and DIR/ladder.json (the
+    ladder and the learning-speed families, which `rank` reads) is written then, not only for stages known
+    at the start (ladder v4's sweep had none)."""
+    text = "\n".join(line for line in WIDENS.splitlines() if not line.startswith("tuned:"))
+    tune_then_rank(tmp_path, monkeypatch, lambda lr: {1e-3: 20, 3e-3: 10}.get(lr), text=text)
+    assert json.loads((tmp_path / "out" / "ladder.json").read_text())["ladder"] == "widens-v1"
+    assert not (tmp_path / "out" / "tuning" / "ladder.json").exists()

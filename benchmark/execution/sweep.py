@@ -226,9 +226,6 @@ def run_stages(stages: list[Stage], workers: int = 1, stream: TextIO | None = No
             raise ConfigError(f"--seed-parallel must be a whole number ≥ 1, got {stage.seed_parallel}")
         if executor == "ray" and stage.seed_parallel > 1:
             raise ConfigError("--seed-parallel runs with the local executor only (Ray runs one task per run)")
-    for stage in stages:  # what `rank` reads of the preset: its ladder and the families outside the score
-        if stage.sweep.ladder is not None or stage.sweep.learning_speed:
-            write_ladder(stage.out, stage.sweep.name, stage.sweep.ladder, stage.sweep.learning_speed)
     stream = stream or sys.stderr  # stderr as it is now (a test may have replaced it)
     share = worker_share(workers)
     announced = announced or {}
@@ -239,6 +236,7 @@ def run_stages(stages: list[Stage], workers: int = 1, stream: TextIO | None = No
     known: dict[str, int] = {}  # runs of each name known so far
     folders: dict[str, Path] = {}
     shown: set[str] = set()  # names whose header is printed
+    ladders_written: set[Path] = set()
 
     # A name announced before its stages are known (a ranking that waits for its tuning) counts in
     # every ETA from the start: an ETA of the tuning alone promised a fraction of the sweep's time.
@@ -259,6 +257,11 @@ def run_stages(stages: list[Stage], workers: int = 1, stream: TextIO | None = No
                       f"{later} {where} → {folders[name]}", file=stream, flush=True)
 
     def add(stage: Stage) -> None:
+        # What `rank` reads of the preset: its ladder and the families outside the score. Written as each
+        # stage joins, for a ranking that joins only once its mixers' tuning has chosen.
+        if (stage.sweep.ladder is not None or stage.sweep.learning_speed) and stage.out not in ladders_written:
+            write_ladder(stage.out, stage.sweep.name, stage.sweep.ladder, stage.sweep.learning_speed)
+            ladders_written.add(stage.out)
         runs = [(folder, planned.config) for folder, planned in stage.planned]
         tokens = {planned.config.run_id(): planned.batch_size * planned.seq_len for _, planned in stage.planned}
         pending = [(folder, config) for folder, config in runs if not is_finished(folder / config.run_id())]
