@@ -40,7 +40,7 @@ Schedule = Literal["constant", "cosine", "linear"]  # the lr after warmup: const
 Accelerator = Literal["auto", "cpu", "gpu", "cuda"]  # cuda: the same as gpu
 TrainOn = Literal["scored", "all"]  # the rows the training loss covers: the task's scored ones, or every row
 # The order of a batch's sequences in the step: as drawn, or reversed. The same losses and gradients
-# summed in another float order (docs/ranking.md's float-order comparison): another draw of the
+# summed in another float order (docs/ladder-history.md's float-order comparison): another draw of the
 # last bits that training amplifies, not another experiment.
 BatchOrder = Literal["drawn", "reversed"]
 Logger = Literal["tensorboard", "csv", "wandb"]  # Lightning's own loggers (emergence_bench.engine.trainer.build_logger)

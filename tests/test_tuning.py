@@ -101,7 +101,7 @@ def test_tuned_ladder_v2_is_ladder_v2_with_each_mixers_tuned_lr():
     assert not set(tuned.tuning.seeds) & set(range(16))
 
 
-# Tuned ladder v3's frozen choices (docs/ranking.md's tuning tables): a change is a new ladder version.
+# Tuned ladder v3's frozen choices (docs/ladder-history.md's tuning tables): a change is a new ladder version.
 TUNED_V3 = {
     "transformer": {"linear-map": 1e-3, "cellular-automata": 3e-3, "mqar": 3e-4, "dyck": 1e-2},
     "mlp_mixer": {"linear-map": 1e-3, "cellular-automata": 3e-3, "mqar": 3e-4, "dyck": 3e-3},

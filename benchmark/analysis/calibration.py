@@ -13,7 +13,7 @@ group and per setting (the task keys and ``optim.lr`` that vary within the group
   cells abrupt.
 
 A rung is kept for a ladder where, in at least 3 of 4 seeds, the plateau is worth the name and most
-cells are abrupt (docs/ranking.md, "Ladder v4's calibration").
+cells are abrupt (docs/ladder-v4-calibration.md).
 """
 
 from __future__ import annotations

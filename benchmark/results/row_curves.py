@@ -149,6 +149,6 @@ def run_worth(row: Row) -> bool:
 def worth(row: Row) -> bool:
     """Whether the run held a plateau worth the name: its loss held one (cells that learn together), or
     most of its dropped cells each held one (cells that learn one at a time, the linear map's
-    staircase). docs/ranking.md, "A plateau worth the name", has why both readings, and the screen
+    staircase). docs/ladder-v4-calibration.md, "A plateau worth the name", has why both readings, and the screen
     the choice was made on."""
     return run_worth(row) or cells_worth(row)
