@@ -33,4 +33,4 @@ for family in linear-map induction mqar cellular-automata dyck; do
         [ -d "$family" ] && pack "v4-rank-$family-$mixer" "$family" "/$task-$mixer-seed"
     done
 done
-ls -l "$rows"/v4-tuning-*.tar.gz "$rows"/v4-rank-*.tar.gz 2>/dev/null
+find "$rows" -name "v4-tuning-*.tar.gz" -o -name "v4-rank-*.tar.gz" | sort | xargs ls -l
